@@ -1,0 +1,1 @@
+"""Marin: the experiment executor, job submission, cluster tooling and TPU adapter."""
