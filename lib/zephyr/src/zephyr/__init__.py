@@ -1,1 +1,27 @@
-"""Zephyr."""
+"""Zephyr: a lazy, sharded Dataset API for large-corpus processing on preemptible clusters.
+
+    from zephyr import Dataset, flow_backend
+
+    pipeline = Dataset.from_files("gs://bucket/raw/*.jsonl.zst").load_jsonl().filter(keep).map(clean)
+    list(flow_backend().execute(pipeline.write_jsonl("gs://bucket/out/{shard:05d}.jsonl.zst", skip_existing=True)))
+"""
+
+from zephyr import counters
+from zephyr.backends import Backend, backend_names, create_backend, flow_backend, set_flow_backend
+from zephyr.dataset import Dataset
+from zephyr.errors import PlanError, ShardError
+from zephyr.io import BadRecordError, TruncatedInputError
+
+__all__ = [
+    "BadRecordError",
+    "Backend",
+    "Dataset",
+    "PlanError",
+    "ShardError",
+    "TruncatedInputError",
+    "backend_names",
+    "counters",
+    "create_backend",
+    "flow_backend",
+    "set_flow_backend",
+]

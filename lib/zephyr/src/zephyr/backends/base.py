@@ -1,0 +1,109 @@
+"""The narrow backend interface: submit a picklable call, wait for some to finish, fetch results.
+
+Everything else (fusion, bounded windows, retries, ordering, skip_existing, counters, progress)
+lives once in `zephyr.runner`. A backend maps its own failure kinds onto two exceptions:
+`ShardError` (the user's code or input failed; counts against a small budget) and `TaskLost`
+(the worker or node died; retried many times without counting).
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+from zephyr.resources import TaskResources
+
+__all__ = ["Backend", "TaskLost"]
+
+
+class TaskLost(Exception):
+    """A task died for reasons outside the user's code (worker crash, node preempted)."""
+
+
+class Backend(ABC):
+    """Runs shard tasks. Create with `zephyr.create_backend(name, ...)`."""
+
+    name: ClassVar[str]
+    default_user_retries: ClassVar[int] = 0
+
+    def __init__(
+        self,
+        max_parallelism: int | None = None,
+        *,
+        memory: int | str | None = None,
+        num_cpus: float = 1.0,
+        num_gpus: float = 0.0,
+        resources: dict | None = None,
+        max_user_retries: int | None = None,
+        max_infra_retries: int = 100,
+        progress: bool | None = None,
+    ):
+        if max_parallelism is None:
+            max_parallelism = self.default_parallelism()
+        if not isinstance(max_parallelism, int) or isinstance(max_parallelism, bool) or max_parallelism <= 0:
+            raise ValueError(f"max_parallelism must be a positive integer, got {max_parallelism!r}")
+        self.max_parallelism = max_parallelism
+        self.task_resources = TaskResources(num_cpus=num_cpus, num_gpus=num_gpus, memory=memory, resources=dict(resources or {}))
+        self.max_user_retries = self.default_user_retries if max_user_retries is None else int(max_user_retries)
+        self.max_infra_retries = int(max_infra_retries)
+        if self.max_user_retries < 0 or self.max_infra_retries < 0:
+            raise ValueError("retry budgets must be >= 0")
+        self.progress = progress
+        self.on_finish: list[Callable] = []
+
+    @classmethod
+    def default_parallelism(cls) -> int:
+        return os.cpu_count() or 1
+
+    # ---- the interface a backend implements ----------------------------------------------
+
+    def share(self, obj: Any) -> Any:
+        """Make `obj` available to every task of a stage (Ray puts it in the object store once)."""
+        return obj
+
+    @abstractmethod
+    def submit(self, fn: Callable, shared: Any, arg: Any) -> Any:
+        """Start `fn(shared, arg)`; return a hashable handle."""
+
+    @abstractmethod
+    def wait(self, handles: Sequence[Any]) -> list[Any]:
+        """Block until at least one handle is finished; return the finished ones."""
+
+    @abstractmethod
+    def result(self, handle: Any) -> Any:
+        """The value of a finished call; raises ShardError or TaskLost."""
+
+    def cancel(self, handles: Sequence[Any]) -> None:
+        """Best effort: stop calls that are still running (after a fatal error)."""
+
+    def close(self) -> None:
+        """Release what the backend holds (threads, a Ray it started)."""
+
+    # ---- running pipelines -------------------------------------------------------------------
+
+    def execute(self, dataset) -> Any:
+        """Run `dataset`; returns an iterator over its results in shard order.
+
+        The plan is compiled and every stage's functions are checked for picklability now, so
+        such errors surface here; the tasks run as you iterate (e.g. `list(backend.execute(ds))`).
+        The returned `Execution` also carries `.counters` and per-stage `.stats`.
+        """
+        from zephyr.runner import Execution
+
+        return Execution(self, dataset)
+
+    def describe(self) -> str:
+        res = self.task_resources
+        parts = [f"max_parallelism={self.max_parallelism}", f"num_cpus={res.num_cpus}"]
+        if res.num_gpus:
+            parts.append(f"num_gpus={res.num_gpus}")
+        if res.memory:
+            parts.append(f"memory={res.memory}")
+        if res.resources:
+            parts.append(f"resources={res.resources}")
+        return f"{self.name}({', '.join(parts)})"
+
+    def __repr__(self) -> str:
+        return self.describe()

@@ -1,0 +1,46 @@
+"""The threadpool backend: shards run on a bounded pool of threads in the driver process.
+
+Good for I/O-bound pipelines and tests; CPU-bound Python code is limited by the GIL (use `ray`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from zephyr.backends.base import Backend
+
+__all__ = ["ThreadpoolBackend"]
+
+
+class ThreadpoolBackend(Backend):
+    name = "threadpool"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._pool: cf.ThreadPoolExecutor | None = None
+
+    def _executor(self) -> cf.ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = cf.ThreadPoolExecutor(max_workers=self.max_parallelism, thread_name_prefix="zephyr-shard")
+        return self._pool
+
+    def submit(self, fn: Callable, shared: Any, arg: Any) -> cf.Future:
+        return self._executor().submit(fn, shared, arg)
+
+    def wait(self, handles: Sequence[cf.Future]) -> list[cf.Future]:
+        done, _ = cf.wait(handles, return_when=cf.FIRST_COMPLETED)
+        return list(done)
+
+    def result(self, handle: cf.Future) -> Any:
+        return handle.result()
+
+    def cancel(self, handles: Sequence[cf.Future]) -> None:
+        for handle in handles:
+            handle.cancel()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None

@@ -1,0 +1,169 @@
+"""Compression chosen by file extension, with strict readers.
+
+Writers are deterministic (gzip headers carry no timestamp or name), so the same items give
+the same bytes. Readers fail loudly on truncated input: `zstandard`'s stream reader returns a
+short read at a cut-off frame without complaint, so zstd is decoded frame by frame here and a
+frame that never ends is an error.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+from enum import Enum
+from typing import BinaryIO
+
+import zstandard
+
+__all__ = ["Codec", "codec_for", "open_compressed_reader", "open_compressed_writer", "strip_compression_suffix"]
+
+_CHUNK = 1 << 20
+ZSTD_LEVEL = 3
+
+
+class Codec(Enum):
+    NONE = "none"
+    GZIP = "gzip"
+    ZSTD = "zstd"
+
+
+_SUFFIXES = {".gz": Codec.GZIP, ".gzip": Codec.GZIP, ".zst": Codec.ZSTD, ".zstd": Codec.ZSTD}
+
+
+def codec_for(path: str) -> Codec:
+    """The codec a path's extension asks for (`.gz`, `.zst`/`.zstd`, otherwise none)."""
+    lowered = path.lower()
+    for suffix, codec in _SUFFIXES.items():
+        if lowered.endswith(suffix):
+            return codec
+    return Codec.NONE
+
+
+def strip_compression_suffix(path: str) -> str:
+    """`a/b.jsonl.zst` -> `a/b.jsonl`; used to find the format under the compression."""
+    lowered = path.lower()
+    for suffix in _SUFFIXES:
+        if lowered.endswith(suffix):
+            return path[: -len(suffix)]
+    return path
+
+
+class TruncatedInputError(EOFError):
+    """Compressed input ended in the middle of a frame or member."""
+
+
+class _StrictZstdReader(io.RawIOBase):
+    """Decodes concatenated zstd frames; raises TruncatedInputError if the last frame is cut."""
+
+    def __init__(self, raw: BinaryIO):
+        self._raw = raw
+        self._dobj = zstandard.ZstdDecompressor().decompressobj()
+        self._in_frame = False
+        self._pending = b""
+        self._eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def _fill(self) -> None:
+        while not self._pending and not self._eof:
+            chunk = self._raw.read(_CHUNK)
+            if not chunk:
+                self._eof = True
+                if self._in_frame:
+                    raise TruncatedInputError("zstd stream ended in the middle of a frame (truncated file?)")
+                return
+            out = []
+            while chunk:
+                out.append(self._dobj.decompress(chunk))
+                self._in_frame = True
+                if self._dobj.eof:
+                    chunk = self._dobj.unused_data
+                    self._dobj = zstandard.ZstdDecompressor().decompressobj()
+                    self._in_frame = False
+                else:
+                    chunk = b""
+            self._pending = b"".join(out)
+
+    def readinto(self, buffer) -> int:
+        self._fill()
+        n = min(len(buffer), len(self._pending))
+        buffer[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()
+        super().close()
+
+
+class _GzipReader(io.RawIOBase):
+    """`gzip.GzipFile` raises a bare EOFError on truncation; name it for the caller."""
+
+    def __init__(self, raw: BinaryIO):
+        self._gz = gzip.GzipFile(fileobj=raw, mode="rb")
+        self._raw = raw
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        try:
+            return self._gz.readinto(buffer)
+        except EOFError as e:
+            raise TruncatedInputError(f"gzip stream ended early (truncated file?): {e}") from e
+
+    def close(self) -> None:
+        if not self.closed:
+            self._gz.close()
+            self._raw.close()
+        super().close()
+
+
+def open_compressed_reader(raw: BinaryIO, codec: Codec) -> BinaryIO:
+    """A buffered binary reader that decompresses `raw` (and closes it when closed)."""
+    if codec is Codec.NONE:
+        return raw
+    inner = _StrictZstdReader(raw) if codec is Codec.ZSTD else _GzipReader(raw)
+    return io.BufferedReader(inner, buffer_size=_CHUNK)
+
+
+class _ZstdWriter(io.RawIOBase):
+    def __init__(self, raw: BinaryIO):
+        self._raw = raw
+        self._cobj = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compressobj()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self._raw.write(self._cobj.compress(bytes(data)))
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.write(self._cobj.flush())
+        super().close()
+
+
+def open_compressed_writer(raw: BinaryIO, codec: Codec) -> BinaryIO:
+    """A buffered binary writer compressing into `raw`; closing it finishes the stream, not `raw`."""
+    if codec is Codec.NONE:
+        return _NonClosing(raw)
+    if codec is Codec.GZIP:
+        return gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="")
+    return io.BufferedWriter(_ZstdWriter(raw), buffer_size=_CHUNK)
+
+
+class _NonClosing(io.RawIOBase):
+    """Passes writes through; closing it leaves the underlying file open for the committer."""
+
+    def __init__(self, raw: BinaryIO):
+        self._raw = raw
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        return self._raw.write(data)

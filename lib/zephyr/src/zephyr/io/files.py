@@ -1,0 +1,123 @@
+"""fsspec file access: one code path for local disk, `gs://` and `memory://`.
+
+`atomic_write` is the invariant "an output path holds a complete file or nothing":
+- local disk: write `.NAME.zephyr-tmp-<id>` beside the target, then `os.replace` (atomic on POSIX);
+  stale temporaries of the same target left by killed writers are removed after a success;
+- object stores: write a local temporary file, then upload it with one `put_file`; an object
+  appears only when its upload completes, so no partial object is ever visible and nothing is
+  left behind remotely (no rename needed, which the GCS emulator lacks anyway).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from typing import BinaryIO
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from zephyr.io.compression import codec_for, open_compressed_reader, open_compressed_writer
+
+__all__ = ["atomic_write", "exists", "expand_glob", "open_input", "open_output", "url_to_fs"]
+
+_TMP_MARKER = ".zephyr-tmp-"
+
+
+def url_to_fs(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    return fsspec.core.url_to_fs(path)
+
+
+def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    return isinstance(fs, LocalFileSystem)
+
+
+def exists(path: str) -> bool:
+    fs, fs_path = url_to_fs(path)
+    return fs.exists(fs_path)
+
+
+def expand_glob(pattern: str) -> list[str]:
+    """Sorted files matching an fsspec glob, with the protocol kept (`gs://b/x`, not `b/x`).
+
+    A pattern without wildcards matches itself if it is a file.
+    """
+    fs, fs_path = url_to_fs(pattern)
+    if not fsspec.core.has_magic(fs_path):
+        return [pattern] if fs.isfile(fs_path) else []
+    found = fs.glob(fs_path, detail=True)
+    files = sorted(p for p, info in found.items() if info.get("type") == "file")
+    if "://" in pattern:
+        return [fs.unstrip_protocol(p) for p in files]
+    return files
+
+
+def open_input(path: str) -> BinaryIO:
+    """A binary reader over `path`, decompressed according to its extension.
+
+    Raises FileNotFoundError naming the path when it does not exist.
+    """
+    fs, fs_path = url_to_fs(path)
+    try:
+        raw = fs.open(fs_path, "rb")
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"Input file not found: {path}") from e
+    return open_compressed_reader(raw, codec_for(path))
+
+
+@contextlib.contextmanager
+def atomic_write(path: str, mode: str = "wb") -> Iterator[BinaryIO]:
+    """Open `path` for writing so that it appears complete on clean exit and not at all otherwise.
+
+    `mode` is "wb" (binary) or "w" (UTF-8 text). No compression is applied here; see `open_output`.
+    """
+    if mode not in ("wb", "w"):
+        raise ValueError(f"atomic_write mode must be 'wb' or 'w', got {mode!r}")
+    fs, fs_path = url_to_fs(path)
+    if _is_local(fs):
+        directory, name = os.path.split(os.path.abspath(fs_path))
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".{name}{_TMP_MARKER}{uuid.uuid4().hex[:12]}")
+    else:
+        fd, tmp = tempfile.mkstemp(prefix="zephyr-upload-")
+        os.close(fd)
+    try:
+        with open(tmp, "wb") as raw:
+            if mode == "w":
+                text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
+                yield text
+                text.flush()
+                text.detach()
+            else:
+                yield raw
+        if _is_local(fs):
+            os.replace(tmp, os.path.join(directory, name))
+            _remove_stale_temporaries(directory, name)
+        else:
+            fs.put_file(tmp, fs_path)
+            fs.invalidate_cache(fs._parent(fs_path))
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+
+
+@contextlib.contextmanager
+def open_output(path: str) -> Iterator[BinaryIO]:
+    """`atomic_write` plus compression chosen by the extension of `path`."""
+    with atomic_write(path) as raw:
+        writer = open_compressed_writer(raw, codec_for(path))
+        yield writer
+        writer.close()
+
+
+def _remove_stale_temporaries(directory: str, name: str) -> None:
+    prefix = f".{name}{_TMP_MARKER}"
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(directory):
+            if entry.name.startswith(prefix):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(entry.path)

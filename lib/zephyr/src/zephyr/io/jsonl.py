@@ -1,0 +1,67 @@
+"""JSON Lines: streaming reader with line-numbered errors, streaming writer (orjson)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import orjson
+
+from zephyr.io.compression import TruncatedInputError
+from zephyr.io.files import open_input, open_output
+
+__all__ = ["BadRecordError", "read_jsonl", "write_jsonl_file"]
+
+
+class BadRecordError(ValueError):
+    """A record that cannot be decoded; names the file and the 1-based line number."""
+
+    def __init__(self, path: str, line: int, reason: str):
+        super().__init__(f"{path}:{line}: {reason}")
+        self.path = path
+        self.line = line
+        self.reason = reason
+
+    def __reduce__(self):
+        return (BadRecordError, (self.path, self.line, self.reason))
+
+
+def read_jsonl(path: str, on_bad_record: str = "raise") -> Iterator[Any]:
+    """Yield the JSON value of each non-blank line of `path` (compression by extension).
+
+    Streams: holds one line at a time. A line that is not valid JSON (or not UTF-8) raises
+    BadRecordError naming the file and line; with `on_bad_record="skip"` it is skipped and
+    counted under the `zephyr/bad_records` counter instead. Truncated compressed input always
+    raises (TruncatedInputError, naming the file and the last complete line).
+    """
+    if on_bad_record not in ("raise", "skip"):
+        raise ValueError(f"on_bad_record must be 'raise' or 'skip', got {on_bad_record!r}")
+    from zephyr import counters
+
+    line_no = 0
+    with open_input(path) as reader:
+        try:
+            for line_no, line in enumerate(reader, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    value = orjson.loads(line)
+                except orjson.JSONDecodeError as e:
+                    if on_bad_record == "skip":
+                        counters.increment("zephyr/bad_records")
+                        continue
+                    raise BadRecordError(path, line_no, f"malformed JSON: {e}; line starts {line[:80]!r}") from None
+                yield value
+        except TruncatedInputError as e:
+            raise TruncatedInputError(f"{path}: {e} (after line {line_no})") from e
+
+
+def write_jsonl_file(items: Iterable[Any], path: str) -> int:
+    """Write items as JSON lines to `path` atomically; returns the number written."""
+    count = 0
+    dumps = orjson.dumps
+    with open_output(path) as out:
+        for item in items:
+            out.write(dumps(item, option=orjson.OPT_APPEND_NEWLINE))
+            count += 1
+    return count

@@ -1,0 +1,69 @@
+"""What a person watches: a tqdm bar per stage and an end-of-run summary.
+
+Bars show shards done/total with items/s, input MB/s and an ETA; they appear only on a
+terminal unless asked for (`progress=True`) and never with `progress=False` (`--quiet`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from zephyr.plan import Stage
+    from zephyr.runner import Execution
+    from zephyr.shard import ShardResult
+
+__all__ = ["format_summary", "make_progress"]
+
+
+class _NoProgress:
+    def update(self, result: ShardResult) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _StageBar:
+    def __init__(self, stage: Stage):
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=stage.num_shards, desc=f"stage {stage.index}", unit="shard", file=sys.stderr, leave=True)
+        self._start = time.perf_counter()
+        self._items = 0
+        self._bytes = 0
+
+    def update(self, result: ShardResult) -> None:
+        self._items += result.num_items or result.counters.get("zephyr/records_written", 0)
+        self._bytes += result.counters.get("zephyr/bytes_read", 0)
+        elapsed = max(time.perf_counter() - self._start, 1e-9)
+        self._bar.set_postfix_str(f"{self._items / elapsed:,.0f} items/s, {self._bytes / elapsed / 1e6:,.1f} MB/s in", refresh=False)
+        self._bar.update(1)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+def make_progress(enabled: bool | None, stage: Stage):
+    """A bar for `stage` when enabled (None: only if stderr is a terminal)."""
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    return _StageBar(stage) if enabled else _NoProgress()
+
+
+def format_summary(execution: Execution) -> str:
+    """Per-stage times and items, and the counters, as a short block of text."""
+    lines = [f"zephyr: finished in {execution.elapsed:.2f}s on {execution.backend.describe()}"]
+    for s in execution.stats:
+        retries = ""
+        if s.retries_user or s.retries_lost:
+            retries = f", retried {s.retries_user} failed / {s.retries_lost} lost"
+        lines.append(f"  stage {s.index}: {s.num_shards} shards, {s.items_out} items back, {s.elapsed:.2f}s{retries}")
+    if execution.counters:
+        lines.append("  counters:")
+        width = max(len(k) for k in execution.counters)
+        for name in sorted(execution.counters):
+            lines.append(f"    {name:<{width}}  {execution.counters[name]:,}")
+    return "\n".join(lines)
