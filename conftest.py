@@ -80,17 +80,18 @@ def gcs_bucket(gcs_emulator) -> str:
 
 
 @pytest.fixture(scope="session")
-def ray_local():
+def ray_local(gcs_emulator):
     """One local Ray with 2 CPUs, shared by the test run.
 
     Tests that need a multi-node `ray.cluster_utils.Cluster` shut this one down first; the
-    next test that asks for this fixture starts it again.
+    next test that asks for this fixture starts it again. The GCS emulator starts first so
+    that Ray's workers inherit STORAGE_EMULATOR_HOST.
     """
     import ray
 
     def ensure():
         if not ray.is_initialized():
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
         return ray
 
     ensure()

@@ -140,10 +140,13 @@ class Execution:
                         logger.warning("stage %d shard %d lost (%s); resubmitting", stage.index, task.shard, e)
                         pending.appendleft(task)
                         continue
-                    except ShardError:
+                    except Exception as e:
+                        error = e if isinstance(e, ShardError) else _attribute(e, task)
                         user_failures[task.shard] += 1
                         if user_failures[task.shard] > backend.max_user_retries:
-                            raise
+                            if error is e:
+                                raise
+                            raise error from e
                         stats.retries_user += 1
                         logger.warning("stage %d shard %d failed; retrying (%d/%d)", stage.index, task.shard,
                                        user_failures[task.shard], backend.max_user_retries)
@@ -161,6 +164,14 @@ class Execution:
                 backend.cancel(list(in_flight))
             stats.elapsed = time.perf_counter() - start
             progress.close()
+
+
+def _attribute(error: Exception, task: ShardTask) -> ShardError:
+    """A failure the shard function did not wrap itself (e.g. the worker ran out of memory)."""
+    import traceback
+
+    text = "".join(traceback.format_exception(error))
+    return ShardError(task.stage, task.shard, task.label, type(error).__name__, str(error), text)
 
 
 def _first_unpicklable(stage: Stage) -> str:

@@ -53,37 +53,60 @@ class TruncatedInputError(EOFError):
 
 
 class _StrictZstdReader(io.RawIOBase):
-    """Decodes concatenated zstd frames; raises TruncatedInputError if the last frame is cut."""
+    """Decodes concatenated zstd frames; raises TruncatedInputError if the last frame is cut.
+
+    `decompressobj` has no output limit, so highly compressible input could inflate one
+    input chunk into hundreds of MB. The input is fed in slices sized from the ratio seen so
+    far, keeping each call's output near `_TARGET_OUT` bytes.
+    """
+
+    _TARGET_OUT = 1 << 21
 
     def __init__(self, raw: BinaryIO):
         self._raw = raw
         self._dobj = zstandard.ZstdDecompressor().decompressobj()
         self._in_frame = False
-        self._pending = b""
+        self._inbuf = b""
+        self._inpos = 0
+        self._feed = 1 << 12
+        self._pending = memoryview(b"")
         self._eof = False
 
     def readable(self) -> bool:
         return True
 
+    def _next_piece(self) -> bytes:
+        if self._inpos >= len(self._inbuf):
+            self._inbuf = self._raw.read(_CHUNK)
+            self._inpos = 0
+            if not self._inbuf:
+                return b""
+        piece = self._inbuf[self._inpos : self._inpos + self._feed]
+        self._inpos += len(piece)
+        return piece
+
     def _fill(self) -> None:
-        while not self._pending and not self._eof:
-            chunk = self._raw.read(_CHUNK)
-            if not chunk:
+        while not len(self._pending) and not self._eof:
+            piece = self._next_piece()
+            if not piece:
                 self._eof = True
                 if self._in_frame:
                     raise TruncatedInputError("zstd stream ended in the middle of a frame (truncated file?)")
                 return
             out = []
-            while chunk:
-                out.append(self._dobj.decompress(chunk))
+            while piece:
+                out.append(self._dobj.decompress(piece))
                 self._in_frame = True
                 if self._dobj.eof:
-                    chunk = self._dobj.unused_data
+                    piece = self._dobj.unused_data
                     self._dobj = zstandard.ZstdDecompressor().decompressobj()
                     self._in_frame = False
                 else:
-                    chunk = b""
-            self._pending = b"".join(out)
+                    piece = b""
+            produced = sum(len(o) for o in out)
+            if produced:
+                self._feed = max(1 << 9, min(_CHUNK, self._feed * self._TARGET_OUT // produced))
+            self._pending = memoryview(out[0] if len(out) == 1 else b"".join(out))
 
     def readinto(self, buffer) -> int:
         self._fill()

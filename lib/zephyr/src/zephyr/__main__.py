@@ -1,0 +1,5 @@
+import sys
+
+from zephyr.cli import main
+
+sys.exit(main())

@@ -1,0 +1,128 @@
+"""The Ray backend: one Ray task per shard per stage, a bounded window driven by `ray.wait`.
+
+Connects to `address` (or `RAY_ADDRESS`) when given, else starts an embedded local Ray (and
+shuts it down on `close()`); a driver that already called `ray.init()` is used as it is. Token-authenticated clusters need nothing here: Ray reads
+`RAY_AUTH_MODE=token` and the token (`RAY_AUTH_TOKEN_PATH` or `~/.ray/auth_token`) itself.
+
+Failures are sorted for the runner: a task whose worker or node died is `TaskLost` (Ray has
+already retried it `ray_task_retries` times at the system level; the runner resubmits it
+without charging the user's budget); an exception raised by user code arrives as the
+`ShardError` the task raised. The stage program goes into the object store once per stage;
+tasks carry only shard descriptors (paths, indices).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from zephyr.backends.base import Backend, TaskLost
+from zephyr.errors import ShardError
+
+__all__ = ["RayBackend"]
+
+logger = logging.getLogger("zephyr")
+
+
+def _call(fn: Callable, shared: Any, arg: Any) -> Any:
+    return fn(shared, arg)
+
+
+class RayBackend(Backend):
+    name = "ray"
+    default_user_retries = 1
+
+    def __init__(self, max_parallelism: int | None = None, *, address: str | None = None, ray_task_retries: int = 3,
+                 init_kwargs: dict | None = None, **options):
+        super().__init__(max_parallelism, **options)
+        self.address = address or os.environ.get("RAY_ADDRESS") or None
+        self.ray_task_retries = ray_task_retries
+        self.init_kwargs = dict(init_kwargs or {})
+        self._remote = None
+        self._owns_ray = False
+
+    @classmethod
+    def default_parallelism(cls) -> int:
+        return 200
+
+    def _ray(self):
+        import ray
+
+        if not ray.is_initialized():
+            # "local" starts a fresh embedded Ray even when a `ray start` cluster runs on this machine
+            kwargs = {"address": self.address or "local", "log_to_driver": True, **self.init_kwargs}
+            logger.info("zephyr: %s", f"connecting to Ray at {self.address}" if self.address else "starting a local Ray")
+            ray.init(**kwargs)
+            self._owns_ray = self.address is None
+        if self._remote is None:
+            res = self.task_resources
+            options: dict[str, Any] = {
+                "num_cpus": res.num_cpus,
+                "max_retries": self.ray_task_retries,
+                "retry_exceptions": False,
+            }
+            if res.num_gpus:
+                options["num_gpus"] = res.num_gpus
+            if res.memory:
+                options["memory"] = res.memory
+            if res.resources:
+                options["resources"] = dict(res.resources)
+            self._remote = ray.remote(_call).options(**options)
+        return ray
+
+    def share(self, obj: Any) -> Any:
+        return self._ray().put(obj)
+
+    def submit(self, fn: Callable, shared: Any, arg: Any) -> Any:
+        self._ray()
+        return self._remote.remote(fn, shared, arg)
+
+    def wait(self, handles: Sequence[Any]) -> list[Any]:
+        ray = self._ray()
+        done, rest = ray.wait(list(handles), num_returns=1)
+        if rest:
+            more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+            done.extend(more)
+        return done
+
+    def result(self, handle: Any) -> Any:
+        ray = self._ray()
+        lost = (
+            ray.exceptions.WorkerCrashedError,
+            ray.exceptions.NodeDiedError,
+            ray.exceptions.ObjectLostError,
+            ray.exceptions.OwnerDiedError,
+            ray.exceptions.LocalRayletDiedError,
+            ray.exceptions.RaySystemError,
+            ray.exceptions.TaskCancelledError,
+        )
+        try:
+            return ray.get(handle)
+        except ray.exceptions.RayTaskError as e:
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, ShardError):
+                raise cause from None
+            if isinstance(cause, lost):
+                raise TaskLost(str(cause)) from e
+            raise
+        except lost as e:
+            raise TaskLost(f"{type(e).__name__}: {e}") from e
+
+    def cancel(self, handles: Sequence[Any]) -> None:
+        import ray
+
+        for handle in handles:
+            try:
+                ray.cancel(handle)
+            except Exception:  # already finished or its node is gone
+                pass
+
+    def close(self) -> None:
+        import ray
+
+        if self._owns_ray and ray.is_initialized():
+            ray.shutdown()
+        self._owns_ray = False
+        self._remote = None

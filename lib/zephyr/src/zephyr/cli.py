@@ -1,0 +1,229 @@
+"""The `zephyr` command: run a pipeline script with a chosen backend installed.
+
+    uv run zephyr --backend=ray --max-parallelism=200 --memory=2GB script.py [script args...]
+
+The script runs in this process with `flow_backend()` returning the backend built from the
+options. A script without an `if __name__ == "__main__":` block has its entry point
+(`--entry-point`, default `main`) called after it loads. Everything after the script path
+goes to the script. `--cluster NAME` submits the same command to a Ray cluster as a job
+through Marin's job launcher instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import runpy
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from zephyr.backends import Backend, backend_names, create_backend, set_flow_backend
+from zephyr.errors import PlanError, ShardError
+from zephyr.progress import format_summary
+from zephyr.resources import parse_memory
+
+__all__ = ["main"]
+
+EPILOG = """examples:
+  zephyr --backend=ray --max-parallelism=200 --memory=2GB script.py
+  zephyr --backend=sync --dry-run script.py --input gs://bucket/raw
+  zephyr --backend=ray --resources '{"TPU": 4, "TPU-v4-8-head": 1}' train_prep.py
+  zephyr --cluster us-central2 --backend=ray script.py   # submit as a Ray job
+"""
+
+
+def _memory(text: str) -> int:
+    try:
+        return parse_memory(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def _resources(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f'expected JSON like \'{{"TPU": 4}}\', got {text!r} ({e})') from None
+    if not isinstance(value, dict) or not all(isinstance(v, (int, float)) for v in value.values()):
+        raise argparse.ArgumentTypeError(f'expected a JSON object of amounts like \'{{"TPU": 4}}\', got {text!r}')
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="zephyr",
+        description="Run a Zephyr pipeline script on a chosen backend.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--backend", choices=backend_names(), default="ray", help="where shards run (default: ray)")
+    parser.add_argument("--max-parallelism", type=_positive_int, default=None, help="most shards running at once")
+    parser.add_argument("--memory", type=_memory, default=None, help="memory per task, e.g. 2GB, 512MiB or bytes")
+    parser.add_argument("--num-cpus", type=_non_negative_float, default=1.0, help="CPUs per task (default 1)")
+    parser.add_argument("--num-gpus", type=_non_negative_float, default=0.0, help="GPUs per task (default 0)")
+    parser.add_argument("--resources", type=_resources, default=None, help='custom Ray resources per task as JSON, e.g. \'{"TPU": 4}\'')
+    parser.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS, else start a local Ray)")
+    parser.add_argument("--cluster", default=None, help="submit to this Marin cluster (name or config yaml) as a Ray job")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan of every pipeline the script executes; run nothing")
+    parser.add_argument("--entry-point", default=None, help="function to call after loading the script (default: main, if defined)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars and no end-of-run summary")
+    parser.add_argument("script", help="the pipeline script to run")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments passed on to the script")
+    return parser
+
+
+class DryRunBackend(Backend):
+    """Prints each pipeline's plan instead of running it; `execute` yields nothing."""
+
+    name = "dry-run"
+
+    def __init__(self, target: str, out=None):
+        super().__init__(1)
+        self.target = target
+        self.out = out or sys.stdout
+        self.plans: list[str] = []
+
+    def execute(self, dataset):
+        text = dataset.plan().describe()
+        self.plans.append(text)
+        print(f"[dry-run on {self.target}] {text}", file=self.out, flush=True)
+        return iter(())
+
+    def submit(self, fn, shared, arg):  # pragma: no cover - execute never submits
+        raise RuntimeError("dry-run backend runs nothing")
+
+    def wait(self, handles):  # pragma: no cover
+        return list(handles)
+
+    def result(self, handle):  # pragma: no cover
+        raise RuntimeError("dry-run backend runs nothing")
+
+
+def _has_main_guard(path: str) -> bool:
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), filename=path)
+    for node in tree.body:
+        if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test) and "__main__" in ast.unparse(node.test):
+            return True
+    return False
+
+
+def _run_script(path: str, script_args: list[str], entry_point: str | None) -> None:
+    guarded = _has_main_guard(path)
+    sys.argv = [path, *script_args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    namespace = runpy.run_path(path, run_name="__main__")
+    if guarded and entry_point is None:
+        return
+    name = entry_point or "main"
+    fn = namespace.get(name)
+    if callable(fn):
+        fn()
+    elif entry_point is not None:
+        raise SystemExit(f"zephyr: error: {path} defines no function {entry_point!r} to call (--entry-point)")
+
+
+def _submit_to_cluster(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """Re-run this same command on a cluster as a Ray job through `marin.run.ray_run`."""
+    forwarded = _without_cluster_option(list(argv))
+    command = [sys.executable, "-m", "marin.run.ray_run", "--cluster", args.cluster, "--", "zephyr", *forwarded]
+    print(f"zephyr: submitting to cluster {args.cluster}: {shlex.join(command[2:])}", file=sys.stderr)
+    try:
+        return subprocess.call(command)
+    except FileNotFoundError as e:
+        raise SystemExit(f"zephyr: error: cannot launch the job submitter: {e}") from None
+
+
+def _without_cluster_option(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if arg == "--cluster":
+            skip = True
+            continue
+        if arg.startswith("--cluster="):
+            continue
+        out.append(arg)
+    return out
+
+
+def make_backend(args: argparse.Namespace) -> Backend:
+    options = dict(
+        memory=args.memory,
+        num_cpus=args.num_cpus,
+        num_gpus=args.num_gpus,
+        resources=args.resources,
+        progress=False if args.quiet else None,
+    )
+    if args.backend == "ray":
+        options["address"] = args.address
+    elif args.address:
+        raise argparse.ArgumentTypeError("--address only applies to --backend=ray")
+    return create_backend(args.backend, args.max_parallelism, **options)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not os.path.isfile(args.script):
+        parser.error(f"script not found: {args.script}")
+    if args.cluster:
+        if importlib_missing("marin"):
+            parser.error("--cluster needs the `marin` package (its job launcher marin.run.ray_run) installed")
+        return _submit_to_cluster(args, argv)
+    if args.dry_run:
+        backend: Backend = DryRunBackend(args.backend)
+    else:
+        try:
+            backend = make_backend(args)
+        except (ValueError, argparse.ArgumentTypeError) as e:
+            parser.error(str(e))
+        if not args.quiet:
+            backend.on_finish.append(lambda execution: print(format_summary(execution), file=sys.stderr, flush=True))
+    set_flow_backend(backend)
+    try:
+        _run_script(args.script, args.script_args, args.entry_point)
+    except (ShardError, PlanError, FileNotFoundError) as e:
+        print(f"zephyr: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        set_flow_backend(None)
+        backend.close()
+    return 0
+
+
+def importlib_missing(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

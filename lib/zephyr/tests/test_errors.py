@@ -1,0 +1,109 @@
+"""Bad input gets a clear error: file and line, shard and source, and the original traceback."""
+
+import gzip
+
+import pytest
+
+from zephyr import BadRecordError, Dataset, PlanError, ShardError, TruncatedInputError
+
+
+def test_malformed_json_line_names_file_and_line(backend, tmp_path):
+    good = tmp_path / "a.jsonl"
+    good.write_text('{"ok": 1}\n')
+    bad = tmp_path / "b.jsonl"
+    bad.write_text('{"ok": 1}\n{"ok": 2}\n{"ok": \n{"ok": 4}\n')
+    with pytest.raises(ShardError) as info:
+        list(backend.execute(Dataset.from_files(str(tmp_path / "*.jsonl")).load_jsonl()))
+    err = info.value
+    assert err.shard == 1
+    assert err.source == str(bad)
+    assert err.error_type == "BadRecordError"
+    assert f"{bad}:3: malformed JSON" in str(err)
+
+
+def test_user_exception_names_shard_source_and_original_traceback(backend):
+    def parse(x):
+        if x == "bad-item":
+            raise KeyError("missing field 'text'")
+        return x
+
+    with pytest.raises(ShardError) as info:
+        list(backend.execute(Dataset.from_list(["ok", "bad-item", "ok2"]).map(parse)))
+    message = str(info.value)
+    assert "stage 0, shard 1 (source: bad-item) failed with KeyError" in message
+    assert "missing field 'text'" in message
+    assert "in parse" in message and "raise KeyError" in message  # the original traceback
+
+
+def test_bad_records_can_be_skipped_and_are_counted(backend, tmp_path):
+    path = tmp_path / "dirty.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"a": \n\xff\xfe{"a": 3}\n{"a": 4}\n')
+    execution = backend.execute(Dataset.from_list([str(path)]).load_jsonl(on_bad_record="skip"))
+    assert list(execution) == [{"a": 1}, {"a": 4}]
+    assert execution.counters["zephyr/bad_records"] == 2
+
+
+def test_non_utf8_line_is_a_bad_record(local_backend, tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes('{"a": "ok"}\n{"a": "caf\u00e9"}\n'.encode("latin-1"))
+    with pytest.raises(ShardError, match=r"latin1.jsonl:2: malformed JSON"):
+        list(local_backend.execute(Dataset.from_list([str(path)]).load_jsonl()))
+
+
+@pytest.mark.parametrize("ext", ["jsonl.gz", "jsonl.zst"])
+def test_truncated_compressed_input_is_an_error_not_a_short_read(local_backend, tmp_path, ext):
+    full = tmp_path / f"full.{ext}"
+    list(local_backend.execute(Dataset.from_iterable({"i": i, "pad": "x" * 50} for i in range(20000)).write_jsonl(str(full))))
+    cut = tmp_path / f"cut.{ext}"
+    data = full.read_bytes()
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ShardError) as info:
+        list(local_backend.execute(Dataset.from_list([str(cut)]).load_jsonl()))
+    assert info.value.error_type == "TruncatedInputError"
+    assert str(cut) in str(info.value)
+
+
+def test_missing_input_file_at_run_time(backend, tmp_path):
+    with pytest.raises(ShardError, match=r"Input file not found: .*nope\.jsonl"):
+        list(backend.execute(Dataset.from_list([str(tmp_path / "nope.jsonl")]).load_jsonl()))
+
+
+def test_from_files_missing_path_or_empty_glob(tmp_path, local_backend):
+    with pytest.raises(FileNotFoundError, match=r"nothing-here/\*\.jsonl' matched no files"):
+        local_backend.execute(Dataset.from_files(str(tmp_path / "nothing-here" / "*.jsonl")).load_jsonl())
+    with pytest.raises(FileNotFoundError, match=r"missing.jsonl' does not exist"):
+        local_backend.execute(Dataset.from_files(str(tmp_path / "missing.jsonl")))
+    empty = Dataset.from_files(str(tmp_path / "*.jsonl"), empty_glob_ok=True).load_jsonl()
+    assert list(local_backend.execute(empty)) == []
+
+
+def test_unknown_extension_is_a_clear_error_before_running(tmp_path, local_backend):
+    (tmp_path / "data.csv").write_text("a,b\n")
+    with pytest.raises(ValueError, match=r"Cannot tell the format of .*data.csv.*knows .jsonl, .ndjson, .json, .parquet"):
+        local_backend.execute(Dataset.from_files(str(tmp_path / "*.csv")).load_file())
+
+
+def test_unpicklable_function_is_reported_before_any_task_starts(backend, tmp_path):
+    import threading
+
+    lock = threading.Lock()
+    calls = tmp_path / "calls"
+
+    def uses_lock(x):
+        calls.write_text("ran")
+        with lock:
+            return x
+
+    with pytest.raises(PlanError, match=r"stage 0: map\(.*uses_lock.*cannot be pickled"):
+        backend.execute(Dataset.from_list([1, 2]).map(uses_lock))
+    assert not calls.exists()
+
+
+def test_error_types_are_importable_and_picklable():
+    import pickle
+
+    e = BadRecordError("f.jsonl", 3, "bad")
+    assert pickle.loads(pickle.dumps(e)).line == 3
+    t = ShardError(0, 1, "src", "KeyError", "k", "tb")
+    assert str(pickle.loads(pickle.dumps(t))) == str(t)
+    assert issubclass(TruncatedInputError, EOFError)

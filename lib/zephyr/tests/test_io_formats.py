@@ -1,0 +1,112 @@
+"""JSONL and Parquet round trips, compression by extension, determinism, gs:// and memory://."""
+
+import gzip
+
+import fsspec
+import pyarrow as pa
+import pytest
+import zstandard
+
+from zephyr import Dataset, create_backend
+
+RECORDS = [{"id": i, "text": f"document {i}", "score": i / 7} for i in range(50)]
+
+
+def write_and_read(backend, pattern, writer="jsonl", loader="load_jsonl"):
+    ds = Dataset.from_list([RECORDS[:25], RECORDS[25:]]).flat_map(lambda batch: batch)
+    ds = ds.write_jsonl(pattern) if writer == "jsonl" else ds.write_parquet(pattern)
+    paths = list(backend.execute(ds))
+    back = list(backend.execute(getattr(Dataset.from_list(paths), loader)()))
+    return paths, back
+
+
+@pytest.mark.parametrize("ext", [".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd"])
+def test_jsonl_round_trip_with_compression(backend, tmp_path, ext):
+    paths, back = write_and_read(backend, str(tmp_path / f"part-{{shard:03d}}-of-{{total:03d}}{ext}"))
+    assert paths == [str(tmp_path / f"part-000-of-002{ext}"), str(tmp_path / f"part-001-of-002{ext}")]
+    assert back == RECORDS
+
+
+def test_compression_really_follows_the_extension(tmp_path, local_backend):
+    write_and_read(local_backend, str(tmp_path / "a-{shard}.jsonl.gz"))
+    write_and_read(local_backend, str(tmp_path / "b-{shard}.jsonl.zst"))
+    write_and_read(local_backend, str(tmp_path / "c-{shard}.jsonl"))
+    assert (tmp_path / "a-0.jsonl.gz").read_bytes()[:2] == b"\x1f\x8b"
+    assert (tmp_path / "b-0.jsonl.zst").read_bytes()[:4] == b"\x28\xb5\x2f\xfd"
+    assert (tmp_path / "c-0.jsonl").read_bytes().startswith(b'{"id":0')
+    # readable by the standard tools of each format
+    assert gzip.decompress((tmp_path / "a-0.jsonl.gz").read_bytes()).count(b"\n") == 25
+    assert zstandard.ZstdDecompressor().stream_reader((tmp_path / "b-0.jsonl.zst").open("rb")).read().count(b"\n") == 25
+
+
+def test_parquet_round_trip_and_columns(backend, tmp_path):
+    paths, back = write_and_read(backend, str(tmp_path / "p-{shard}.parquet"), writer="parquet", loader="load_parquet")
+    assert back == RECORDS
+    only = list(backend.execute(Dataset.from_list(paths).load_parquet(columns=["id"])))
+    assert only == [{"id": r["id"]} for r in RECORDS]
+
+
+def test_parquet_with_explicit_schema(tmp_path, local_backend):
+    schema = pa.schema([("id", pa.int32()), ("text", pa.string())])
+    ds = Dataset.from_iterable({"id": i, "text": str(i)} for i in range(5)).write_parquet(str(tmp_path / "s.parquet"), schema=schema)
+    [path] = list(local_backend.execute(ds))
+    import pyarrow.parquet as pq
+
+    assert pq.read_schema(path).field("id").type == pa.int32()
+
+
+def test_load_file_picks_the_reader_by_extension(tmp_path, local_backend):
+    write_and_read(local_backend, str(tmp_path / "j-{shard}.jsonl.zst"))
+    write_and_read(local_backend, str(tmp_path / "q-{shard}.parquet"), writer="parquet", loader="load_parquet")
+    ds = Dataset.from_files([str(tmp_path / "j-*.jsonl.zst"), str(tmp_path / "q-*.parquet")]).load_file()
+    assert list(local_backend.execute(ds)) == RECORDS + RECORDS
+
+
+def test_from_files_is_sorted_one_shard_per_file(tmp_path, local_backend):
+    for name in ["c.jsonl", "a.jsonl", "b.jsonl"]:
+        (tmp_path / name).write_text(f'{{"name": "{name}"}}\n')
+    ds = Dataset.from_files(str(tmp_path / "*.jsonl"))
+    assert ds.plan().num_shards == 3
+    assert [r["name"] for r in local_backend.execute(ds.load_jsonl())] == ["a.jsonl", "b.jsonl", "c.jsonl"]
+
+
+@pytest.mark.parametrize("backend_name", ["sync", "threadpool"])
+def test_same_input_same_bytes(tmp_path, backend_name):
+    outputs = []
+    for run in range(2):
+        b = create_backend(backend_name, progress=False)
+        ds = Dataset.from_list([RECORDS[:10], RECORDS[10:]]).flat_map(list)
+        for ext in ("jsonl.gz", "jsonl.zst", "parquet"):
+            pattern = str(tmp_path / f"run{run}" / f"out-{{shard}}.{ext}")
+            list(b.execute(ds.write_parquet(pattern) if ext == "parquet" else ds.write_jsonl(pattern)))
+        outputs.append({p.name: p.read_bytes() for p in sorted((tmp_path / f"run{run}").iterdir())})
+    assert outputs[0] == outputs[1]
+    assert len(outputs[0]) == 6
+
+
+def test_same_bytes_on_every_backend(backend, tmp_path, local_backend):
+    ds = Dataset.from_list([RECORDS[:10], RECORDS[10:]]).flat_map(list).map(lambda r: {**r, "len": len(r["text"])})
+    ref = list(local_backend.execute(ds.write_jsonl(str(tmp_path / "ref-{shard}.jsonl.zst"))))
+    got = list(backend.execute(ds.write_jsonl(str(tmp_path / f"{backend.name}-{{shard}}.jsonl.zst"))))
+    assert [open(p, "rb").read() for p in got] == [open(p, "rb").read() for p in ref]
+
+
+def test_gs_paths_through_a_real_gcs_api(backend, gcs_bucket):
+    src = f"{gcs_bucket}/raw"
+    for i in range(3):
+        with fsspec.open(f"{src}/part-{i}.jsonl.zst", "wb", compression="zstd") as f:
+            f.write(b"".join(b'{"i": %d, "part": %d}\n' % (j, i) for j in range(4)))
+    ds = Dataset.from_files(f"{src}/*.jsonl.zst").load_jsonl().filter(lambda r: r["i"] % 2 == 0)
+    paths = list(backend.execute(ds.write_jsonl(f"{gcs_bucket}/out/{{shard:05d}}.jsonl.gz")))
+    assert paths == [f"{gcs_bucket}/out/{i:05d}.jsonl.gz" for i in range(3)]
+    back = list(backend.execute(Dataset.from_files(f"{gcs_bucket}/out/*.jsonl.gz").load_jsonl()))
+    assert back == [{"i": j, "part": i} for i in range(3) for j in (0, 2)]
+    fs = fsspec.filesystem("gs")
+    fs.invalidate_cache()
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls(f"{gcs_bucket}/out")) == [f"{i:05d}.jsonl.gz" for i in range(3)]
+
+
+def test_memory_filesystem(local_backend):
+    ds = Dataset.from_iterable(RECORDS).write_parquet("memory://zephyr-test/out.parquet")
+    assert list(local_backend.execute(ds)) == ["memory://zephyr-test/out.parquet"]
+    assert list(local_backend.execute(Dataset.from_files("memory://zephyr-test/*.parquet").load_parquet())) == RECORDS

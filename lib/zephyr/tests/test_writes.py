@@ -1,0 +1,73 @@
+"""skip_existing, atomic outputs, and output patterns."""
+
+import os
+
+import pytest
+
+from zephyr import Dataset, PlanError, ShardError, counters
+
+
+def counted(x):
+    counters.increment("calls")
+    return {"x": x}
+
+
+def test_skip_existing_skips_all_upstream_work_and_still_yields_the_path(backend, tmp_path):
+    pattern = str(tmp_path / "out-{shard:02d}.jsonl")
+    ds = Dataset.from_list([0, 1, 2]).flat_map(lambda i: range(i * 10, i * 10 + 5)).map(counted).write_jsonl(pattern, skip_existing=True)
+    first = backend.execute(ds)
+    paths = list(first)
+    assert first.counters["calls"] == 15
+    os.remove(paths[1])
+    before = {p: open(p, "rb").read() for p in (paths[0], paths[2])}
+    second = backend.execute(ds)
+    assert list(second) == paths
+    assert second.counters["calls"] == 5  # only shard 1 ran
+    assert second.counters["zephyr/shards_skipped_existing"] == 2
+    assert {p: open(p, "rb").read() for p in (paths[0], paths[2])} == before
+
+
+def test_without_skip_existing_everything_reruns(backend, tmp_path):
+    ds = Dataset.from_list([0, 1]).map(counted).write_jsonl(str(tmp_path / "o-{shard}.jsonl"))
+    list(backend.execute(ds))
+    again = backend.execute(ds)
+    list(again)
+    assert again.counters["calls"] == 2
+
+
+def test_failure_mid_shard_leaves_no_file_and_litter_is_cleaned_next_time(local_backend, tmp_path):
+    def explode_at_3(x):
+        if x == 3:
+            raise RuntimeError("disk on fire")
+        return {"x": x}
+
+    target = tmp_path / "only.jsonl"
+    ds = Dataset.from_iterable(range(6)).map(explode_at_3).write_jsonl(str(target))
+    with pytest.raises(ShardError, match="disk on fire"):
+        list(local_backend.execute(ds))
+    assert not target.exists()
+    assert list(tmp_path.iterdir()) == []  # the temporary is removed on failure
+
+    # a killed writer (no chance to clean up) leaves a temporary behind ...
+    (tmp_path / ".only.jsonl.zephyr-tmp-deadbeef").write_bytes(b'{"x": 0}\n{"x"')
+    list(local_backend.execute(Dataset.from_iterable(range(6)).map(lambda x: {"x": x}).write_jsonl(str(target))))
+    # ... and the next successful write of that output removes it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["only.jsonl"]
+    assert target.read_text().count("\n") == 6
+
+
+def test_pattern_without_shard_for_many_shards_fails_before_any_work(backend, tmp_path):
+    ds = Dataset.from_list([1, 2, 3]).map(counted).write_jsonl(str(tmp_path / "out.jsonl"))
+    with pytest.raises(PlanError, match=r"must contain '\{shard\}' when writing 3 shards; got"):
+        backend.execute(ds)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_single_shard_may_omit_the_shard_field(local_backend, tmp_path):
+    [path] = list(local_backend.execute(Dataset.from_iterable([1, 2]).map(counted).write_jsonl(str(tmp_path / "all.jsonl"))))
+    assert path == str(tmp_path / "all.jsonl")
+
+
+def test_writer_output_can_feed_further_ops(local_backend, tmp_path):
+    ds = Dataset.from_list([0, 1]).map(counted).write_jsonl(str(tmp_path / "o-{shard}.jsonl")).load_jsonl().map(lambda r: r["x"] + 100)
+    assert list(local_backend.execute(ds)) == [100, 101]
