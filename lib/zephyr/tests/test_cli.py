@@ -1,0 +1,133 @@
+"""The `zephyr` command end to end, in a subprocess as a user runs it."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+
+PIPELINE = textwrap.dedent(
+    """
+    import sys
+    from zephyr import Dataset, counters, flow_backend
+
+    def tag(x):
+        counters.increment("tagged")
+        return {"x": x}
+
+    def main():
+        out = sys.argv[sys.argv.index("--out") + 1]
+        print("script args:", sys.argv[1:])
+        print("backend:", flow_backend().name)
+        ds = Dataset.from_list(list(range(4))).map(tag).write_jsonl(out + "/part-{shard:02d}.jsonl")
+        print("wrote", len(list(flow_backend().execute(ds))))
+    """
+)
+
+
+def zephyr(*args, cwd=None, env=None, timeout=240):
+    return subprocess.run(
+        [sys.executable, "-m", "zephyr", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd or REPO,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "pipeline.py"
+    path.write_text(PIPELINE)
+    return path
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_seed_command_line_runs_on_an_embedded_ray(tmp_path):
+    work = tmp_path / "seed"
+    result = zephyr("--backend=ray", "--max-parallelism=200", "--memory=2GB", "experiments/seed_example.py",
+                    env={"ZEPHYR_EXAMPLE_DIR": str(work)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(p.name for p in (work / "output").iterdir()) == [f"part-{i}.txt" for i in range(4)]
+    assert (work / "output" / "part-0.txt").read_text().startswith("LINE 0 OF FILE 0")
+    assert "zephyr: finished in" in result.stderr and "stage 0: 4 shards" in result.stderr
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ray_backend_writes_expected_files_and_forwards_script_options(script, tmp_path):
+    out = tmp_path / "out"
+    result = zephyr("--backend", "ray", "--max-parallelism", "2", str(script), "--out", str(out), "--verbose")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "script args: ['--out', '%s', '--verbose']" % out in result.stdout
+    assert sorted(p.name for p in out.iterdir()) == [f"part-{i:02d}.jsonl" for i in range(4)]
+    assert "backend: ray" in result.stdout
+    assert (out / "part-00.jsonl").read_text() == '{"x":0}\n'
+    assert "tagged" in result.stderr  # the counters in the end-of-run summary
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(script, tmp_path):
+    out = tmp_path / "out"
+    result = zephyr("--backend=threadpool", "--dry-run", str(script), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "[dry-run on threadpool] Plan: 1 stage(s), 4 output shard(s)" in result.stdout
+    assert "map(tag) -> write_jsonl(" in result.stdout
+    assert not out.exists()
+
+
+def test_quiet_run_on_sync_has_no_summary(script, tmp_path):
+    result = zephyr("--backend=sync", "--quiet", str(script), "--out", str(tmp_path / "o"))
+    assert result.returncode == 0, result.stderr
+    assert "zephyr: finished" not in result.stderr
+    assert "backend: sync" in result.stdout
+    assert (tmp_path / "o" / "part-03.jsonl").read_text() == '{"x":3}\n'
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--memory", "lots", "x.py"], "argument --memory: memory must be a size like '2GB'"),
+        (["--backend", "spark", "x.py"], "argument --backend: invalid choice: 'spark'"),
+        (["--max-parallelism", "0", "x.py"], "expected a positive integer, got 0"),
+        (["--resources", "{TPU: 4}", "x.py"], "argument --resources: expected JSON"),
+        (["missing_script.py"], "script not found: missing_script.py"),
+        (["--backend=sync", "--address", "1.2.3.4:6379", "SCRIPT"], "--address only applies to --backend=ray"),
+    ],
+)
+def test_command_line_errors_are_reported_without_a_traceback(args, message, script):
+    args = [str(script) if a == "SCRIPT" else a for a in args]
+    result = zephyr(*args)
+    assert result.returncode == 2
+    assert "zephyr: error:" in result.stderr and message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_pipeline_failure_exits_non_zero_with_the_shard_error(tmp_path):
+    path = tmp_path / "failing.py"
+    path.write_text(textwrap.dedent(
+        """
+        from zephyr import Dataset, flow_backend
+        def boom(x):
+            raise ValueError(f"bad value {x}")
+        if __name__ == "__main__":
+            list(flow_backend().execute(Dataset.from_list([7]).map(boom)))
+        """
+    ))
+    result = zephyr("--backend=sync", "--quiet", str(path))
+    assert result.returncode == 1
+    assert "zephyr: error: ShardError: stage 0, shard 0 (source: 7) failed with ValueError: bad value 7" in result.stderr
+
+
+def test_entry_point_option(tmp_path):
+    path = tmp_path / "entry.py"
+    path.write_text("def go():\n    print('went')\n\ndef main():\n    print('main ran')\n")
+    assert zephyr("--backend=sync", "--entry-point", "go", str(path)).stdout.strip() == "went"
+    assert zephyr("--backend=sync", str(path)).stdout.strip() == "main ran"
+    missing = zephyr("--backend=sync", "--entry-point", "nope", str(path))
+    assert missing.returncode != 0 and "defines no function 'nope'" in missing.stderr

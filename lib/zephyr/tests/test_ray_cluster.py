@@ -1,0 +1,146 @@
+"""The Ray backend on a real multi-node Ray: a worker node killed mid-run, and token auth.
+
+These tests start their own clusters, so they shut the shared session Ray down first.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from zephyr import Dataset, counters, create_backend
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def _slow_shard(i, attempts_dir):
+    """One shard: leaves a marker per attempt, takes ~1.5 s, yields 200 records."""
+    Path(attempts_dir, f"shard-{i}-pid-{os.getpid()}-{time.monotonic_ns()}").touch()
+    time.sleep(1.5)
+    for j in range(200):
+        counters.increment("records")
+        yield {"shard": i, "j": j, "text": f"document {i}-{j}"}
+
+
+def _pipeline(out_pattern, attempts_dir, n=12):
+    return Dataset.from_list(list(range(n))).flat_map(lambda i: _slow_shard(i, attempts_dir)).write_jsonl(out_pattern)
+
+
+def test_killing_a_worker_node_costs_only_its_in_flight_shards(tmp_path):
+    import ray
+    from ray.cluster_utils import Cluster
+
+    reference_dir = tmp_path / "reference"
+    sync = create_backend("sync", progress=False)
+    list(sync.execute(_pipeline(str(reference_dir / "part-{shard:03d}.jsonl.zst"), tmp_path)))
+
+    ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    try:
+        victim = cluster.add_node(num_cpus=2)
+        cluster.add_node(num_cpus=2)
+        ray.init(address=cluster.address, log_to_driver=False)
+        cluster.wait_for_nodes()
+
+        attempts = tmp_path / "attempts"
+        attempts.mkdir()
+        backend = create_backend("ray", max_parallelism=4, progress=False)
+
+        out_dir = tmp_path / "out"
+        execution = backend.execute(_pipeline(str(out_dir / "part-{shard:03d}.jsonl.zst"), attempts))
+        outcome = {}
+        driver = threading.Thread(target=lambda: outcome.update(paths=list(execution)))
+        driver.start()
+        # wait until both nodes run shards, then kill one the way a preemption does (Ray's node
+        # helpers must run on the main thread, so the pipeline is driven from another one)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(list(attempts.iterdir())) < 4:
+            time.sleep(0.1)
+        cluster.remove_node(victim, allow_graceful=False)
+        cluster.add_node(num_cpus=2)  # the autoscaler brings a replacement
+        driver.join(timeout=300)
+        paths = outcome["paths"]
+
+        assert [Path(p).name for p in paths] == [f"part-{i:03d}.jsonl.zst" for i in range(12)]
+        for name in sorted(os.listdir(reference_dir)):
+            assert (out_dir / name).read_bytes() == (reference_dir / name).read_bytes()
+        assert sorted(os.listdir(out_dir)) == sorted(os.listdir(reference_dir))  # no temporary litter
+        # each shard counted once in the totals, however often it ran
+        assert execution.counters["records"] == 12 * 200
+        # only the shards in flight on the dead node (2 CPUs there) ran twice
+        assert 12 <= len(list(attempts.iterdir())) <= 12 + 2
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+TOKEN_SCRIPT = textwrap.dedent(
+    """
+    from zephyr import Dataset, flow_backend
+
+    def main():
+        print("result:", list(flow_backend().execute(Dataset.from_list([1, 2, 3]).map(lambda x: x * 10))))
+    """
+)
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_token_authenticated_cluster_accepts_the_token_and_refuses_others(tmp_path):
+    token_home = tmp_path / "home"
+    token_home.mkdir()
+    token_file = tmp_path / "auth_token"
+    token_file.write_text("a" * 32 + "zephyrtesttoken" + "b" * 17)
+    port = _free_port()
+    env = {
+        **os.environ,
+        "HOME": str(token_home),
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(token_file),
+    }
+    ray_bin = Path(sys.executable).with_name("ray")
+    head = subprocess.Popen(
+        [str(ray_bin), "start", "--head", "--block", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+         f"--ray-client-server-port={_free_port()}", f"--node-manager-port={_free_port()}",
+         f"--object-manager-port={_free_port()}", f"--min-worker-port={_free_port()}", "--max-worker-port=0"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    script = tmp_path / "job.py"
+    script.write_text(TOKEN_SCRIPT)
+    try:
+        address = f"127.0.0.1:{port}"
+        with_token = _run_client(script, address, env, timeout=120)
+        assert with_token.returncode == 0, with_token.stderr[-2000:]
+        assert "result: [10, 20, 30]" in with_token.stdout
+
+        other_home = tmp_path / "intruder"
+        other_home.mkdir()
+        wrong = tmp_path / "wrong_token"
+        wrong.write_text("c" * 64)
+        for token_env in ({"RAY_AUTH_TOKEN_PATH": str(wrong)}, {"RAY_AUTH_TOKEN_PATH": str(tmp_path / "absent")}):
+            intruder = {**env, "HOME": str(other_home), **token_env}
+            refused = _run_client(script, address, intruder, timeout=120)
+            assert refused.returncode != 0
+            assert "result:" not in refused.stdout
+            assert "auth" in (refused.stderr + refused.stdout).lower()
+    finally:
+        os.killpg(head.pid, 15)
+        head.wait(timeout=60)
+
+
+def _run_client(script, address, env, timeout):
+    return subprocess.run(
+        [sys.executable, "-m", "zephyr", "--backend=ray", f"--address={address}", "--quiet", str(script)],
+        capture_output=True, text=True, env=env, timeout=timeout,
+    )
