@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from zephyr import ops as op
+from zephyr import shuffle_ops as sop
 from zephyr.sources import FilesSource, ListSource, Source
 
 if TYPE_CHECKING:
@@ -143,6 +144,86 @@ class Dataset:
                 raise TypeError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
         return self._then(op.WriteParquet(op.validate_output_pattern(pattern), schema, bool(skip_existing)))
 
+    # ---- shuffles and aggregations (stage boundaries) ------------------------------------------
+
+    def group_by(
+        self,
+        key: Callable[[Any], Any],
+        reducer: Callable[..., Any],
+        *,
+        sort_by: Callable[[Any], Any] | None = None,
+        num_output_shards: int | None = None,
+        combiner: Callable[..., Any] | None = None,
+    ) -> Dataset:
+        """Group items by `key(item)` and emit `reducer(key, items_iterator)` per group.
+
+        A reducer that is a generator function may yield several items; otherwise its return
+        value is the one item of the group. Items reach the reducer ordered by `sort_by(item)`
+        (if given), then by input shard and position. `combiner(key, items)` (associative,
+        returning one item like those it combines) pre-aggregates on the map side. Output has
+        `num_output_shards` shards (default: as many as the input). Memory: neither side holds a
+        shard or a group; map-side buffers spill sorted runs to the scratch directory.
+        """
+        _check_callable(key, "group_by key")
+        _check_callable(reducer, "group_by reducer")
+        for fn, what in ((sort_by, "sort_by"), (combiner, "combiner")):
+            if fn is not None:
+                _check_callable(fn, f"group_by {what}")
+        if num_output_shards is not None:
+            _check_positive(num_output_shards, "num_output_shards")
+        return self._then(sop.GroupBy(key, reducer, sort_by, num_output_shards, combiner))
+
+    def deduplicate(self, key: Callable[[Any], Any], num_output_shards: int | None = None) -> Dataset:
+        """Keep the first item per `key(item)`; "first" is by input shard, then position."""
+        _check_callable(key, "deduplicate key")
+        if num_output_shards is not None:
+            _check_positive(num_output_shards, "num_output_shards")
+        return self._then(sop.Deduplicate(key, num_output_shards))
+
+    def reshard(self, num_shards: int | None) -> Dataset:
+        """Redistribute items into `num_shards` shards, keeping their order (None: no-op)."""
+        if num_shards is None:
+            return self
+        if not isinstance(num_shards, int) or isinstance(num_shards, bool) or num_shards <= 0:
+            raise ValueError(f"reshard num_shards must be a positive integer or None, got {num_shards!r}")
+        return self._then(sop.Reshard(num_shards))
+
+    def reduce(self, local_reducer: Callable[[Iterable[Any]], Any], global_reducer: Callable[[Iterable[Any]], Any] | None = None) -> Dataset:
+        """One value: `global_reducer(local_reducer(shard) for each shard)` (global defaults to local).
+
+        >>> Dataset.from_list([1, 2, 3]).reduce(sum)  # a one-shard dataset yielding 6
+        """
+        _check_callable(local_reducer, "local_reducer")
+        final = global_reducer if global_reducer is not None else local_reducer
+        _check_callable(final, "global_reducer")
+        return self.map_shard(_Local(local_reducer)).reshard(1).map_shard(_Local(final))
+
+    def count(self) -> Dataset:
+        """A one-shard dataset yielding the number of items."""
+        return self.reduce(_count_items, sum)
+
+    def sorted_merge_join(
+        self,
+        right: Dataset,
+        left_key: Callable[[Any], Any],
+        right_key: Callable[[Any], Any],
+        how: str = "inner",
+    ) -> Dataset:
+        """Join shard i of this dataset with shard i of `right`, both sorted by their keys.
+
+        Yields `(left_item, right_item)` pairs (`right_item` is None for unmatched rows with
+        how="left"); streams both sides. Shard counts must match (checked when planning);
+        keys that go backwards raise an error naming the shard. `right` must be a single-stage
+        pipeline (write it out first if it shuffles).
+        """
+        if not isinstance(right, Dataset):
+            raise TypeError(f"sorted_merge_join right must be a Dataset, got {type(right).__name__}")
+        _check_callable(left_key, "left_key")
+        _check_callable(right_key, "right_key")
+        if how not in ("inner", "left"):
+            raise ValueError(f"how must be 'inner' or 'left', got {how!r}")
+        return self._then(sop.SortedMergeJoin(right, left_key, right_key, how))
+
     # ---- planning ---------------------------------------------------------------------------
 
     def plan(self) -> Plan:
@@ -154,6 +235,23 @@ class Dataset:
     def describe(self) -> str:
         """The plan as text: stages, shard counts and fused ops."""
         return self.plan().describe()
+
+
+def _count_items(items: Iterable[Any]) -> int:
+    return sum(1 for _ in items)
+
+
+@dataclass(frozen=True)
+class _Local:
+    """Wraps a reducer of an iterable so that a shard yields its single result."""
+
+    reducer: Callable[[Iterable[Any]], Any]
+
+    def __call__(self, items: Iterable[Any]) -> list[Any]:
+        return [self.reducer(items)]
+
+    def name_for_plan(self) -> str:
+        return op.callable_name(self.reducer)
 
 
 def _check_bad_record_policy(policy: str) -> None:

@@ -32,6 +32,8 @@ __all__ = [
 
 def callable_name(fn: Callable) -> str:
     """A readable name for plans and errors: `normalize`, `<lambda at pipeline.py:12>`."""
+    if hasattr(fn, "name_for_plan"):
+        return fn.name_for_plan()
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
     if name.endswith("<lambda>"):
         code = getattr(fn, "__code__", None)

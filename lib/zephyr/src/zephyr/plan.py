@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zephyr import ops as op
+from zephyr import shuffle_ops as sop
 from zephyr.errors import PlanError
+from zephyr.fingerprint import fingerprint
+from zephyr.shuffle import Concatenate, FirstPerKey, HashPartition, ReduceGroups, RoundRobin, ScatterSink, ShuffleReader
 from zephyr.sources import SourceShard, resolve_source
 
 __all__ = ["Plan", "Stage", "compile_plan"]
@@ -28,6 +31,7 @@ class Stage:
     input: Any  # a tuple of SourceShard for source stages; a shuffle reader otherwise
     sink: Any = None  # None: results go back to the driver; otherwise a shuffle writer
     input_label: str = ""
+    fingerprint: str = ""  # covers the source and every op up to and including this stage
 
     def describe(self) -> str:
         chain = " -> ".join([self.input_label] + [o.describe() for o in self.ops])
@@ -55,20 +59,63 @@ class Plan:
 
 
 def compile_plan(dataset) -> Plan:
-    """Resolve the source and fuse ops into stages; validates writers against shard counts."""
+    """Resolve the source and fuse ops into stages, cutting at every shuffle.
+
+    Validates writers against shard counts and join inputs against each other; runs no user code.
+    """
     shards: Sequence[SourceShard] = resolve_source(dataset.source)
-    stage = Stage(
-        index=0,
-        ops=tuple(dataset.ops),
-        num_shards=len(shards),
-        input=tuple(shards),
-        input_label=dataset.source.describe(),
-    )
-    stages = (stage,)
+    stages: list[Stage] = []
+    current: list = []
+    num_shards = len(shards)
+    stage_input: Any = tuple(shards)
+    label = dataset.source.describe()
+    fp = fingerprint(("source", dataset.source, [s.label for s in shards]))
+    for record in dataset.ops:
+        if isinstance(record, (sop.GroupBy, sop.Deduplicate, sop.Reshard)):
+            sink, reader = _shuffle_for(record, num_shards)
+            fp = fingerprint((fp, tuple(current), sink))
+            stages.append(Stage(len(stages), tuple(current), num_shards, stage_input, sink, label, fp))
+            current, num_shards, stage_input, label = [], sink.num_partitions, reader, reader.label
+        elif isinstance(record, sop.SortedMergeJoin):
+            current.append(_bind_join(record, num_shards))
+        else:
+            current.append(record)
+    fp = fingerprint((fp, tuple(current)))
+    stages.append(Stage(len(stages), tuple(current), num_shards, stage_input, None, label, fp))
     for s in stages:
         _check_writers(s)
         _check_load_file_extensions(s)
-    return Plan(stages)
+    return Plan(tuple(stages), fp)
+
+
+def _shuffle_for(record, num_shards: int) -> tuple[ScatterSink, ShuffleReader]:
+    if isinstance(record, sop.Reshard):
+        n = record.num_shards
+        return ScatterSink(n, RoundRobin()), ShuffleReader(n, Concatenate(), record.describe())
+    n = record.num_output_shards or max(num_shards, 1)
+    if isinstance(record, sop.Deduplicate):
+        return ScatterSink(n, HashPartition(record.key)), ShuffleReader(n, FirstPerKey(), record.describe())
+    partitioner = HashPartition(record.key, record.sort_by, record.combiner)
+    reader = ShuffleReader(n, ReduceGroups(record.reducer), record.describe(), sorted_by_value=record.sort_by is not None)
+    return ScatterSink(n, partitioner), reader
+
+
+def _bind_join(record: sop.SortedMergeJoin, num_shards: int):
+    from zephyr.join import BoundJoin
+
+    right = compile_plan(record.right)
+    if len(right.stages) != 1:
+        raise PlanError(
+            f"sorted_merge_join: the right side has {len(right.stages)} stages; it must be a single-stage "
+            "pipeline (write the shuffled side out first and join with from_files(...).load_*())"
+        )
+    (stage,) = right.stages
+    if stage.num_shards != num_shards:
+        raise PlanError(
+            f"sorted_merge_join needs co-partitioned inputs with equal shard counts; "
+            f"left has {num_shards} shards, right has {stage.num_shards} ({stage.input_label})"
+        )
+    return BoundJoin(record, stage.ops, tuple(s.items for s in stage.input), tuple(s.label for s in stage.input))
 
 
 def _check_writers(stage: Stage) -> None:

@@ -10,20 +10,25 @@ Counters of failed attempts are dropped, so totals count each shard exactly once
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import cloudpickle
+import orjson
 
 from zephyr.backends.base import Backend, TaskLost
 from zephyr.errors import PlanError, ShardError
-from zephyr.ops import callable_name
+from zephyr.io.files import expand_glob, url_to_fs
+from zephyr.ops import WriteJsonl, WriteParquet, callable_name
 from zephyr.plan import Plan, Stage
 from zephyr.progress import make_progress
 from zephyr.shard import ShardResult, ShardTask, StageProgram, run_shard
+from zephyr.shuffle import ScatterSink
 
 __all__ = ["Execution", "StageStats"]
 
@@ -39,6 +44,7 @@ class StageStats:
     elapsed: float = 0.0
     retries_user: int = 0
     retries_lost: int = 0
+    resumed: int = 0
 
 
 class Execution:
@@ -51,7 +57,9 @@ class Execution:
 
     def __init__(self, backend: Backend, dataset):
         self.backend = backend
-        self.plan: Plan = dataset if isinstance(dataset, Plan) else dataset.plan()
+        plan: Plan = dataset if isinstance(dataset, Plan) else dataset.plan()
+        self.scratch_dir = scratch_dir_for(backend, plan)
+        self.plan = _bind_scratch(plan, self.scratch_dir)
         self.programs = [self._program(stage) for stage in self.plan.stages]
         self.counters: Counter = Counter()
         self.stats: list[StageStats] = []
@@ -94,6 +102,7 @@ class Execution:
                 else:
                     previous = list(ordered)
             self.finished = True
+            self._remove_scratch()
         finally:
             self.elapsed = time.perf_counter() - started
             if self.finished:
@@ -101,26 +110,54 @@ class Execution:
                     callback(self)
 
     def _tasks(self, stage: Stage, previous: list[ShardResult] | None) -> list[ShardTask]:
+        memory = self.backend.task_resources.memory
         if isinstance(stage.input, tuple):
             return [
-                ShardTask(stage.index, i, stage.num_shards, shard.label, shard.items) for i, shard in enumerate(stage.input)
+                ShardTask(stage.index, i, stage.num_shards, shard.label, shard.items, memory)
+                for i, shard in enumerate(stage.input)
             ]
-        return stage.input.tasks(stage, previous)
+        return [replace(task, memory=memory) for task in stage.input.tasks(stage, previous)]
+
+    def _completed_scatter(self, stage: Stage) -> dict[int, ShardResult]:
+        """Map shards of a scatter stage whose manifest exists: finished by an earlier run."""
+        if not isinstance(stage.sink, ScatterSink):
+            return {}
+        done = {}
+        for path in expand_glob(f"{stage.sink.root}/map-*.json"):
+            summary = orjson.loads(url_to_fs(path)[0].cat_file(url_to_fs(path)[1]))
+            done[summary["map_shard"]] = ShardResult(shard=summary["map_shard"], items=None, summary=summary)
+        return done
+
+    def _remove_scratch(self) -> None:
+        for stage in self.plan.stages:
+            if isinstance(stage.sink, ScatterSink):
+                fs, root = url_to_fs(stage.sink.root)
+                try:
+                    if fs.exists(root):
+                        fs.rm(root, recursive=True)
+                except OSError as e:  # leftover scratch is harmless; say so and go on
+                    logger.warning("could not remove scratch %s: %s", stage.sink.root, e)
 
     def _run_stage(self, stage: Stage, program: StageProgram, tasks: list[ShardTask]) -> Iterator[ShardResult]:
         backend = self.backend
         stats = StageStats(stage.index, stage.describe(), stage.num_shards)
         self.stats.append(stats)
         progress = make_progress(backend.progress, stage)
-        shared = backend.share(program)
-        pending: deque[ShardTask] = deque(tasks)
+        finished: dict[int, ShardResult] = self._completed_scatter(stage)
+        if finished:
+            self.counters["zephyr/map_shards_resumed"] += len(finished)
+            stats.resumed = len(finished)
+        shared = backend.share(program) if len(finished) < len(tasks) else None
+        pending: deque[ShardTask] = deque(t for t in tasks if t.shard not in finished)
         in_flight: dict[Any, ShardTask] = {}
         user_failures: Counter = Counter()
         losses: Counter = Counter()
-        finished: dict[int, ShardResult] = {}
         next_shard = 0
         start = time.perf_counter()
         try:
+            while next_shard in finished:
+                yield finished.pop(next_shard)
+                next_shard += 1
             while pending or in_flight:
                 while pending and len(in_flight) < backend.max_parallelism:
                     task = pending.popleft()
@@ -164,6 +201,30 @@ class Execution:
                 backend.cancel(list(in_flight))
             stats.elapsed = time.perf_counter() - start
             progress.close()
+
+
+def scratch_dir_for(backend: Backend, plan: Plan) -> str:
+    """Where scatter runs go: the backend's `scratch_dir`, else $ZEPHYR_SCRATCH_DIR, else a
+    `.zephyr-scratch` folder beside the pipeline's final output, else the local temp dir.
+
+    On a multi-node cluster it must be storage every worker sees (e.g. a `gs://` prefix).
+    """
+    if getattr(backend, "scratch_dir", None):
+        return backend.scratch_dir.rstrip("/")
+    if os.environ.get("ZEPHYR_SCRATCH_DIR"):
+        return os.environ["ZEPHYR_SCRATCH_DIR"].rstrip("/")
+    for record in reversed(plan.stages[-1].ops):
+        if isinstance(record, (WriteJsonl, WriteParquet)):
+            return f"{record.pattern.rsplit('/', 1)[0] if '/' in record.pattern else '.'}/.zephyr-scratch"
+    return os.path.join(tempfile.gettempdir(), "zephyr-scratch")
+
+
+def _bind_scratch(plan: Plan, scratch_dir: str) -> Plan:
+    stages = tuple(
+        replace(s, sink=replace(s.sink, root=f"{scratch_dir}/{s.fingerprint}")) if isinstance(s.sink, ScatterSink) else s
+        for s in plan.stages
+    )
+    return replace(plan, stages=stages)
 
 
 def _attribute(error: Exception, task: ShardTask) -> ShardError:

@@ -20,6 +20,7 @@ from zephyr.errors import ShardError
 from zephyr.io.files import exists
 from zephyr.io.jsonl import write_jsonl_file
 from zephyr.io.parquet import write_parquet_file
+from zephyr.join import BoundJoin, merge_join
 from zephyr.readers import FileFormat, read_path
 
 __all__ = ["ShardResult", "ShardTask", "StageProgram", "run_shard"]
@@ -44,6 +45,7 @@ class ShardTask:
     num_shards: int
     label: str
     items: tuple = ()
+    memory: int | None = None  # the task's memory budget in bytes, for sizing buffers
 
 
 @dataclass
@@ -167,6 +169,16 @@ def _(record: op.WriteJsonl, stream, ctx):
 def _(record: op.WriteParquet, stream, ctx):
     path = op.output_path(record.pattern, ctx.shard, ctx.num_shards)
     return _written(path, lambda: write_parquet_file(stream, path, record.schema))
+
+
+@_apply.register
+def _(record: BoundJoin, stream, ctx):
+    right: Iterator = iter(record.right_items[ctx.shard])
+    right_ctx = _Context(ctx.shard, ctx.num_shards)
+    for right_op in record.right_ops:
+        right = _apply(right_op, right, right_ctx)
+    join = record.record
+    return merge_join(stream, right, join.left_key, join.right_key, join.how, ctx.shard)
 
 
 def _windows(stream: Iterator, size: int) -> Iterator[list]:

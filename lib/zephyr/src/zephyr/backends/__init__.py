@@ -34,7 +34,8 @@ def create_backend(name: str, max_parallelism: int | None = None, **options) -> 
 
     Options: `memory` ("2GB", "512MiB" or bytes), `num_cpus`, `num_gpus`, `resources`
     (e.g. `{"TPU": 4, "TPU-v4-8-head": 1}`), `max_user_retries`, `max_infra_retries`,
-    `progress` (None: bars only on a terminal). Ray also takes `address`.
+    `progress` (None: bars only on a terminal), `scratch_dir` (where shuffles spill; must be
+    shared storage on a multi-node cluster). Ray also takes `address`.
     """
     if name not in _REGISTRY:
         raise ValueError(f"Unknown backend {name!r}; choose one of {', '.join(_REGISTRY)}")

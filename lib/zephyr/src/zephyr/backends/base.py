@@ -39,6 +39,7 @@ class Backend(ABC):
         max_user_retries: int | None = None,
         max_infra_retries: int = 100,
         progress: bool | None = None,
+        scratch_dir: str | None = None,
     ):
         if max_parallelism is None:
             max_parallelism = self.default_parallelism()
@@ -51,6 +52,7 @@ class Backend(ABC):
         if self.max_user_retries < 0 or self.max_infra_retries < 0:
             raise ValueError("retry budgets must be >= 0")
         self.progress = progress
+        self.scratch_dir = scratch_dir
         self.on_finish: list[Callable] = []
 
     @classmethod

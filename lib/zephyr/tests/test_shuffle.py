@@ -1,0 +1,233 @@
+"""group_by, deduplicate, reshard, reduce/count and sorted_merge_join against plain Python."""
+
+import collections
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from zephyr import Dataset, PlanError, ShardError, counters, create_backend
+
+
+def word_shards():
+    words = ["a", "b", "c", "a", "b", "a", None, "d", "the"] * 7 + ["the"] * 40  # skewed toward "the"
+    return [words[i : i + 13] for i in range(0, len(words), 13)]
+
+
+def words_dataset():
+    return Dataset.from_list(word_shards()).flat_map(list)
+
+
+def all_words():
+    return [w for shard in word_shards() for w in shard]
+
+
+def count_group(key, items):
+    return (key, sum(1 for _ in items))
+
+
+def test_group_by_counts_match_collections_counter(backend):
+    got = dict(backend.execute(words_dataset().group_by(lambda w: w, count_group)))
+    assert got == dict(collections.Counter(all_words()))
+
+
+@pytest.mark.parametrize("num_output_shards", [1, 3, 16])
+def test_group_by_output_shards(local_backend, num_output_shards):
+    ds = words_dataset().group_by(lambda w: w, count_group, num_output_shards=num_output_shards)
+    assert ds.plan().num_shards == num_output_shards
+    assert dict(local_backend.execute(ds)) == dict(collections.Counter(all_words()))
+
+
+def test_default_output_shards_is_the_input_shard_count():
+    assert words_dataset().group_by(str, count_group).plan().num_shards == len(word_shards())
+
+
+def test_empty_input(backend, tmp_path):
+    empty = Dataset.from_files(str(tmp_path / "*.jsonl"), empty_glob_ok=True).load_jsonl()
+    assert list(backend.execute(empty.group_by(lambda r: r["k"], count_group))) == []
+    assert list(backend.execute(Dataset.from_list([[]]).flat_map(list).group_by(str, count_group))) == []
+    assert list(backend.execute(Dataset.from_list([[]]).flat_map(list).count())) == [0]
+
+
+def test_a_single_huge_group_streams_to_the_reducer(local_backend):
+    def longest_run(key, items):
+        n = 0
+        for _ in items:  # consumed as a stream; never materialized by zephyr
+            n += 1
+        return key, n
+
+    ds = Dataset.from_list([0, 1, 2, 3]).flat_map(lambda i: ({"k": "same", "i": j} for j in range(25_000)))
+    assert list(local_backend.execute(ds.group_by(lambda r: r["k"], longest_run))) == [("same", 100_000)]
+
+
+def test_sort_by_orders_items_within_each_group(backend):
+    ds = Dataset.from_list([[5, 3, 9], [1, 8, 2], [7, 4, 6]]).flat_map(list)
+    grouped = backend.execute(ds.group_by(lambda x: x % 2, lambda k, items: (k, list(items)), sort_by=lambda x: -x))
+    assert dict(grouped) == {0: [8, 6, 4, 2], 1: [9, 7, 5, 3, 1]}
+
+
+def test_generator_reducer_yields_several_items(local_backend):
+    def explode(key, items):
+        for item in items:
+            yield f"{key}:{item}"
+
+    got = list(local_backend.execute(Dataset.from_list([[1, 2, 3, 4]]).flat_map(list).group_by(lambda x: x % 2, explode)))
+    assert sorted(got) == ["0:2", "0:4", "1:1", "1:3"]
+
+
+def test_combiner_pre_aggregates_on_the_map_side(backend):
+    def combine(key, items):
+        counters.increment("combiner_calls")
+        return sum(items)
+
+    ds = words_dataset().map(lambda w: (w, 1))
+    execution = backend.execute(
+        ds.group_by(lambda kv: kv[0], lambda k, items: (k, sum(v for _, v in items)), combiner=lambda k, items: (k, sum(v for _, v in items)))
+    )
+    assert dict(execution) == dict(collections.Counter(all_words()))
+    # one combined record per (map shard, key) crosses the shuffle, not one per word
+    distinct_per_shard = sum(len(set(shard)) for shard in word_shards())
+    assert execution.counters["zephyr/shuffle_records"] == len(all_words())
+    scratch_records = execution.counters["zephyr/shuffle_records"]
+    assert scratch_records >= distinct_per_shard
+
+
+def test_deduplicate_keeps_the_first_by_shard_and_position(backend):
+    rows = [[("x", "s0p0"), ("y", "s0p1"), ("x", "s0p2")], [("y", "s1p0"), ("z", "s1p1")], [("z", "s2p0"), ("x", "s2p1")]]
+    got = backend.execute(Dataset.from_list(rows).flat_map(list).deduplicate(lambda r: r[0], num_output_shards=2))
+    assert sorted(got) == [("x", "s0p0"), ("y", "s0p1"), ("z", "s1p1")]
+
+
+def test_reshard_redistributes_and_keeps_every_item(backend):
+    ds = Dataset.from_list([list(range(0, 10)), list(range(10, 13)), list(range(13, 40))]).flat_map(list).reshard(4)
+    assert ds.plan().num_shards == 4
+    per_shard = list(backend.execute(ds.map_shard(lambda it: [list(it)])))
+    assert len(per_shard) == 4
+    assert sorted(x for shard in per_shard for x in shard) == list(range(40))
+    assert max(map(len, per_shard)) - min(map(len, per_shard)) <= 3  # balanced
+    for shard in per_shard:
+        assert shard == sorted(shard)  # input order kept within a shard
+
+
+def test_reshard_arguments():
+    ds = Dataset.from_list([1])
+    assert ds.reshard(None) is ds
+    for bad in (0, -5, 2.5):
+        with pytest.raises(ValueError, match="reshard num_shards must be a positive integer or None"):
+            ds.reshard(bad)
+
+
+def test_reduce_and_count(backend):
+    ds = Dataset.from_list([list(range(10)), list(range(10, 25))]).flat_map(list)
+    assert list(backend.execute(ds.count())) == [25]
+    assert list(backend.execute(ds.reduce(sum))) == [sum(range(25))]
+    assert list(backend.execute(ds.reduce(lambda it: max(it), max))) == [24]
+
+
+@dataclasses.dataclass(frozen=True)
+class Doc:
+    url: str
+    domain: tuple
+    body: str
+
+
+def test_any_picklable_item_and_key(backend):
+    docs = [Doc(f"u{i}", ("example.org", i % 3), "x" * i) for i in range(30)]
+    ds = Dataset.from_list([docs[:10], docs[10:]]).flat_map(list)
+    got = dict(backend.execute(ds.group_by(lambda d: d.domain, lambda k, items: (k, sorted(d.url for d in items)))))
+    expected = collections.defaultdict(list)
+    for d in docs:
+        expected[d.domain].append(d.url)
+    assert got == {k: sorted(v) for k, v in expected.items()}
+    assert len(list(backend.execute(ds.deduplicate(lambda d: {"domain": list(d.domain)})))) == 3
+
+
+def test_join_inner_and_left(backend):
+    left = Dataset.from_list([[1, 2, 2, 5], [7, 9]]).flat_map(list)
+    right = Dataset.from_list([[(2, "b"), (2, "b2"), (3, "c"), (5, "e")], [(9, "i")]]).flat_map(list)
+    inner = list(backend.execute(left.sorted_merge_join(right, lambda x: x, lambda r: r[0])))
+    assert inner == [(2, (2, "b")), (2, (2, "b2")), (2, (2, "b")), (2, (2, "b2")), (5, (5, "e")), (9, (9, "i"))]
+    left_join = list(backend.execute(left.sorted_merge_join(right, lambda x: x, lambda r: r[0], how="left")))
+    assert left_join[0] == (1, None) and (7, None) in left_join and len(left_join) == 8
+
+
+def test_join_checks_shard_counts_and_sortedness(local_backend):
+    left = Dataset.from_list([1, 2, 3])
+    with pytest.raises(PlanError, match="left has 3 shards, right has 2"):
+        left.sorted_merge_join(Dataset.from_list([1, 2]), int, int).plan()
+    unsorted = Dataset.from_list([[3, 1]]).flat_map(list)
+    with pytest.raises(ShardError, match="left input of shard 0 is not sorted by its key: 1 comes after 3"):
+        list(local_backend.execute(unsorted.sorted_merge_join(Dataset.from_list([[1]]).flat_map(list), int, int)))
+    with pytest.raises(PlanError, match="must be a single-stage pipeline"):
+        left.sorted_merge_join(Dataset.from_list([1, 2, 3]).reshard(3), int, int).plan()
+
+
+def test_same_output_bytes_twice_and_scratch_is_removed(tmp_path):
+    outputs = []
+    for run in range(2):
+        backend = create_backend("threadpool", progress=False, scratch_dir=str(tmp_path / "scratch"))
+        ds = words_dataset().group_by(lambda w: w, count_group, num_output_shards=3)
+        paths = list(backend.execute(ds.write_jsonl(str(tmp_path / f"run{run}" / "part-{shard}.jsonl"))))
+        outputs.append([Path(p).read_bytes() for p in paths])
+        assert list((tmp_path / "scratch").iterdir()) == []
+    assert outputs[0] == outputs[1]
+
+
+def test_spills_several_sorted_runs_when_data_exceeds_the_buffer(tmp_path):
+    """4 MiB task memory -> 1 MiB map buffer; ~6 MB of records per map shard spill many runs."""
+    backend = create_backend("sync", progress=False, memory="4MiB", scratch_dir=str(tmp_path / "s"))
+    ds = Dataset.from_list([0, 1]).flat_map(lambda s: ({"k": i % 97, "pad": "p" * 200, "s": s} for i in range(20_000)))
+    execution = backend.execute(ds.group_by(lambda r: r["k"], lambda k, items: (k, sum(1 for _ in items)), num_output_shards=4))
+    assert dict(execution) == {k: len(range(k, 20_000, 97)) * 2 for k in range(97)}
+    assert execution.counters["zephyr/shuffle_runs"] >= 6
+
+
+RESUME_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    from zephyr import Dataset, counters, create_backend
+
+    def tokenize(i):
+        counters.increment("map_calls")
+        return [{"w": f"w{j % 7}", "shard": i} for j in range(50)]
+
+    def reducer(key, items):
+        if os.environ.get("DIE_IN_REDUCE"):
+            os._exit(9)  # the driver dies between scatter and reduce
+        return {"w": key, "n": sum(1 for _ in items)}
+
+    backend = create_backend(sys.argv[1], progress=False, scratch_dir=sys.argv[3])
+    ds = Dataset.from_list(list(range(6))).flat_map(tokenize).group_by(lambda r: r["w"], reducer, num_output_shards=2)
+    execution = backend.execute(ds.write_jsonl(sys.argv[2] + "/part-{shard}.jsonl"))
+    list(execution)
+    print("map_calls", execution.counters["map_calls"], "resumed", execution.counters["zephyr/map_shards_resumed"])
+    """
+)
+
+
+@pytest.mark.parametrize("backend_name", ["sync", "threadpool"])
+def test_rerun_after_the_driver_died_resumes_at_the_reduce_stage(tmp_path, backend_name):
+    script = tmp_path / "job.py"
+    script.write_text(RESUME_SCRIPT)
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    args = [sys.executable, str(script), backend_name, str(out), str(scratch)]
+    died = subprocess.run(args, env={**os.environ, "DIE_IN_REDUCE": "1"}, capture_output=True, text=True)
+    assert died.returncode == 9
+    # no final output yet: at most the hidden temporary of the write the kill interrupted
+    assert all(p.name.startswith(".part-") and ".zephyr-tmp-" in p.name for p in out.iterdir())
+    rerun = subprocess.run(args, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "map_calls 0 resumed 6" in rerun.stdout  # the scatter was not redone
+    assert sorted(p.name for p in out.iterdir()) == ["part-0.jsonl", "part-1.jsonl"]  # temporaries cleaned
+    rows = [line for p in sorted(out.iterdir()) for line in p.read_text().splitlines()]
+    assert len(rows) == 7
+    assert not any(scratch.iterdir())
+
+    clean = tmp_path / "clean"
+    fresh = subprocess.run([sys.executable, str(script), backend_name, str(clean), str(tmp_path / "scratch2")], capture_output=True, text=True)
+    assert "map_calls 6 resumed 0" in fresh.stdout
+    assert [p.read_bytes() for p in sorted(clean.iterdir())] == [p.read_bytes() for p in sorted(out.iterdir())]
