@@ -1,0 +1,137 @@
+"""Versions and output paths of steps, and resolving a config's placeholders.
+
+A step's output path is `<prefix>/<name>-<hash>`, where `<hash>` is the first 8 hex digits
+of the MD5 of a JSON *version record*. Exactly these things count in the record:
+
+1. the step's `name`;
+2. every `versioned(value)` in the config, keyed by its field path (e.g. `"sampling.seed"`);
+3. every input reference in the config, keyed by its field path:
+   - `output_path_of(step, subpath)` records the dependency's version id (`<name>-<hash>`)
+     and the subpath;
+   - `InputName.hardcoded(path)` records the path (different input data, different output);
+4. the version ids of all dependencies, in order of first appearance in the config (each
+   once, so two identical dependency steps count like one).
+
+Nothing else counts: not the function (renaming or editing `fn` keeps the path), not plain
+unversioned config fields, not `this_output_path()`, `description`, `resources`,
+`pip_dependency_groups` or `override_output_path`, and not the prefix. Because a dependency
+counts through its own version id, changing a versioned field of a step changes the path of
+that step and of everything downstream of it, and of nothing else.
+
+The version record is written to each step's info file so a path can be explained later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any, Callable, Iterator
+
+from marin.execution.steps import ExecutorStep, InputName, OutputName, VersionedValue, is_dataclass_instance
+
+__all__ = ["HASH_LENGTH", "dependencies_of", "version_of", "hash_version", "resolve_config"]
+
+HASH_LENGTH = 8
+
+
+def _walk(obj: Any, path: str) -> Iterator[tuple[str, Any]]:
+    """Yield (field path, placeholder) for every placeholder inside `obj`, depth first."""
+    if isinstance(obj, (InputName, OutputName, VersionedValue, ExecutorStep)):
+        yield path, obj
+    elif is_dataclass_instance(obj):
+        for field in dataclasses.fields(obj):
+            yield from _walk(getattr(obj, field.name), _dotted(path, field.name))
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from _walk(value, _dotted(path, str(key)))
+    elif isinstance(obj, (list, tuple)):
+        for index, value in enumerate(obj):
+            yield from _walk(value, _dotted(path, str(index)))
+
+
+def _dotted(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def _as_input(obj: Any) -> InputName | None:
+    if isinstance(obj, ExecutorStep):
+        return InputName(step=obj)
+    return obj if isinstance(obj, InputName) else None
+
+
+def dependencies_of(step: ExecutorStep) -> list[ExecutorStep]:
+    """The steps whose output paths `step`'s config refers to, in order of first appearance."""
+    found: dict[int, ExecutorStep] = {}
+    for _, obj in _walk(step.config, ""):
+        ref = _as_input(obj)
+        if ref is not None and ref.step is not None:
+            found.setdefault(id(ref.step), ref.step)
+    return list(found.values())
+
+
+def version_of(step: ExecutorStep, version_id: Callable[[ExecutorStep], str]) -> dict[str, Any]:
+    """The JSON version record of `step` (see the module docstring for what counts).
+
+    `version_id(dep)` returns a dependency's `<name>-<hash>`; dependencies are versioned first.
+    """
+    config: dict[str, Any] = {}
+    for path, obj in _walk(step.config, ""):
+        ref = _as_input(obj)
+        if ref is not None:
+            if ref.step is not None:
+                config[path] = {"dependency": version_id(ref.step), "subpath": ref.subpath}
+            else:
+                config[path] = {"hardcoded": ref.path}
+        elif isinstance(obj, VersionedValue):
+            config[path] = obj.value
+    return {
+        "name": step.name,
+        "config": config,
+        "dependencies": list(dict.fromkeys(version_id(dep) for dep in dependencies_of(step))),
+    }
+
+
+def hash_version(version: dict[str, Any]) -> str:
+    """The short hash of a version record; raises TypeError for non-JSON versioned values."""
+    try:
+        text = json.dumps(version, sort_keys=True, separators=(",", ":"))
+    except TypeError as e:
+        raise TypeError(f"step {version.get('name')!r}: versioned values must be JSON-serialisable ({e})") from e
+    return hashlib.md5(text.encode("utf-8")).hexdigest()[:HASH_LENGTH]
+
+
+def resolve_config(config: Any, output_path: Callable[[ExecutorStep], str], own_output_path: str) -> Any:
+    """A copy of `config` with every placeholder replaced by its concrete value.
+
+    Input references become path strings, `this_output_path()` the step's own output path,
+    `versioned(v)` becomes `v`. The original config is not modified.
+    """
+
+    def resolve(obj: Any) -> Any:
+        ref = _as_input(obj)
+        if ref is not None:
+            base = output_path(ref.step) if ref.step is not None else ref.path
+            return _join(base, ref.subpath)
+        if isinstance(obj, OutputName):
+            return _join(own_output_path, obj.subpath)
+        if isinstance(obj, VersionedValue):
+            return obj.value
+        if is_dataclass_instance(obj):
+            changes = {f.name: resolve(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+            return dataclasses.replace(obj, **changes)
+        if isinstance(obj, dict):
+            return type(obj)((key, resolve(value)) for key, value in obj.items())
+        if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+            return type(obj)(*(resolve(value) for value in obj))
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(resolve(value) for value in obj)
+        return obj
+
+    return resolve(config)
+
+
+def _join(base: str, subpath: str | None) -> str:
+    if not subpath:
+        return base
+    return base.rstrip("/") + "/" + subpath.lstrip("/")

@@ -1,0 +1,75 @@
+"""`executor_main`: the command line of an experiment script, parsed by draccus.
+
+    python experiments/hello_world.py --prefix /tmp/x [--dry_run true] [--force_run_failed true]
+        [--run_only '["stats"]'] [--max_concurrent 4]
+
+`--prefix` falls back to the MARIN_PREFIX environment variable.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+import draccus
+
+from marin.execution.executor import Executor
+from marin.execution.steps import ExecutorStep
+
+__all__ = ["ExecutorMainConfig", "executor_main"]
+
+
+@dataclass
+class ExecutorMainConfig:
+    """Options of an experiment run."""
+
+    prefix: str | None = None
+    """Where outputs go (a directory or gs:// URL); default: $MARIN_PREFIX."""
+    dry_run: bool = False
+    """Print what each step would do (run, skip, wait, fail, blocked) and run nothing."""
+    force_run_failed: bool = False
+    """Rerun steps that failed before instead of stopping with an error."""
+    run_only: list[str] | None = None
+    """Regexes of step names: run only those steps and the dependencies they need."""
+    max_concurrent: int = 8
+    """At most this many steps run at once."""
+    lease_timeout: float = 60.0
+    """Seconds without a heartbeat after which another executor takes a step over."""
+    heartbeat_interval: float = 10.0
+    """Seconds between lease heartbeats of a running step."""
+    poll_interval: float = 5.0
+    """Seconds between checks while another executor runs a step this one needs."""
+
+
+def executor_main(
+    steps: Sequence[ExecutorStep],
+    description: str | None = None,
+    args: Sequence[str] | None = None,
+    config: ExecutorMainConfig | None = None,
+) -> dict[str, str]:
+    """Parse the command line (or `args`, or use `config`) and run or dry-run `steps`.
+
+    Returns `{output_path: action}` for a dry run, else `{output_path: SUCCESS | SKIPPED}`.
+    Raises `ExecutorError` when a step fails and `ValueError` when no prefix is given.
+    """
+    if config is None:
+        config = draccus.parse(config_class=ExecutorMainConfig, args=args)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    prefix = config.prefix or os.environ.get("MARIN_PREFIX")
+    if not prefix:
+        raise ValueError("No output prefix: pass --prefix /path/or/gs://bucket/dir or set MARIN_PREFIX")
+    executor = Executor(
+        prefix,
+        max_concurrent=config.max_concurrent,
+        force_run_failed=config.force_run_failed,
+        lease_timeout=config.lease_timeout,
+        heartbeat_interval=config.heartbeat_interval,
+        poll_interval=config.poll_interval,
+        description=description,
+    )
+    if config.dry_run:
+        return executor.dry_run(steps, config.run_only)
+    return executor.run(steps, config.run_only)

@@ -1,0 +1,113 @@
+"""Running a step's function: in a thread, or as a Ray task with its own environment.
+
+A plain function runs in the executor's own thread: cheap, and enough for steps that only
+orchestrate (a Zephyr pipeline submits its own Ray tasks). A Ray remote function, or any
+step with `resources` or `pip_dependency_groups`, runs as one Ray task with those options.
+
+`pip_dependency_groups` names either a group of `[project.optional-dependencies]` in the
+project's pyproject.toml (the nearest one above the working directory, and the members of
+its uv workspace) or a pip requirement string; they become the task's `runtime_env["pip"]`.
+Ray is imported only when a step needs it.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any, Callable
+
+__all__ = ["is_ray_remote", "optional_dependency_groups", "pip_runtime_env", "run_step_function"]
+
+
+def is_ray_remote(fn: Any) -> bool:
+    """True for a function decorated with `@ray.remote` (without importing Ray)."""
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return False
+    from ray.remote_function import RemoteFunction
+
+    return isinstance(fn, RemoteFunction)
+
+
+def _find_pyproject(start: Path) -> Path | None:
+    for directory in (start, *start.parents):
+        candidate = directory / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def optional_dependency_groups(pyproject: str | os.PathLike | None = None) -> dict[str, list[str]]:
+    """Optional-dependency groups of the project: `{group: [requirement, ...]}`.
+
+    Reads `pyproject` (default: the nearest pyproject.toml above the working directory) and
+    the pyproject.toml of every member of its `[tool.uv.workspace]`; the first definition
+    of a group name wins.
+    """
+    path = Path(pyproject) if pyproject else _find_pyproject(Path.cwd())
+    if path is None:
+        return {}
+    root = tomllib.loads(path.read_text())
+    documents = [root]
+    for pattern in root.get("tool", {}).get("uv", {}).get("workspace", {}).get("members", []):
+        for member in sorted(glob.glob(str(path.parent / pattern))):
+            member_toml = Path(member) / "pyproject.toml"
+            if member_toml.is_file():
+                documents.append(tomllib.loads(member_toml.read_text()))
+    groups: dict[str, list[str]] = {}
+    for document in documents:
+        for name, requirements in document.get("project", {}).get("optional-dependencies", {}).items():
+            groups.setdefault(name, list(requirements))
+    return groups
+
+
+def pip_runtime_env(pip_dependency_groups: list[str] | None, pyproject: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The Ray `runtime_env` for a step: `{"pip": [...]}`, or `{}` when nothing is needed.
+
+    Each entry is a group name (expanded to its requirements) or else a requirement string.
+    Example: `pip_runtime_env(["tpu", "google-cloud-logging"])`
+    -> `{"pip": ["jax>=0.4.30", "optax>=0.2", "google-cloud-logging"]}`.
+    """
+    if not pip_dependency_groups:
+        return {}
+    if isinstance(pip_dependency_groups, str):
+        raise TypeError(f"pip_dependency_groups must be a list of names, got the string {pip_dependency_groups!r}")
+    groups = optional_dependency_groups(pyproject)
+    packages: list[str] = []
+    for entry in pip_dependency_groups:
+        for requirement in groups.get(entry, [entry]):
+            if requirement not in packages:
+                packages.append(requirement)
+    return {"pip": packages}
+
+
+def ray_options(name: str, resources: dict[str, Any] | None, pip_dependency_groups: list[str] | None) -> dict[str, Any]:
+    """Ray task options for a step: its `resources`, a task name, and the pip runtime env."""
+    options = dict(resources or {})
+    options.setdefault("name", name)
+    env = pip_runtime_env(pip_dependency_groups)
+    if env:
+        runtime_env = dict(options.get("runtime_env") or {})
+        runtime_env["pip"] = list(runtime_env.get("pip", [])) + env["pip"]
+        options["runtime_env"] = runtime_env
+    return options
+
+
+def run_step_function(
+    fn: Callable[[Any], Any],
+    config: Any,
+    name: str,
+    resources: dict[str, Any] | None = None,
+    pip_dependency_groups: list[str] | None = None,
+) -> Any:
+    """Call `fn(config)` where the step asks: this thread, or a Ray task (waited for)."""
+    remote = is_ray_remote(fn)
+    if not remote and not resources and not pip_dependency_groups:
+        return fn(config)
+    import ray
+
+    task = fn if remote else ray.remote(fn)
+    return ray.get(task.options(**ray_options(name, resources, pip_dependency_groups)).remote(config))

@@ -1,0 +1,164 @@
+"""Version hashes, output paths and config resolution: pure planning, no storage, no Ray."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from marin.execution import (
+    Executor,
+    ExecutorStep,
+    InputName,
+    output_path_of,
+    this_output_path,
+    versioned,
+)
+from marin.execution.hashing import resolve_config
+
+
+@dataclass(frozen=True)
+class Cfg:
+    input_path: object = None
+    size: object = 1
+    note: str = "plain"
+    output_path: object = None
+    extra: dict = field(default_factory=dict)
+
+
+def noop(config):
+    return None
+
+
+def other_fn(config):
+    return 42
+
+
+def paths(*steps, prefix="/p"):
+    plan = Executor(prefix).plan(steps)
+    return {p.name: p.output_path for p in plan.steps}
+
+
+def make_chain(size=1, note="plain", fn=noop, top_size=1):
+    a = ExecutorStep(name="a", fn=fn, config=Cfg(size=versioned(size), note=note, output_path=this_output_path()))
+    b = ExecutorStep(name="b", fn=noop, config=Cfg(input_path=output_path_of(a, "x.json"), size=versioned(top_size)))
+    return a, b
+
+
+def test_output_path_is_prefix_name_hash():
+    a, _ = make_chain()
+    path = paths(a)["a"]
+    assert path.startswith("/p/a-") and len(path.rsplit("-", 1)[1]) == 8
+
+
+def test_versioned_field_changes_step_and_dependents():
+    base = paths(make_chain()[1])
+    changed = paths(make_chain(size=2)[1])
+    assert changed["a"] != base["a"] and changed["b"] != base["b"]
+
+
+def test_versioned_field_downstream_changes_only_downstream():
+    base = paths(make_chain()[1])
+    changed = paths(make_chain(top_size=5)[1])
+    assert changed["a"] == base["a"] and changed["b"] != base["b"]
+
+
+def test_function_and_unversioned_fields_do_not_count():
+    base = paths(make_chain()[1])
+    assert paths(make_chain(note="other text", fn=other_fn)[1]) == base
+
+
+def test_name_counts_and_prefix_does_not_change_hash():
+    a = ExecutorStep(name="a", fn=noop, config=Cfg(size=versioned(1)))
+    renamed = ExecutorStep(name="a2", fn=noop, config=Cfg(size=versioned(1)))
+    assert paths(a)["a"].rsplit("-", 1)[1] != paths(renamed)["a2"].rsplit("-", 1)[1]
+    assert paths(a, prefix="/q")["a"].rsplit("-", 1)[1] == paths(a)["a"].rsplit("-", 1)[1]
+
+
+def test_description_resources_and_pip_groups_do_not_count():
+    a = ExecutorStep(name="a", fn=noop, config=Cfg(size=versioned(1)))
+    decorated = ExecutorStep(
+        name="a", fn=noop, config=Cfg(size=versioned(1)), description="d", resources={"num_cpus": 2}, pip_dependency_groups=["x"]
+    )
+    assert paths(a) == paths(decorated)
+
+
+def test_input_subpath_and_hardcoded_paths_count():
+    a, _ = make_chain()
+    b1 = ExecutorStep(name="b", fn=noop, config=Cfg(input_path=output_path_of(a, "x.json")))
+    b2 = ExecutorStep(name="b", fn=noop, config=Cfg(input_path=output_path_of(a, "y.json")))
+    h1 = ExecutorStep(name="h", fn=noop, config=Cfg(input_path=InputName.hardcoded("gs://raw/v1")))
+    h2 = ExecutorStep(name="h", fn=noop, config=Cfg(input_path=InputName.hardcoded("gs://raw/v2")))
+    assert paths(b1)["b"] != paths(b2)["b"]
+    assert paths(h1)["h"] != paths(h2)["h"]
+
+
+def test_nested_versioned_values_count_by_field_path():
+    x = ExecutorStep(name="n", fn=noop, config=Cfg(extra={"opt": {"lr": versioned(0.1)}}))
+    y = ExecutorStep(name="n", fn=noop, config=Cfg(extra={"opt": {"lr": versioned(0.2)}}))
+    z = ExecutorStep(name="n", fn=noop, config=Cfg(extra={"opt": {"lr": 0.2}}))
+    plan = Executor("/p").plan([x])
+    assert plan.steps[0].version["config"] == {"extra.opt.lr": 0.1}
+    assert len({paths(x)["n"], paths(y)["n"], paths(z)["n"]}) == 3
+
+
+def test_override_output_path_relative_and_absolute():
+    rel = ExecutorStep(name="a", fn=noop, config=Cfg(), override_output_path="fixed/place")
+    absolute = ExecutorStep(name="b", fn=noop, config=Cfg(), override_output_path="gs://bucket/data")
+    assert paths(rel, absolute) == {"a": "/p/fixed/place", "b": "gs://bucket/data"}
+
+
+def test_dependencies_are_planned_first_and_resolved():
+    a, b = make_chain()
+    plan = Executor("/p").plan([b])
+    assert [p.name for p in plan.steps] == ["a", "b"]
+    planned_b = plan.steps[1]
+    assert planned_b.dependencies == [plan.steps[0].output_path]
+    resolved = resolve_config(b.config, plan.output_path, planned_b.output_path)
+    assert resolved.input_path == plan.steps[0].output_path + "/x.json"
+    assert resolved.size == 1 and b.config.size == versioned(1)  # the original is untouched
+    resolved_a = resolve_config(a.config, plan.output_path, plan.steps[0].output_path)
+    assert resolved_a.output_path == plan.steps[0].output_path
+
+
+def test_step_itself_and_hardcoded_resolve_to_paths():
+    a, _ = make_chain()
+    c = ExecutorStep(name="c", fn=noop, config=Cfg(input_path=[a, InputName.hardcoded("gs://raw") / "f.txt"]))
+    plan = Executor("/p").plan([c])
+    resolved = resolve_config(c.config, plan.output_path, "/p/c")
+    assert resolved.input_path == [plan.output_path(a), "gs://raw/f.txt"]
+
+
+def test_identical_steps_defined_twice_are_planned_once():
+    a1, b1 = make_chain()
+    a2, b2 = make_chain()
+    plan = Executor("/p").plan([b1, b2, a2])
+    assert [p.name for p in plan.steps] == ["a", "b"]
+
+
+def test_identical_dependencies_hash_like_one_shared_step():
+    a1, _ = make_chain()
+    a2, _ = make_chain()
+    twice = ExecutorStep(name="t", fn=noop, config=Cfg(input_path=[a1, a2]))
+    shared = ExecutorStep(name="t", fn=noop, config=Cfg(input_path=[a1, a1]))
+    assert paths(twice) == paths(shared)
+
+
+def test_run_only_selects_steps_and_their_dependencies():
+    a, b = make_chain()
+    c = ExecutorStep(name="c", fn=noop, config=Cfg(size=versioned(3)))
+    plan = Executor("/p").plan([b, c], run_only=["^b$"])
+    assert [p.name for p in plan.steps] == ["a", "b"]
+    with pytest.raises(ValueError, match="matches no step"):
+        Executor("/p").plan([b, c], run_only=["nothing"])
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="non-empty"):
+        ExecutorStep(name="", fn=noop, config=Cfg())
+    with pytest.raises(TypeError, match="callable"):
+        ExecutorStep(name="x", fn=3, config=Cfg())
+    with pytest.raises(TypeError, match="JSON"):
+        Executor("/p").plan([ExecutorStep(name="x", fn=noop, config=Cfg(size=versioned(object())))])
+    with pytest.raises(ValueError, match="prefix"):
+        Executor("")

@@ -1,0 +1,200 @@
+"""Running experiments on local disk: skip, force, run_only, dry_run, dedup, failures, limits."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+import pytest
+
+from marin.execution import (
+    SKIPPED,
+    Executor,
+    ExecutorError,
+    ExecutorMainConfig,
+    ExecutorStep,
+    StepStatus,
+    executor_main,
+    output_path_of,
+    read_info,
+    read_status,
+    this_output_path,
+    versioned,
+)
+
+
+@dataclass(frozen=True)
+class Cfg:
+    log_dir: str
+    value: object = 0
+    input_path: object = None
+    output_path: object = None
+    fail: bool = False
+    sleep: float = 0.0
+
+
+def record(config: Cfg) -> None:
+    """Leave one file per call in log_dir (so tests count runs), copy input, maybe fail."""
+    if config.sleep:
+        time.sleep(config.sleep)
+    with open(os.path.join(config.log_dir, f"{os.getpid()}-{uuid.uuid4().hex}"), "w") as f:
+        f.write(str(config.output_path))
+    if config.fail:
+        raise RuntimeError(f"boom in {config.output_path}")
+    previous = 0
+    if config.input_path:
+        with open(config.input_path) as f:
+            previous = json.load(f)["total"]
+    os.makedirs(config.output_path, exist_ok=True)
+    with open(os.path.join(config.output_path, "out.json"), "w") as f:
+        json.dump({"total": previous + config.value}, f)
+
+
+def runs(log_dir) -> list[str]:
+    return sorted(open(os.path.join(log_dir, name)).read() for name in os.listdir(log_dir))
+
+
+@pytest.fixture
+def logs(tmp_path):
+    path = tmp_path / "logs"
+    path.mkdir()
+    return str(path)
+
+
+def chain(logs, a_value=1, b_value=2, a_fail=False):
+    a = ExecutorStep("a", record, Cfg(logs, versioned(a_value), output_path=this_output_path(), fail=a_fail))
+    b = ExecutorStep("b", record, Cfg(logs, versioned(b_value), output_path_of(a, "out.json"), this_output_path()))
+    c = ExecutorStep("c", record, Cfg(logs, versioned(3), output_path_of(b, "out.json"), this_output_path()))
+    return a, b, c
+
+
+def make(tmp_path, **kwargs) -> Executor:
+    kwargs.setdefault("poll_interval", 0.05)
+    return Executor(str(tmp_path / "out"), caller="exp.py", **kwargs)
+
+
+def test_runs_in_order_then_skips(tmp_path, logs):
+    a, b, c = chain(logs)
+    first = make(tmp_path).run([c])
+    assert list(first.values()) == ["SUCCESS"] * 3
+    with open(os.path.join(list(first)[2], "out.json")) as f:
+        assert json.load(f) == {"total": 6}
+    assert make(tmp_path).run([c]) == {path: SKIPPED for path in first}
+    assert len(runs(logs)) == 3
+
+
+def test_changing_a_versioned_field_reruns_exactly_affected_steps(tmp_path, logs):
+    make(tmp_path).run([chain(logs)[2]])
+    second = make(tmp_path).run([chain(logs, b_value=5)[2]])
+    assert list(second.values()) == [SKIPPED, "SUCCESS", "SUCCESS"]
+    assert len(runs(logs)) == 5
+
+
+def test_status_info_and_experiment_record(tmp_path, logs):
+    a, b, _ = chain(logs)
+    result = make(tmp_path, description="demo").run([b])
+    a_path, b_path = list(result)
+    assert read_status(b_path) == StepStatus.SUCCESS
+    info = read_info(b_path)
+    assert info["name"] == "b" and info["dependencies"] == [a_path]
+    assert info["config"]["input_path"] == f"{a_path}/out.json" and info["config"]["value"] == 2
+    assert info["version"]["config"]["value"] == 2 and b_path.endswith(info["hash"])
+    assert info["fn"].endswith("record")
+    (record_file,) = (tmp_path / "out" / "experiments").iterdir()
+    experiment = json.loads(record_file.read_text())
+    assert record_file.name.startswith("exp-") and experiment["description"] == "demo"
+    assert [s["state"] for s in experiment["steps"]] == ["SUCCESS", "SUCCESS"] and experiment["date"]
+    assert "git_commit" in experiment and experiment["caller"].endswith("exp.py")
+
+
+def test_identical_steps_run_once(tmp_path, logs):
+    _, _, c1 = chain(logs)
+    _, _, c2 = chain(logs)
+    assert len(make(tmp_path).run([c1, c2])) == 3
+    assert len(runs(logs)) == 3
+
+
+def test_failure_marks_dependents_and_lists_failed_steps(tmp_path, logs):
+    a, b, c = chain(logs, a_fail=True)
+    other = ExecutorStep("independent", record, Cfg(logs, versioned(9), output_path=this_output_path()))
+    with pytest.raises(ExecutorError) as info:
+        make(tmp_path).run([c, other])
+    plan = make(tmp_path).plan([c, other])
+    a_path, b_path, c_path, other_path = (p.output_path for p in plan.steps)
+    assert list(info.value.failed) == [a_path] and "boom" in str(info.value) and a_path in str(info.value)
+    assert info.value.dep_failed == [b_path, c_path]
+    assert read_status(a_path) == StepStatus.FAILED and "RuntimeError" in json.load(open(f"{a_path}/.executor_status"))["error"]
+    assert read_status(b_path) == read_status(c_path) == StepStatus.DEP_FAILED
+    assert read_status(other_path) == StepStatus.SUCCESS  # independent work still finished
+
+    # A previously failed step raises without --force_run_failed, and is not rerun.
+    with pytest.raises(ExecutorError, match="force_run_failed"):
+        make(tmp_path).run([c])
+    assert len(runs(logs)) == 2
+
+    # With force (and the bug fixed: fail is not versioned) it reruns, and so do dependents.
+    fixed_a, _, fixed_c = chain(logs)
+    assert fixed_a is not a and make(tmp_path).plan([fixed_c]).steps[0].output_path == a_path
+    result = make(tmp_path, force_run_failed=True).run([fixed_c])
+    assert list(result.values()) == ["SUCCESS"] * 3
+
+
+def test_run_only_runs_selection_and_dependencies(tmp_path, logs):
+    _, _, c = chain(logs)
+    result = make(tmp_path).run([c], run_only=["^b$"])
+    assert [os.path.basename(p).split("-")[0] for p in result] == ["a", "b"]
+    assert len(runs(logs)) == 2
+
+
+def test_dry_run_reports_actions_and_writes_nothing(tmp_path, logs):
+    a, b, c = chain(logs)
+    lines: list[str] = []
+    actions = make(tmp_path).dry_run([c], out=lines.append)
+    assert list(actions.values()) == ["run", "wait", "wait"]
+    assert not (tmp_path / "out").exists() and runs(logs) == []
+    assert lines[0].split()[0:2] == ["run", "a"] and lines[0].split()[2] == list(actions)[0]
+
+    make(tmp_path).run([a])
+    assert list(make(tmp_path).dry_run([c], out=lines.append).values()) == ["skip", "run", "wait"]
+
+    bad_a, _, bad_c = chain(logs, a_value=7, a_fail=True)
+    with pytest.raises(ExecutorError):
+        make(tmp_path).run([bad_a])
+    assert list(make(tmp_path).dry_run([bad_c], out=lines.append).values()) == ["fail", "blocked", "blocked"]
+
+
+def test_executor_main_parses_flags(tmp_path, logs, capsys):
+    _, _, c = chain(logs)
+    prefix = str(tmp_path / "cli")
+    actions = executor_main([c], args=["--prefix", prefix, "--dry_run", "true", "--run_only", '["^a$"]'])
+    assert list(actions.values()) == ["run"] and "run" in capsys.readouterr().out
+    result = executor_main([c], config=ExecutorMainConfig(prefix=prefix, max_concurrent=1))
+    assert list(result.values()) == ["SUCCESS"] * 3
+    os.environ["MARIN_PREFIX"] = prefix
+    try:
+        assert set(executor_main([c], args=[]).values()) == {SKIPPED}
+    finally:
+        del os.environ["MARIN_PREFIX"]
+    with pytest.raises(ValueError, match="MARIN_PREFIX"):
+        executor_main([c], args=[])
+
+
+def test_concurrency_is_bounded_by_max_concurrent(tmp_path):
+    active, peak, lock = [0], [0], threading.Lock()
+
+    def slow(config):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.2)
+        with lock:
+            active[0] -= 1
+
+    steps = [ExecutorStep(f"s{i}", slow, {"i": versioned(i)}) for i in range(6)]
+    started = time.monotonic()
+    make(tmp_path, max_concurrent=3).run(steps)
+    assert peak[0] == 3 and time.monotonic() - started < 1.2
