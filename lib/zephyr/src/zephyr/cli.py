@@ -150,7 +150,7 @@ def _run_script(path: str, script_args: list[str], entry_point: str | None) -> N
 def _submit_to_cluster(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """Re-run this same command on a cluster as a Ray job through `marin.run.ray_run`."""
     forwarded = _without_cluster_option(list(argv))
-    command = [sys.executable, "-m", "marin.run.ray_run", "--cluster", args.cluster, "--", "zephyr", *forwarded]
+    command = [sys.executable, "-m", "marin.run.ray_run", "--cluster", args.cluster, "--", "python", "-m", "zephyr", *forwarded]
     print(f"zephyr: submitting to cluster {args.cluster}: {shlex.join(command[2:])}", file=sys.stderr)
     try:
         return subprocess.call(command)

@@ -71,6 +71,7 @@ class _StrictZstdReader(io.RawIOBase):
         self._feed = 1 << 12
         self._pending = memoryview(b"")
         self._eof = False
+        self._seen_input = False
 
     def readable(self) -> bool:
         return True
@@ -90,9 +91,12 @@ class _StrictZstdReader(io.RawIOBase):
             piece = self._next_piece()
             if not piece:
                 self._eof = True
+                if not self._seen_input:
+                    raise TruncatedInputError("the file is empty (0 bytes), which is not a valid zstd stream")
                 if self._in_frame:
                     raise TruncatedInputError("zstd stream ended in the middle of a frame (truncated file?)")
                 return
+            self._seen_input = True
             out = []
             while piece:
                 out.append(self._dobj.decompress(piece))
@@ -127,14 +131,22 @@ class _GzipReader(io.RawIOBase):
     def __init__(self, raw: BinaryIO):
         self._gz = gzip.GzipFile(fileobj=raw, mode="rb")
         self._raw = raw
+        self._started = False
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:
         try:
-            return self._gz.readinto(buffer)
+            n = self._gz.readinto(buffer)
+            if not self._started:
+                self._started = True
+                if n == 0 and self._raw.tell() == 0:
+                    raise TruncatedInputError("the file is empty (0 bytes), which is not a valid gzip stream")
+            return n
         except EOFError as e:
+            if isinstance(e, TruncatedInputError):
+                raise
             raise TruncatedInputError(f"gzip stream ended early (truncated file?): {e}") from e
 
     def close(self) -> None:
