@@ -1,0 +1,37 @@
+"""The `marin` command: `marin cluster ...` (see `marin.cluster.cli`) and `marin run ...` (ray_run)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+_USAGE = """usage: marin COMMAND ...
+
+commands:
+  cluster   manage clusters and jobs: marin cluster --cluster NAME COMMAND (see marin cluster --help)
+  run       submit a job: marin run [ray_run options] -- COMMAND (same as python -m marin.run.ray_run)
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(_USAGE, end="")
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command == "cluster":
+        from marin.cluster.cli import main as cluster_main
+
+        return cluster_main(rest)
+    if command == "run":
+        from marin.run.ray_run import main as run_main
+
+        return run_main(rest)
+    print(f"marin: unknown command {command!r}\n{_USAGE}", file=sys.stderr, end="")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

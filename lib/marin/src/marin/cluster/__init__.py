@@ -1,0 +1,8 @@
+"""Cluster tooling: the cluster table and generated configs, cluster commands, token auth.
+
+- `config`: the table of clusters and `infra/marin-<name>.yaml` generation;
+- `commands`: every external command line (`ray up/down`, `gcloud`, `ssh`), built in one place;
+- `local`: the `local` cluster, a token-auth Ray head on this machine;
+- `target`, `jobs`: reaching a cluster's job API with its token; job operations;
+- `cli`: `marin cluster ...` (also `scripts/ray/cluster.py`).
+"""

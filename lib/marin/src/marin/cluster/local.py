@@ -1,0 +1,410 @@
+"""The `local` cluster: a token-auth Ray head on this machine that looks like a small TPU cluster.
+
+`start()` runs `ray start --head --block` in its own process group with explicit free ports,
+its own temp dir and simulated TPU resources (`{"TPU": 4, "TPU-v4-8-head": 1}`), after making
+a token with `ray get-auth-token --generate` in the cluster's directory. Its state (ports,
+process ids, temp dir, token path) lives in `state.json` under `state_dir()`
+(`$MARIN_LOCAL_CLUSTER_DIR`, default `~/.marin/local-cluster`), so tests can isolate it.
+
+`stop()` ends only the processes this cluster started (its process groups, then anything whose
+command line names its private temp dir): never `ray stop`, which would kill every Ray on
+the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from marin.cluster.auth import auth_headers, read_token, redact
+from marin.cluster.commands import format_command, local_generate_token, local_ray_start
+
+__all__ = [
+    "HEAD_RESOURCES",
+    "LocalCluster",
+    "add_worker",
+    "load",
+    "start",
+    "state_dir",
+    "stop",
+    "token_path",
+]
+
+STATE_ENV = "MARIN_LOCAL_CLUSTER_DIR"
+MARKER_ENV = "MARIN_LOCAL_CLUSTER_ID"
+HEAD_RESOURCES = {"TPU": 4, "TPU-v4-8-head": 1}
+_WORKER_PORTS = 64
+# Worker ports come from below Linux's ephemeral range (32768+), where outgoing connections land.
+_WORKER_RANGE = (20000, 32000)
+_OBJECT_STORE_BYTES = 256 * 1024 * 1024
+_TOKEN_HINT = "marin cluster --cluster local start-cluster"
+
+
+@dataclass
+class LocalNode:
+    pid: int
+    ports: dict[str, int]
+    resources: dict[str, float]
+
+
+@dataclass
+class LocalCluster:
+    """A running local cluster, as recorded in its state file."""
+
+    directory: str
+    temp_dir: str
+    num_cpus: int
+    head: LocalNode
+    marker: str = ""
+    workers: list[LocalNode] = field(default_factory=list)
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://127.0.0.1:{self.head.ports['dashboard']}"
+
+    @property
+    def gcs_address(self) -> str:
+        return f"127.0.0.1:{self.head.ports['gcs']}"
+
+    @property
+    def token_path(self) -> Path:
+        return token_path(Path(self.directory))
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get(STATE_ENV) or Path.home() / ".marin" / "local-cluster")
+
+
+def token_path(directory: Path) -> Path:
+    return directory / "home" / ".ray" / "auth_token"
+
+
+def _state_file(directory: Path) -> Path:
+    return directory / "state.json"
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped, does not count)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _members(cluster: LocalCluster) -> list[int]:
+    """Live processes of this cluster: tagged with its marker, or in its nodes' sessions.
+
+    Reads Linux /proc; elsewhere only the nodes' own processes are known.
+    """
+    proc = Path("/proc")
+    nodes = {n.pid for n in (cluster.head, *cluster.workers)}
+    if not proc.is_dir():
+        return [pid for pid in nodes if _alive(pid)]
+    tag = f"{MARKER_ENV}={cluster.marker}".encode() if cluster.marker else None
+    members = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if fields[0] == "Z":
+                continue
+            mine = int(fields[3]) in nodes  # session id: `ray start` leads its session
+            if not mine and tag is not None:
+                mine = tag in (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if mine:
+            members.append(int(entry.name))
+    return members
+
+
+def _read_state(directory: Path) -> LocalCluster | None:
+    path = _state_file(directory)
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    data["head"] = LocalNode(**data["head"])
+    data["workers"] = [LocalNode(**w) for w in data["workers"]]
+    return LocalCluster(**data)
+
+
+def load(directory: Path | None = None) -> LocalCluster | None:
+    """The running local cluster recorded in `directory`, or None (stale state is removed)."""
+    cluster = _read_state(directory or state_dir())
+    if cluster is None:
+        return None
+    if not _alive(cluster.head.pid):
+        _cleanup(cluster)
+        return None
+    return cluster
+
+
+def _save(cluster: LocalCluster) -> None:
+    path = _state_file(Path(cluster.directory))
+    path.write_text(json.dumps(asdict(cluster), indent=2))
+    path.chmod(0o600)
+
+
+def _token_env(directory: Path, marker: str = "") -> dict[str, str]:
+    """Environment for Ray processes of this cluster: token mode, token file, nothing inherited.
+
+    `marker` tags every process of the cluster, job drivers included (Ray starts those in
+    sessions of their own), so that `stop()` finds exactly them.
+    """
+    env = dict(os.environ)
+    if marker:
+        env[MARKER_ENV] = marker
+    env.pop("RAY_AUTH_TOKEN", None)
+    env.pop("RAY_ADDRESS", None)
+    env["RAY_AUTH_MODE"] = "token"
+    env["RAY_AUTH_TOKEN_PATH"] = str(token_path(directory))
+    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Job entrypoints run `python`: make it this environment's interpreter.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def ensure_token(directory: Path) -> Path:
+    """Make the cluster's token with `ray get-auth-token --generate` unless it exists."""
+    path = token_path(directory)
+    if path.is_file() and path.read_text().strip():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.chmod(0o700)
+    env = _token_env(directory)
+    # Ray refuses a RAY_AUTH_TOKEN_PATH that does not exist yet; it writes to $HOME/.ray/auth_token.
+    env.pop("RAY_AUTH_TOKEN_PATH")
+    env["HOME"] = str(directory / "home")
+    # The command prints the token on stdout: discard it.
+    argv = local_generate_token()
+    result = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if result.returncode != 0 or not path.is_file():
+        detail = result.stderr.strip()[-1000:]
+        raise RuntimeError(f"`ray get-auth-token --generate` failed ({result.returncode}): {detail}")
+    path.chmod(0o600)
+    return path
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_ports() -> dict[str, int]:
+    """Distinct free ports for every listener of one node, plus a block for its workers."""
+    names = ["gcs", "dashboard", "client", "node_manager", "object_manager", "agent_http", "agent_grpc"]
+    names += ["runtime_env_agent", "metrics"]
+    ports: dict[str, int] = {}
+    taken: set[int] = set()
+    while len(ports) < len(names):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in taken and not (_WORKER_RANGE[0] <= port < _WORKER_RANGE[1]):
+            taken.add(port)
+            ports[names[len(ports)]] = port
+    for _ in range(200):
+        base = random.randrange(_WORKER_RANGE[0], _WORKER_RANGE[1] - _WORKER_PORTS)
+        if all(_port_free(p) for p in range(base, base + _WORKER_PORTS)):
+            ports["min_worker"], ports["max_worker"] = base, base + _WORKER_PORTS - 1
+            return ports
+    raise RuntimeError(f"Could not find a free block of worker ports in {_WORKER_RANGE}")
+
+
+def _log_tail(path: Path, token: str | None) -> str:
+    try:
+        text = path.read_text(errors="replace")[-3000:]
+    except FileNotFoundError:
+        return ""
+    return redact(text, token)
+
+
+def _wait_ready(url: str, token: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+    """Wait until the dashboard answers an authenticated job-API request."""
+    deadline = time.monotonic() + timeout
+    request = urllib.request.Request(f"{url}/api/jobs/", headers=auth_headers(token))
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"The local Ray head exited with {proc.returncode}; log tail:\n{_log_tail(log, token)}")
+        try:
+            with urllib.request.urlopen(request, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.25)
+    raise TimeoutError(f"The local Ray head did not answer at {url} within {timeout:.0f}s; see {log}")
+
+
+def _spawn(argv: list[str], directory: Path, log_name: str, marker: str) -> tuple[subprocess.Popen, Path]:
+    log = directory / log_name
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            argv, env=_token_env(directory, marker), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    return proc, log
+
+
+def _head_command(temp_dir: Path, ports: dict[str, int], num_cpus: int) -> list[str]:
+    return local_ray_start(
+        temp_dir=temp_dir,
+        ports=ports,
+        num_cpus=num_cpus,
+        resources=HEAD_RESOURCES,
+        object_store_bytes=_OBJECT_STORE_BYTES,
+    )
+
+
+def start(directory: Path | None = None, *, num_cpus: int | None = None, dry_run: bool = False) -> LocalCluster | None:
+    """Start the local head (or return the running one); with `dry_run`, print its command line."""
+    directory = directory or state_dir()
+    num_cpus = num_cpus if num_cpus is not None else int(os.environ.get("MARIN_LOCAL_NUM_CPUS", "2"))
+    if dry_run:
+        ports = _free_ports()
+        temp = Path(tempfile.gettempdir()) / "marin-ray-XXXXXX"
+        argv = _head_command(temp, ports, num_cpus)
+        print(format_command(local_generate_token()))
+        print(format_command(argv))
+        return None
+    if (running := load(directory)) is not None:
+        print(f"Local cluster already running at {running.dashboard_url}", file=sys.stderr)
+        return running
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    token = read_token(ensure_token(directory), _TOKEN_HINT)
+    # Short, private temp dir: Ray's unix socket paths must stay under ~107 characters.
+    temp_dir = Path(tempfile.mkdtemp(prefix="marin-ray-"))
+    ports = _free_ports()
+    argv = _head_command(temp_dir, ports, num_cpus)
+    marker = f"{os.getpid()}-{uuid.uuid4().hex}"
+    proc, log = _spawn(argv, directory, "head.log", marker)
+    head = LocalNode(proc.pid, ports, dict(HEAD_RESOURCES))
+    cluster = LocalCluster(str(directory), str(temp_dir), num_cpus, head, marker)
+    _save(cluster)
+    try:
+        _wait_ready(cluster.dashboard_url, token, proc, log, timeout=120)
+    except BaseException:
+        stop(directory)
+        raise
+    return cluster
+
+
+def add_worker(
+    tpu_type: str, directory: Path | None = None, *, num_cpus: int = 1, dry_run: bool = False
+) -> LocalNode | None:
+    """Join a node with `num_cpus` CPUs that looks like a `tpu_type` slice host."""
+    from marin.run.ray_run import tpu_head_resource
+
+    directory = directory or state_dir()
+    cluster = load(directory)
+    if cluster is None and not dry_run:
+        raise RuntimeError(f"The local cluster is not running; start it with `{_TOKEN_HINT}`")
+    resources = {"TPU": 4, tpu_head_resource(tpu_type): 1}
+    ports = _free_ports()
+    temp_dir = Path(cluster.temp_dir) if cluster else Path(tempfile.gettempdir()) / "marin-ray-XXXXXX"
+    argv = local_ray_start(
+        temp_dir=temp_dir,
+        ports=ports,
+        num_cpus=num_cpus,
+        resources=resources,
+        object_store_bytes=_OBJECT_STORE_BYTES,
+        head_address=cluster.gcs_address if cluster else "127.0.0.1:GCS_PORT",
+    )
+    if dry_run:
+        print(format_command(argv))
+        return None
+    proc, log = _spawn(argv, directory, f"worker-{len(cluster.workers)}.log", cluster.marker)
+    node = LocalNode(proc.pid, ports, resources)
+    cluster.workers.append(node)
+    _save(cluster)
+    token = read_token(cluster.token_path, _TOKEN_HINT)
+    _wait_for_nodes(cluster.dashboard_url, token, 1 + len(cluster.workers), proc, log, timeout=120)
+    return node
+
+
+def _wait_for_nodes(url: str, token: str, count: int, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+    """Wait until the head lists `count` live nodes."""
+    deadline = time.monotonic() + timeout
+    request = urllib.request.Request(f"{url}/api/v0/nodes", headers=auth_headers(token))
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"The local worker exited with {proc.returncode}; log tail:\n{_log_tail(log, token)}")
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                nodes = json.load(response)["data"]["result"]["result"]
+            if sum(n.get("state") == "ALIVE" for n in nodes) >= count:
+                return
+        except (urllib.error.URLError, ConnectionError, TimeoutError, KeyError, ValueError):
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"The local worker did not join the head at {url} within {timeout:.0f}s; see {log}")
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _stragglers(cluster: LocalCluster) -> list[int]:
+    """Processes of `cluster` still alive (for tests and `stop`)."""
+    return _members(cluster)
+
+
+def _cleanup(cluster: LocalCluster, grace: float = 3.0) -> None:
+    """SIGTERM every process of the cluster, SIGKILL what is left after `grace` seconds."""
+    _signal_all(_members(cluster), signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while (left := _members(cluster)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for _ in range(3):
+        if not left:
+            break
+        _signal_all(left, signal.SIGKILL)
+        time.sleep(0.2)
+        left = _members(cluster)
+    shutil.rmtree(cluster.temp_dir, ignore_errors=True)
+    _state_file(Path(cluster.directory)).unlink(missing_ok=True)
+
+
+def stop(directory: Path | None = None, *, dry_run: bool = False) -> bool:
+    """Stop every process of the local cluster; True if one was recorded. The token is kept."""
+    cluster = _read_state(directory or state_dir())
+    if cluster is None:
+        return False
+    if dry_run:
+        pids = " ".join(str(pid) for pid in _members(cluster))
+        print(f"kill -TERM {pids}  # then -KILL after 3s: processes tagged {MARKER_ENV}={cluster.marker}")
+        return True
+    _cleanup(cluster)
+    return True

@@ -1,0 +1,189 @@
+"""Which cluster a command talks to, and how to reach its job API with its token.
+
+A `Target` is the `local` cluster or a row of the cluster table (named with `--cluster NAME`
+or `--config infra/marin-NAME.yaml`). `job_client()` opens an authenticated
+`JobSubmissionClient` to it: directly for `local`; for a cloud cluster through an existing
+port-forward on localhost:8265 (`marin cluster dashboard`) or a temporary SSH tunnel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from marin.cluster import local
+from marin.cluster.auth import auth_headers, read_token, redact, remote_token_path
+from marin.cluster.commands import (
+    DASHBOARD_PORT,
+    format_command,
+    gcloud_fetch_secret,
+    ray_get_head_ip,
+    run_command,
+    ssh_tunnel,
+)
+from marin.cluster.config import (
+    CLUSTERS,
+    LOCAL_CLUSTER,
+    ClusterSpec,
+    cluster_from_config_file,
+    config_path,
+    get_cluster,
+)
+
+__all__ = ["Target", "job_client", "known_tokens", "resolve_target"]
+
+NOT_RUNNING = "The local cluster is not running; start it with `marin cluster --cluster local start-cluster`"
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    spec: ClusterSpec | None = None
+    config_file: Path | None = None  # an explicit --config path (e.g. a hand-edited copy)
+
+    @property
+    def is_local(self) -> bool:
+        return self.spec is None
+
+    @property
+    def config(self) -> Path:
+        if self.spec is None:
+            raise ValueError("The local cluster has no launcher config: it is started by `start-cluster` directly")
+        path = self.config_file or config_path(self.spec)
+        with contextlib.suppress(ValueError):
+            return path.relative_to(Path.cwd())
+        return path
+
+    @property
+    def token_path(self) -> Path:
+        if self.spec is None:
+            return local.token_path(local.state_dir())
+        return remote_token_path(self.spec.auth_secret)
+
+    def token(self) -> str:
+        if self.spec is not None and not self.token_path.is_file():
+            fetch_token(self)  # first contact with a cloud cluster: cache its token
+        hint = (
+            "marin cluster --cluster local start-cluster"
+            if self.is_local
+            else f"marin cluster --cluster {self.name} auth"
+        )
+        return read_token(self.token_path, hint)
+
+
+def fetch_token(target: Target, dry_run: bool = False) -> Path:
+    """Copy a cloud cluster's token from Secret Manager into its private token file."""
+    spec = target.spec
+    if spec is None:
+        raise ValueError("The local cluster's token is made by `start-cluster`, not fetched")
+    argv = gcloud_fetch_secret(spec.auth_secret, spec.project)
+    path = target.token_path
+    if dry_run:
+        print(f"{format_command(argv)} > {shlex.quote(str(path))}")
+        return path
+    token = run_command(argv, dry_run=False, capture=True).stdout.strip()
+    if not token:
+        raise RuntimeError(f"Secret {spec.auth_secret} in {spec.project} is empty")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token)
+    return path
+
+
+def resolve_target(cluster: str | None = None, config: str | None = None) -> Target:
+    """The target named by `--cluster NAME|path.yaml` or `--config path.yaml`."""
+    if cluster and config:
+        raise ValueError("Give either --cluster or --config, not both")
+    value = cluster or config
+    if value is None:
+        raise ValueError(
+            "No cluster given: pass --cluster NAME (e.g. --cluster local) or --config infra/marin-NAME.yaml"
+        )
+    if value == LOCAL_CLUSTER:
+        return Target(LOCAL_CLUSTER)
+    if value.endswith((".yaml", ".yml")) or os.sep in value:
+        return Target(cluster_from_config_file(value).name, cluster_from_config_file(value), Path(value).resolve())
+    spec = get_cluster(value)
+    return Target(spec.name, spec)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def dashboard_address(target: Target) -> Iterator[str]:
+    """The job API address of `target`, with an SSH tunnel open while needed."""
+    if target.is_local:
+        cluster = local.load()
+        if cluster is None:
+            raise RuntimeError(NOT_RUNNING)
+        yield cluster.dashboard_url
+        return
+    if _listening(DASHBOARD_PORT):  # `marin cluster dashboard` is forwarding already
+        yield f"http://127.0.0.1:{DASHBOARD_PORT}"
+        return
+    result = run_command(ray_get_head_ip(target.config), dry_run=False, capture=True)
+    head_ip = result.stdout.strip().splitlines()[-1]
+    port = _free_port()
+    proc = subprocess.Popen(ssh_tunnel(head_ip, {port: DASHBOARD_PORT}), stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not _listening(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"Could not open an SSH tunnel to the head of {target.name} ({head_ip})")
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def connect(address: str, token: str | None):
+    """An authenticated `JobSubmissionClient`; errors never carry the token."""
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        return JobSubmissionClient(address, headers=auth_headers(token) if token else None)
+    except Exception as e:  # Ray raises bare Exception/ConnectionError here
+        raise ConnectionError(f"Could not connect to the Ray job API at {address}: {redact(str(e), token)}") from None
+
+
+@contextlib.contextmanager
+def job_client(target: Target):
+    """Yield `(client, address)` for `target`'s job API."""
+    if target.is_local and local.load() is None:
+        raise RuntimeError(NOT_RUNNING)
+    token = target.token()
+    with dashboard_address(target) as address:
+        yield connect(address, token), address
+
+
+def known_tokens() -> list[str]:
+    """Every token this machine could send (env, local cluster, cached cloud tokens): to scrub output."""
+    tokens = [os.environ.get("RAY_AUTH_TOKEN", "")]
+    paths = {local.token_path(local.state_dir()), Path.home() / ".ray" / "auth_token"}
+    paths |= {remote_token_path(spec.auth_secret) for spec in CLUSTERS.values()}
+    if env_path := os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        paths.add(Path(env_path))
+    for path in paths:
+        try:
+            tokens.append(path.read_text().strip())
+        except OSError:
+            pass
+    return [token for token in tokens if token]

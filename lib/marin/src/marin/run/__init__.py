@@ -1,0 +1,1 @@
+"""Job submission: `python -m marin.run.ray_run [options] -- <command>`."""

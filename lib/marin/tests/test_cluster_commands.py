@@ -1,0 +1,163 @@
+"""Command lines of `marin cluster ... --dry-run` (fast: nothing is run, no Ray, no cloud)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from marin.cluster import cli
+
+SENTINEL_TOKEN = "tok-SENTINEL-0123456789abcdef"
+
+
+@pytest.fixture(autouse=True)
+def isolated_tokens(tmp_path, monkeypatch):
+    """A cached cloud token and a local state dir that belong to this test only."""
+    monkeypatch.setenv("MARIN_TOKEN_DIR", str(tmp_path / "tokens"))
+    monkeypatch.setenv("MARIN_LOCAL_CLUSTER_DIR", str(tmp_path / "local"))
+    monkeypatch.delenv("MARIN_CLUSTER", raising=False)
+    (tmp_path / "tokens").mkdir()
+    (tmp_path / "tokens" / "auth_token").write_text(SENTINEL_TOKEN)
+
+
+def dry_run(capsys, *args: str) -> list[list[str]]:
+    """Run `marin cluster --dry-run ARGS`; the printed commands, comments dropped."""
+    assert cli.main(["--dry-run", *args]) == 0
+    captured = capsys.readouterr()
+    assert SENTINEL_TOKEN not in captured.out + captured.err
+    lines = [line for line in captured.out.splitlines() if line and not line.startswith("#")]
+    return [shlex.split(line) for line in lines]
+
+
+def test_start_and_stop_cluster(capsys):
+    config = "infra/marin-us-central2.yaml"
+    assert dry_run(capsys, "--config", config, "start-cluster") == [["ray", "up", "-y", "--no-config-cache", config]]
+    assert dry_run(capsys, "--cluster", "us-central2", "stop-cluster") == [["ray", "down", "-y", config]]
+
+
+def test_dry_run_flag_after_the_subcommand(capsys):
+    assert cli.main(["--cluster", "us-west4", "stop-cluster", "--dry-run"]) == 0
+    assert capsys.readouterr().out.split() == ["ray", "down", "-y", "infra/marin-us-west4.yaml"]
+
+
+@pytest.mark.parametrize("preserve", [True, False])
+def test_restart_cluster(capsys, preserve):
+    flag = "--preserve-jobs" if preserve else "--no-preserve-jobs"
+    assert cli.main(["--dry-run", "--cluster", "eu-west4", "restart-cluster", flag]) == 0
+    out = capsys.readouterr().out
+    commands = [line for line in out.splitlines() if not line.startswith("#")]
+    assert commands == ["ray down -y infra/marin-eu-west4.yaml", "ray up -y --no-config-cache infra/marin-eu-west4.yaml"]
+    assert ("resubmit the recorded jobs" in out) is preserve
+
+
+@pytest.mark.parametrize(
+    ("capacity", "expected"),
+    [
+        ("preemptible", ["gcloud", "compute", "tpus", "tpu-vm", "create", "w1", "--accelerator-type=v6e-8",
+                         "--version=v2-alpha-tpuv6e", "--preemptible", "--zone=us-east5-b", "--project=hai-gcp-models"]),
+        ("reserved", ["gcloud", "compute", "tpus", "tpu-vm", "create", "w1", "--accelerator-type=v6e-8",
+                      "--version=v2-alpha-tpuv6e", "--reserved", "--zone=us-east5-b", "--project=hai-gcp-models"]),
+        ("best-effort", ["gcloud", "alpha", "compute", "tpus", "queued-resources", "create", "w1", "--node-id=w1",
+                         "--accelerator-type=v6e-8", "--runtime-version=v2-alpha-tpuv6e", "--best-effort",
+                         "--zone=us-east5-b", "--project=hai-gcp-models"]),
+    ],
+)  # fmt: skip
+def test_add_worker(capsys, capacity, expected):
+    create, join = dry_run(capsys, "--cluster", "us-east5", "add-worker", "v6e-8", "--capacity", capacity, "--name", "w1")
+    assert create == expected
+    assert join[:9] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh", "w1", "--zone=us-east5-b",
+                        "--project=hai-gcp-models", "--worker=all"]  # fmt: skip
+    script = join[9].removeprefix("--command=")
+    # The worker reads the token from Secret Manager itself and joins with token auth.
+    assert "gcloud secrets versions access latest --secret=RAY_AUTH_TOKEN" in script
+    assert "-e RAY_AUTH_MODE=token" in script and "--address=<head-ip>:6379" in script
+
+
+def test_add_worker_rejects_unknown_capacity(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--dry-run", "--cluster", "us-east5", "add-worker", "v6e-8", "--capacity", "spot"])
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_dashboard(capsys):
+    (ssh,) = dry_run(capsys, "--cluster", "big-run", "dashboard", "--port", "9999")
+    assert ssh[0] == "ssh" and ssh[-1] == "ray@<head-ip>"
+    assert ["-L", "9999:localhost:8265"] == ssh[ssh.index("-L") : ssh.index("-L") + 2]
+    assert ["-i", "~/.ssh/marin_ray_cluster.pem"] == ssh[ssh.index("-i") : ssh.index("-i") + 2]
+
+
+def test_auth_fetches_into_a_file_and_never_prints_the_token(capsys, tmp_path):
+    assert cli.main(["--dry-run", "--cluster", "us-central2", "auth"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out == (
+        "gcloud secrets versions access latest --secret=RAY_AUTH_TOKEN --project=hai-gcp-models"
+        f" > {tmp_path / 'tokens' / 'auth_token'}"
+    )
+
+
+def test_auth_env(capsys, tmp_path):
+    assert cli.main(["--cluster", "us-central2", "auth-env"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == ["export RAY_AUTH_MODE=token", f"export RAY_AUTH_TOKEN_PATH={tmp_path / 'tokens' / 'auth_token'}"]
+    assert SENTINEL_TOKEN not in out
+
+
+def test_local_start_uses_explicit_ports_and_simulated_tpu(capsys):
+    generate, start = dry_run(capsys, "--cluster", "local", "start-cluster")
+    assert generate[-2:] == ["get-auth-token", "--generate"]
+    assert start[2:6] == ["ray.scripts.scripts", "start", "--block", "--disable-usage-stats"]
+    assert "--head" in start and '--resources={"TPU":4,"TPU-v4-8-head":1}' in start
+    for option in ("--port", "--dashboard-port", "--ray-client-server-port", "--dashboard-agent-listen-port"):
+        (value,) = [arg.split("=", 1)[1] for arg in start if arg.startswith(option + "=")]
+        assert int(value) not in (6379, 8265, 10001, 52365)
+
+
+def test_list_configs(capsys):
+    assert cli.main(["list-configs"]) == 0
+    out = capsys.readouterr().out
+    assert "local" in out and "infra/marin-big-run.yaml" in out and "gs://marin-eu-west4" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cluster", "us-nowhere", "list-jobs"], "Unknown cluster 'us-nowhere'"),
+        (["--cluster", "local", "--config", "infra/marin-us-west4.yaml", "list-jobs"], "either --cluster or --config"),
+        (["list-jobs"], "No cluster given"),
+        (["--cluster", "local", "list-jobs"], "local cluster is not running"),
+    ],
+)
+def test_errors_name_the_fix(capsys, args, message):
+    assert cli.main(args) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_errors_are_scrubbed_of_known_tokens(capsys, monkeypatch, tmp_path):
+    """A failing tool whose stderr carries the token: the error we print does not."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    fake_ray = fake_bin / "ray"  # a stand-in for `ray get-head-ip` that fails loudly
+    fake_ray.write_text(f"#!/bin/sh\necho 'cannot reach head; header Bearer {SENTINEL_TOKEN}' >&2\nexit 3\n")
+    fake_ray.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
+    assert cli.main(["--cluster", "us-central2", "dashboard"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot reach head" in err and "<redacted-token>" in err and SENTINEL_TOKEN not in err
+
+
+def test_marin_command_and_script_wrapper_are_one_entry_point():
+    root = Path(__file__).resolve().parents[3]
+    args = ["--cluster", "us-west4", "--dry-run", "stop-cluster"]
+    commands = [
+        [sys.executable, "scripts/ray/cluster.py", *args],
+        [str(Path(sys.executable).parent / "marin"), "cluster", *args],
+    ]
+    for argv in commands:
+        result = subprocess.run(argv, cwd=root, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "ray down -y infra/marin-us-west4.yaml\n"

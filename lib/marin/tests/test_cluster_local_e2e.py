@@ -1,0 +1,290 @@
+"""End to end on the `local` cluster: a real token-auth Ray head on this machine.
+
+One head is started for the module (through the `marin` console script). The tests submit a
+Zephyr script with `ray_run`, list it, read its logs, stop a long job, refuse a client without
+the token, and finally restart the cluster with job preservation and stop it. Every output is
+checked for the token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from marin.cluster import cli, local
+from marin.cluster.auth import auth_headers
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+BIN = Path(sys.executable).parent
+ZEPHYR_JOB = """
+from zephyr import Dataset, create_backend
+
+backend = create_backend("ray", max_parallelism=2)
+pipeline = Dataset.from_list(list(range(100))).map(lambda x: x * 2).filter(lambda x: x % 3 == 0)
+result = sorted(backend.execute(pipeline))
+print("ZEPHYR_RESULT", len(result), sum(result), flush=True)
+"""
+RAY_JOB = """
+import ray
+
+ray.init()
+
+@ray.remote
+def double(x):
+    return 2 * x
+
+print("RAY_RESULT", sum(ray.get([double.remote(i) for i in range(10)])), flush=True)
+"""
+LONG_JOB = """
+import os, time
+print("LONG_JOB_STARTED", os.environ.get("MARK"), flush=True)
+while True:
+    time.sleep(0.5)
+"""
+
+
+class Env:
+    """The isolated environment of the module's cluster, and every output seen so far."""
+
+    def __init__(self, base: Path):
+        self.state = base / "state"
+        self.work = base / "work"
+        self.vars = {
+            "MARIN_LOCAL_CLUSTER_DIR": str(self.state),
+            "HOME": str(base / "home"),
+            "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+        }
+        self.outputs: list[str] = []
+
+    @property
+    def token(self) -> str:
+        return local.token_path(self.state).read_text().strip()
+
+    def run(self, *argv: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"}
+        full_env |= self.vars | (env or {})
+        result = subprocess.run(argv, cwd=self.work, env=full_env, capture_output=True, text=True, timeout=timeout)
+        self.outputs.append(result.stdout + result.stderr)
+        return result
+
+    def cli(self, capfd, *args: str) -> tuple[int, str]:
+        code = cli.main(list(args))
+        captured = capfd.readouterr()
+        self.outputs.append(captured.out + captured.err)
+        return code, captured.out + captured.err
+
+    def assert_token_never_shown(self) -> None:
+        token = self.token
+        assert len(token) >= 16
+        for text in self.outputs:
+            assert token not in text
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    base = tmp_path_factory.mktemp("local-cluster")
+    env = Env(base)
+    env.work.mkdir()
+    (env.work / "zephyr_job.py").write_text(textwrap.dedent(ZEPHYR_JOB))
+    (env.work / "ray_job.py").write_text(textwrap.dedent(RAY_JOB))
+    (env.work / "long_job.py").write_text(textwrap.dedent(LONG_JOB))
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.vars.items():
+            mp.setenv(key, value)
+        for key in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "MARIN_CLUSTER"):
+            mp.delenv(key, raising=False)
+        started = env.run(str(BIN / "marin"), "cluster", "--cluster", "local", "start-cluster")
+        assert started.returncode == 0, started.stderr
+        try:
+            yield env
+        finally:
+            local.stop(env.state)
+
+
+def _job_status(url: str, token: str, job_id: str) -> str:
+    request = urllib.request.Request(f"{url}/api/jobs/{job_id}", headers=auth_headers(token))
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)["status"]
+
+
+def _wait_status(job_id: str, token: str, wanted: set[str], timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = _job_status(local.load().dashboard_url, token, job_id)
+        if status in wanted:
+            return status
+        time.sleep(0.3)
+    raise AssertionError(f"{job_id} never reached {wanted}; last {status}")
+
+
+def test_client_without_token_is_refused(cluster):
+    url = local.load().dashboard_url
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(f"{url}/api/jobs/", timeout=10)
+    assert missing.value.code == 401
+    wrong = urllib.request.Request(f"{url}/api/jobs/", headers=auth_headers("not-the-token"))
+    with pytest.raises(urllib.error.HTTPError) as invalid:
+        urllib.request.urlopen(wrong, timeout=10)
+    assert invalid.value.code == 403
+    # ray_run pointed at the head with no token anywhere (fresh HOME): refused, nothing submitted.
+    empty_home = cluster.work.parent / "empty-home"
+    empty_home.mkdir(exist_ok=True)
+    result = cluster.run(
+        sys.executable, "-m", "marin.run.ray_run", "--no_wait", "--", "python", "long_job.py",
+        env={"RAY_ADDRESS": url, "HOME": str(empty_home)},
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "Missing authentication token" in result.stderr
+    cluster.assert_token_never_shown()
+
+
+def test_access_commands_point_at_the_token_file(cluster, capfd):
+    running = local.load()
+    code, out = cluster.cli(capfd, "--cluster", "local", "auth-env")
+    assert code == 0
+    assert out.splitlines() == [
+        "export RAY_AUTH_MODE=token",
+        f"export RAY_AUTH_TOKEN_PATH={local.token_path(cluster.state)}",
+        f"export RAY_ADDRESS={running.dashboard_url}",
+    ]
+    code, out = cluster.cli(capfd, "--cluster", "local", "dashboard")
+    assert code == 0 and running.dashboard_url in out
+    code, out = cluster.cli(capfd, "--cluster", "local", "auth")
+    assert code == 0 and str(local.token_path(cluster.state)) in out
+    assert oct(local.token_path(cluster.state).stat().st_mode & 0o777) == "0o600"
+    cluster.assert_token_never_shown()
+
+
+def test_job_runs_lists_and_logs(cluster, capfd):
+    result = cluster.run(
+        sys.executable, "-m", "marin.run.ray_run", "--cluster", "local", "--tpu", "v4-8",
+        "--submission-id", "ray-e2e", "--", "python", "ray_job.py",
+    )  # fmt: skip
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert "RAY_RESULT 90" in result.stdout  # logs streamed while waiting
+    assert "Job ray-e2e SUCCEEDED" in result.stderr
+
+    code, out = cluster.cli(capfd, "--cluster", "local", "list-jobs")
+    assert code == 0
+    (line,) = [row for row in out.splitlines() if row.startswith("ray-e2e")]
+    assert "SUCCEEDED" in line and "python ray_job.py" in line
+
+    code, out = cluster.cli(capfd, "--cluster", "local", "job-logs", "ray-e2e")
+    assert code == 0 and "RAY_RESULT 90" in out
+    code, out = cluster.cli(capfd, "--cluster", "local", "wait-job", "ray-e2e")
+    assert code == 0 and "SUCCEEDED" in out
+    cluster.assert_token_never_shown()
+
+
+def test_zephyr_script_runs_on_the_cluster(cluster):
+    """The issue's acceptance path: a Zephyr pipeline submitted with ray_run, on the Ray backend."""
+    result = cluster.run(
+        sys.executable, "-m", "marin.run.ray_run", "--cluster", "local", "--submission-id", "zephyr-e2e",
+        "-e", "MARK", "zephyr", "--", "python", "zephyr_job.py",
+    )  # fmt: skip
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert "ZEPHYR_RESULT 34 3366" in result.stdout
+    cluster.assert_token_never_shown()
+
+
+def test_failing_job_exits_non_zero(cluster):
+    (cluster.work / "boom.py").write_text("raise SystemExit('boom')\n")
+    result = cluster.run(sys.executable, "-m", "marin.run.ray_run", "--cluster", "local", "--", "python", "boom.py")
+    assert result.returncode == 1
+    assert "FAILED" in result.stderr
+
+
+def test_stop_job(cluster, capfd):
+    result = cluster.run(
+        str(BIN / "marin"), "cluster", "--cluster", "local", "submit-job", "--no_wait", "--submission-id", "long-stop",
+        "--", "python", "long_job.py",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "long-stop"
+    _wait_status("long-stop", cluster.token, {"RUNNING"})
+    code, out = cluster.cli(capfd, "--cluster", "local", "stop-job", "long-stop")
+    assert code == 0 and "STOPPED" in out
+    code, out = cluster.cli(capfd, "--cluster", "local", "wait-job", "long-stop")
+    assert code == 1 and "STOPPED" in out
+    cluster.assert_token_never_shown()
+
+
+def test_auto_stop_stops_the_job_when_the_launcher_is_interrupted(cluster):
+    argv = [sys.executable, "-m", "marin.run.ray_run", "--cluster", "local", "--auto-stop",
+            "--submission-id", "long-auto", "--", "python", "long_job.py"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")} | cluster.vars
+    launcher = subprocess.Popen(argv, cwd=cluster.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the job is running once its first log line has been streamed
+            line = launcher.stdout.readline()
+            assert line and time.monotonic() < deadline, "the launcher never streamed the job's first line"
+            if "LONG_JOB_STARTED" in line:
+                break
+        launcher.send_signal(signal.SIGINT)
+        output = line + launcher.communicate(timeout=60)[0]
+    finally:
+        launcher.kill()
+    cluster.outputs.append(output)
+    assert launcher.returncode != 0 and "stopping job long-auto" in output
+    assert _wait_status("long-auto", cluster.token, {"STOPPED"}) == "STOPPED"
+
+
+def test_add_worker_joins_a_simulated_tpu_host(cluster, capfd):
+    code, out = cluster.cli(capfd, "--cluster", "local", "add-worker", "v5e-4")
+    assert code == 0, out
+    url, token = local.load().dashboard_url, cluster.token
+    request = urllib.request.Request(f"{url}/api/v0/nodes", headers=auth_headers(token))
+    with urllib.request.urlopen(request, timeout=10) as response:
+        nodes = json.load(response)["data"]["result"]["result"]
+    heads = [n["resources_total"] for n in nodes if n["state"] == "ALIVE"]
+    assert any(r.get("TPU-v5litepod-4-head") == 1 for r in heads)
+
+
+def test_restart_preserves_running_jobs_then_stop_cluster(cluster, capfd):
+    result = cluster.run(
+        sys.executable, "-m", "marin.run.ray_run", "--cluster", "local", "--no_wait", "--submission-id", "long-keep",
+        "-e", "MARK=kept", "--", "python", "long_job.py",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    _wait_status("long-keep", cluster.token, {"RUNNING"})
+    before = local.load()
+
+    code, out = cluster.cli(capfd, "--cluster", "local", "restart-cluster", "--preserve-jobs")
+    assert code == 0, out
+    assert "Recorded 1 running job(s)" in out and "Resubmitted long-keep" in out
+    after = local.load()
+    assert after.head.pid != before.head.pid  # a new head ...
+    assert _wait_status("long-keep", cluster.token, {"RUNNING"}) == "RUNNING"  # ... running the same job
+    deadline = time.monotonic() + 30
+    while "LONG_JOB_STARTED kept" not in (logs := cluster.cli(capfd, "--cluster", "local", "job-logs", "long-keep")[1]):
+        assert time.monotonic() < deadline, logs
+        time.sleep(0.5)
+    code, out = cluster.cli(capfd, "--cluster", "local", "list-jobs")
+    assert [row.split()[:2] for row in out.splitlines()[1:]] == [["long-keep", "RUNNING"]]  # old head's history is gone
+
+    # The token appears in none of our outputs nor in the head's own logs.
+    for path in [cluster.state / "head.log", *Path(after.temp_dir).rglob("*.log"), *Path(after.temp_dir).rglob("*.out")]:
+        if path.is_file():
+            cluster.outputs.append(path.read_text(errors="replace"))
+    cluster.assert_token_never_shown()
+
+    code, out = cluster.cli(capfd, "--cluster", "local", "stop-cluster")
+    assert code == 0 and "stopped" in out
+    assert local.load() is None
+    assert not Path(after.temp_dir).exists()
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", after.head.ports["dashboard"])) != 0
+    assert local._members(after) == []

@@ -1,0 +1,110 @@
+"""`ray_run` options and runtime-env building (fast: no Ray is started)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from marin.run import ray_run
+from marin.run.ray_run import JobRequest, build_runtime_env, parse_env_vars, parse_memory, tpu_head_resource
+
+
+@pytest.mark.parametrize(
+    ("tpu", "resource"),
+    [("v4-8", "TPU-v4-8-head"), ("v5e-16", "TPU-v5litepod-16-head"), ("v5litepod-4", "TPU-v5litepod-4-head"),
+     ("v6e-8", "TPU-v6e-8-head"), ("V5P-128", "TPU-v5p-128-head")],
+)  # fmt: skip
+def test_tpu_head_resource(tpu, resource):
+    assert tpu_head_resource(tpu) == resource
+
+
+def test_tpu_head_resource_rejects_garbage():
+    with pytest.raises(ValueError, match="must look like 'v4-8'"):
+        tpu_head_resource("tpu4")
+
+
+def test_env_vars_in_every_spelling(monkeypatch):
+    monkeypatch.setenv("FROM_HERE", "copied")
+    assert parse_env_vars([["A", "1"], ["B=x=y"], ["FROM_HERE"]]) == {"A": "1", "B": "x=y", "FROM_HERE": "copied"}
+    with pytest.raises(ValueError, match="NOT_SET_ANYWHERE is not set"):
+        parse_env_vars([["NOT_SET_ANYWHERE"]])
+    with pytest.raises(ValueError, match="Invalid environment variable name"):
+        parse_env_vars([["1BAD", "v"]])
+
+
+def test_parser_splits_options_from_the_command():
+    args = ray_run.build_parser().parse_args(
+        ["--cluster", "local", "-e", "A", "1", "-e", "B=2", "--no_wait", "--tpu", "v4-8", "--", "python", "x.py", "--flag"]
+    )
+    assert args.env_vars == [["A", "1"], ["B=2"]]
+    assert args.command[-3:] == ["python", "x.py", "--flag"] and args.no_wait and args.tpu == "v4-8"
+
+
+def test_parse_memory():
+    assert parse_memory("2GB") == 2 * 10**9
+    assert parse_memory("512MiB") == 512 * 2**20
+    assert parse_memory("1000") == 1000
+    with pytest.raises(ValueError, match="e.g. 2GB"):
+        parse_memory("lots")
+
+
+def _workdir(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    (work / "pkg").mkdir(parents=True)
+    (work / "pkg" / "job.py").write_text("print('hi')\n")
+    (work / ".git").mkdir()
+    (work / ".git" / "objects").write_bytes(b"x" * 300_000)
+    (work / ".venv" / "lib").mkdir(parents=True)
+    (work / ".venv" / "lib" / "big.so").write_bytes(b"x" * 300_000)
+    (work / "corpus.parquet").write_bytes(b"x" * 300_000)
+    return work
+
+
+def test_runtime_env_excludes_what_is_not_code(tmp_path, monkeypatch):
+    monkeypatch.setenv("MARIN_MAX_PACKAGE_BYTES", "100000")  # smaller than any excluded file
+    work = _workdir(tmp_path)
+    env = build_runtime_env(JobRequest(["python", "pkg/job.py"], work, env_vars={"K": "v"}))
+    assert env["working_dir"] == str(work)
+    assert {".git", ".venv", "__pycache__", "*.parquet"} <= set(env["excludes"])
+    assert env["env_vars"] == {"K": "v"}
+    assert "pip" not in env  # nothing to pin unless extras or pip deps are asked for
+
+
+def test_oversized_package_is_refused_before_submission(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MARIN_MAX_PACKAGE_BYTES", "100000")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    work = _workdir(tmp_path)
+    (work / "pkg" / "weights.bin").write_bytes(b"x" * 200_000)
+    # `--cluster us-central2` would need a tunnel and a token: the size check comes first.
+    code = ray_run.main(["--cluster", "us-central2", "--working-dir", str(work), "--", "python", "pkg/job.py"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "over Ray's limit" in err and "pkg (0.2 MiB)" in err and "--exclude" in err
+
+
+def test_extras_are_pinned_from_the_lock(tmp_path):
+    root = Path(__file__).resolve().parents[3]
+    packages = ray_run.pinned_requirements(["tpu"], root)
+    names = {line.split("==")[0].lower() for line in packages}
+    assert {"jax", "optax", "ray"} <= names
+    assert all("==" in line for line in packages)
+    assert not any(line.split("==")[0] in ("marin", "zephyr") for line in packages)  # workspace members ship as code
+
+
+def test_dry_run_shows_env_var_names_not_values(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    work = _workdir(tmp_path)
+    code = ray_run.main(
+        ["--working-dir", str(work), "--dry-run", "-e", "WANDB_API_KEY", "secret-value-123", "--tpu", "auto",
+         "--extra", "tpu", "--", "python", "pkg/job.py"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "WANDB_API_KEY" in out and "secret-value-123" not in out
+    assert "TPU-v4-8-head" in out and "pinned packages" in out
+
+
+def test_missing_command_is_an_error(capsys):
+    assert ray_run.main(["--cluster", "local"]) == 2
+    assert "No command given" in capsys.readouterr().err
