@@ -91,8 +91,13 @@ class Execution:
     def _run(self) -> Iterator[Any]:
         started = time.perf_counter()
         previous: list[ShardResult] | None = None
+        first = 0
+        if len(self.plan.stages) > 1 and _final_outputs_exist(self.plan.stages[-1]):
+            # every output of a skip_existing writer is there: nothing upstream needs to run
+            first = len(self.plan.stages) - 1
+            self.counters["zephyr/stages_skipped_outputs_exist"] += first
         try:
-            for stage, program in zip(self.plan.stages, self.programs):
+            for stage, program in list(zip(self.plan.stages, self.programs))[first:]:
                 tasks = self._tasks(stage, previous)
                 final = stage.index == len(self.plan.stages) - 1
                 ordered = self._run_stage(stage, program, tasks)
@@ -225,6 +230,26 @@ def _bind_scratch(plan: Plan, scratch_dir: str) -> Plan:
         for s in plan.stages
     )
     return replace(plan, stages=stages)
+
+
+def _final_outputs_exist(stage: Stage) -> bool:
+    """True when the stage ends in a skip_existing writer whose every shard output exists.
+
+    One directory listing per output directory, not one request per shard.
+    """
+    writer = next((r for r in reversed(stage.ops) if isinstance(r, (WriteJsonl, WriteParquet)) and r.skip_existing), None)
+    if writer is None or stage.num_shards == 0:
+        return False
+    expected = [writer.pattern.format(shard=i, total=stage.num_shards) for i in range(stage.num_shards)]
+    listed: set[str] = set()
+    for parent in {p.rsplit("/", 1)[0] for p in expected}:
+        fs, fs_parent = url_to_fs(parent)
+        try:
+            listed.update(fs.unstrip_protocol(p) if "://" in parent else p for p in fs.ls(fs_parent, detail=False))
+        except FileNotFoundError:
+            return False
+    normalized = {p if "://" in p else os.path.abspath(p) for p in expected}
+    return normalized <= {p if "://" in p else os.path.abspath(p) for p in listed}
 
 
 def _attribute(error: Exception, task: ShardTask) -> ShardError:

@@ -1,0 +1,137 @@
+"""SIGKILL the driver of a multi-stage pipeline at different moments; the same command finishes,
+writes the same bytes as an uninterrupted run, and does not redo completed work."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.resilience, pytest.mark.slow]
+
+NUM_MAP, NUM_REDUCE = 8, 4
+
+PIPELINE = textwrap.dedent(
+    f"""
+    import sys, time
+    from zephyr import Dataset, counters, create_backend
+
+    def tokenize(i):
+        counters.increment("map_calls")
+        time.sleep(0.3)
+        return [{{"w": f"w{{(i * 7 + j) % 23}}", "i": i, "j": j}} for j in range(40)]
+
+    def count(key, items):
+        return {{"w": key, "n": sum(1 for _ in items)}}
+
+    def mark_reduce_shard(items):
+        counters.increment("reduce_shards")
+        time.sleep(0.5)
+        yield from items
+
+    out, scratch = sys.argv[1], sys.argv[2]
+    backend = create_backend("threadpool", max_parallelism=2, progress=False, scratch_dir=scratch)
+    ds = (
+        Dataset.from_list(list(range({NUM_MAP})))
+        .flat_map(tokenize)
+        .group_by(lambda r: r["w"], count, num_output_shards={NUM_REDUCE})
+        .map_shard(mark_reduce_shard)
+        .write_jsonl(out + "/part-{{shard}}.jsonl.zst", skip_existing=True)
+    )
+    execution = backend.execute(ds)
+    list(execution)
+    print("map_calls", execution.counters["map_calls"], "reduce_shards", execution.counters["reduce_shards"])
+    """
+)
+
+
+@pytest.fixture
+def job(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(PIPELINE)
+    return script
+
+
+def start(script, out, scratch):
+    return subprocess.Popen([sys.executable, str(script), str(out), str(scratch)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(script, out, scratch):
+    result = subprocess.run([sys.executable, str(script), str(out), str(scratch)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    words = result.stdout.split()
+    return int(words[words.index("map_calls") + 1]), int(words[words.index("reduce_shards") + 1])
+
+
+def manifests(scratch: Path) -> int:
+    return len(list(scratch.glob("*/map-*.json"))) if scratch.exists() else 0
+
+
+def outputs(out: Path) -> list[str]:
+    return sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) if out.exists() else []
+
+
+def kill_when(proc, condition, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not condition():
+        if proc.poll() is not None:
+            raise AssertionError(f"the job ended before the kill point: {proc.communicate()}")
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reference")
+    script = root / "job.py"
+    script.write_text(PIPELINE)
+    assert finish(script, root / "out", root / "scratch") == (NUM_MAP, NUM_REDUCE)
+    return {name: (root / "out" / name).read_bytes() for name in outputs(root / "out")}
+
+
+PHASES = {
+    "during the first stage": lambda out, scratch: 2 <= manifests(scratch) < NUM_MAP,
+    "between scatter and reduce": lambda out, scratch: manifests(scratch) == NUM_MAP and not outputs(out),
+    "during the final write": lambda out, scratch: 1 <= len(outputs(out)) < NUM_REDUCE,
+}
+
+
+@pytest.mark.parametrize("phase", list(PHASES))
+def test_killed_driver_resumes_without_redoing_finished_work(job, tmp_path, reference, phase):
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    proc = start(job, out, scratch)
+    kill_when(proc, lambda: PHASES[phase](out, scratch))
+    scattered, written = manifests(scratch), len(outputs(out))
+    map_calls, reduce_shards = finish(job, out, scratch)
+    assert map_calls == NUM_MAP - scattered  # finished map shards are not redone
+    assert reduce_shards == NUM_REDUCE - written  # finished outputs are not redone
+    assert {name: (out / name).read_bytes() for name in outputs(out)} == reference
+    assert sorted(p.name for p in out.iterdir()) == sorted(reference)  # no temporaries left
+    assert not any(scratch.iterdir())  # scratch removed after success
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_killed_at_a_random_moment(job, tmp_path, reference, seed):
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    proc = start(job, out, scratch)
+    time.sleep(random.Random(seed).uniform(0.3, 2.5))
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    scattered, written = manifests(scratch), len(outputs(out))
+    map_calls, reduce_shards = finish(job, out, scratch)
+    if written < NUM_REDUCE:
+        assert map_calls == NUM_MAP - scattered
+        assert reduce_shards == NUM_REDUCE - written
+    assert {name: (out / name).read_bytes() for name in outputs(out)} == reference
+
+
+def test_rerunning_a_finished_job_does_no_work(job, tmp_path, reference):
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    assert finish(job, out, scratch) == (NUM_MAP, NUM_REDUCE)
+    assert finish(job, out, scratch) == (0, 0)
