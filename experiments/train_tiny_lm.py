@@ -1,0 +1,84 @@
+"""Train a tiny byte-level language model on a TPU slice: Zephyr tokenizes, marin.tpu trains.
+
+Two executor steps:
+
+1. ``tiny_lm/tokens``: a Zephyr pipeline turns text into ``{"input_ids": [...]}`` records,
+   written as ``part-NNNNN.jsonl.zst`` shards;
+2. ``tiny_lm/train``: ``train_on_tpu`` runs the training loop on a ``v4-8`` slice,
+   checkpointing under the step's output path; a preempted run resumes where it stopped.
+
+On a cluster (``RAY_ADDRESS`` set, e.g. through ``ray_run``) it runs on a real slice. With
+no cluster it starts a local Ray whose only node pretends to be a v4-8 host, and JAX runs on
+the CPU, so the same script works on a laptop::
+
+    uv run python experiments/train_tiny_lm.py --prefix /tmp/marin-tiny
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from marin.execution import ExecutorStep, executor_main, output_path_of, this_output_path, versioned
+from marin.tpu import parse_tpu_type
+from marin.tpu.tiny_lm import TokenizeConfig, TrainConfig, tokenize_corpus, train
+
+TPU_TYPE = "v4-8"
+
+CORPUS = tuple(
+    f"{i}: " + line
+    for i, line in enumerate(
+        [
+            "It was the best of times, it was the worst of times.",
+            "The quick brown fox jumps over the lazy dog.",
+            "All happy families are alike; each unhappy family is unhappy in its own way.",
+            "Call me Ishmael. Some years ago, never mind how long precisely.",
+            "It is a truth universally acknowledged, that a single man in possession of a good fortune",
+            "In the beginning the Universe was created. This has made a lot of people very angry.",
+        ]
+        * 20
+    )
+)
+
+tokens = ExecutorStep(
+    name="tiny_lm/tokens",
+    fn=tokenize_corpus,
+    config=TokenizeConfig(output_path=this_output_path(), texts=versioned(list(CORPUS)), num_shards=4),
+    description="Byte-tokenize a small corpus with Zephyr.",
+)
+
+train_step = ExecutorStep(
+    name="tiny_lm/train",
+    fn=train,
+    config=TrainConfig(
+        tokens=output_path_of(tokens),
+        output_path=this_output_path(),
+        tpu_type=versioned(TPU_TYPE),
+        batch_size=versioned(8),
+        seq_len=versioned(64),
+        num_steps=versioned(200),
+        checkpoint_every=50,
+    ),
+    description="Train the tiny byte-level LM on a TPU slice (survives preemption).",
+)
+
+
+def _connect_or_simulate() -> None:
+    """Join the cluster in RAY_ADDRESS, or start a local Ray that looks like one v4-8 host."""
+    import ray
+
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init()
+        return
+    spec = parse_tpu_type(TPU_TYPE)
+    logging.getLogger(__name__).info("no RAY_ADDRESS: simulating one %s host on this machine (JAX on CPU)", TPU_TYPE)
+    ray.init(
+        address="local",  # a new Ray of our own, not one some other process started here
+        resources={"TPU": spec.chips_per_host, spec.head_resource: 1},
+        runtime_env={"env_vars": {"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}},
+    )
+
+
+if __name__ == "__main__":
+    _connect_or_simulate()
+    executor_main([tokens, train_step], description="Tiny byte-level LM trained with marin.tpu.")

@@ -1,0 +1,176 @@
+"""Deterministic, resumable batches of packed token sequences from Zephyr output shards.
+
+A Zephyr tokenize step writes shards of records such as ``{"input_ids": [17, 4, ...]}`` as
+JSONL (``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``) or Parquet. :class:`TokenBatches` reads the
+shards in sorted path order, concatenates the token lists of all records, and cuts the
+stream into ``batch_size`` rows of ``seq_len`` tokens (document boundaries are not marked;
+put an end-of-document token in the data if the model needs one). When the shards run out
+it starts over (the next epoch). The order depends only on the files, so two runs see the
+same batches.
+
+The reader's :class:`DataPosition` names the next unread token (epoch, shard, record, token
+within record). It is saved with every checkpoint; a reader started at that position
+continues exactly where the saved run was, reading only the current shard from its start.
+Memory: one batch plus one record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+__all__ = ["DataPosition", "TokenBatches", "read_records", "resolve_shards"]
+
+_JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".json", ".json.gz", ".json.zst")
+_PARQUET_SUFFIXES = (".parquet",)
+
+
+@dataclass(frozen=True)
+class DataPosition:
+    """The next unread token: ``record``'s token ``token`` in shard ``shard``, in ``epoch``."""
+
+    epoch: int = 0
+    shard: int = 0
+    record: int = 0
+    token: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> DataPosition:
+        return cls(**{k: int(data[k]) for k in ("epoch", "shard", "record", "token")})
+
+
+def resolve_shards(source: str | Sequence[str]) -> list[str]:
+    """Expand a glob or a list of paths/globs into a sorted, de-duplicated list of shard paths.
+
+    Raises:
+        FileNotFoundError: if nothing matches.
+        ValueError: if a path is neither JSONL nor Parquet by its extension.
+    """
+    from zephyr.io import expand_glob
+
+    patterns = [source] if isinstance(source, str) else list(source)
+    if not patterns:
+        raise ValueError("data source is empty: give a glob such as 'gs://b/tokens/*.jsonl.zst' or a list of paths")
+    paths = sorted({path for pattern in patterns for path in expand_glob(pattern)})
+    if not paths:
+        raise FileNotFoundError(f"no shards match {source!r}")
+    for path in paths:
+        _format_of(path)
+    return paths
+
+
+def _format_of(path: str) -> str:
+    name = path.lower()
+    if name.endswith(_JSONL_SUFFIXES):
+        return "jsonl"
+    if name.endswith(_PARQUET_SUFFIXES):
+        return "parquet"
+    raise ValueError(
+        f"cannot tell the format of shard {path!r}: expected one of {', '.join(_JSONL_SUFFIXES + _PARQUET_SUFFIXES)}"
+    )
+
+
+def read_records(path: str, field: str) -> Iterator[list[int]]:
+    """Yield the token list in ``field`` of each record of one shard (via ``zephyr.io``)."""
+    from zephyr.io import read_jsonl, read_parquet
+
+    records = read_jsonl(path) if _format_of(path) == "jsonl" else read_parquet(path, columns=[field])
+    for index, record in enumerate(records):
+        if not isinstance(record, dict) or field not in record:
+            keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+            raise ValueError(f"{path}: record {index} has no token field {field!r} (has {keys})")
+        yield record[field]
+
+
+class TokenBatches:
+    """Iterate ``[batch_size, seq_len]`` int32 batches forever, starting at ``position``.
+
+    ``position`` after each ``next()`` names the first token of the following batch.
+
+    >>> batches = TokenBatches(["tokens-0.jsonl"], batch_size=2, seq_len=4)  # doctest: +SKIP
+    >>> first = next(batches); saved = batches.position
+    >>> again = TokenBatches(["tokens-0.jsonl"], batch_size=2, seq_len=4, position=saved)
+    """
+
+    def __init__(
+        self,
+        shards: Sequence[str],
+        *,
+        batch_size: int,
+        seq_len: int,
+        field: str = "input_ids",
+        position: DataPosition | None = None,
+    ):
+        if batch_size < 1 or seq_len < 1:
+            raise ValueError(f"batch_size and seq_len must be positive, got {batch_size} and {seq_len}")
+        if not shards:
+            raise ValueError("TokenBatches needs at least one shard")
+        self.shards = list(shards)
+        self.batch_size = batch_size
+        self.seq_len = seq_len
+        self.field = field
+        self.position = position or DataPosition()
+        if self.position.shard >= len(self.shards):
+            raise ValueError(f"data position {self.position} is past the last of {len(self.shards)} shards")
+        self._chunks = self._token_chunks(self.position)
+        self._pending: tuple[DataPosition, np.ndarray] | None = None
+
+    def __iter__(self) -> TokenBatches:
+        return self
+
+    def __next__(self) -> np.ndarray:
+        need = self.batch_size * self.seq_len
+        parts: list[np.ndarray] = []
+        while need:
+            if self._pending is not None:
+                (chunk_position, tokens), self._pending = self._pending, None
+            else:
+                chunk_position, tokens = next(self._chunks)
+            take = min(need, len(tokens))
+            parts.append(tokens[:take])
+            need -= take
+            if take < len(tokens):
+                # The next batch starts inside this record.
+                self._pending = (_advance(chunk_position, take), tokens[take:])
+            self.position = _advance(chunk_position, take)
+        return np.concatenate(parts).reshape(self.batch_size, self.seq_len)
+
+    def _token_chunks(self, start: DataPosition) -> Iterator[tuple[DataPosition, np.ndarray]]:
+        epoch, shard, skip_records, skip_tokens = start.epoch, start.shard, start.record, start.token
+        while True:
+            whole_epoch, produced = (shard, skip_records, skip_tokens) == (0, 0, 0), False
+            for shard_index in range(shard, len(self.shards)):
+                path = self.shards[shard_index]
+                for record_index, tokens in enumerate(read_records(path, self.field)):
+                    if record_index < skip_records:
+                        continue
+                    array = _as_tokens(tokens, path, record_index)
+                    offset = skip_tokens if record_index == skip_records else 0
+                    if offset < len(array):
+                        produced = True
+                        yield DataPosition(epoch, shard_index, record_index, offset), array[offset:]
+                skip_records = skip_tokens = 0
+            if whole_epoch and not produced:
+                raise ValueError(f"data source has no tokens in field {self.field!r}: {self.shards[:3]}...")
+            epoch, shard = epoch + 1, 0
+
+
+def _advance(position: DataPosition, tokens: int) -> DataPosition:
+    return DataPosition(position.epoch, position.shard, position.record, position.token + tokens)
+
+
+def _as_tokens(tokens, path: str, record_index: int) -> np.ndarray:
+    try:
+        array = np.asarray(tokens, dtype=np.int64)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path}: record {record_index}: token field is not a list of integers: {e}") from e
+    if array.ndim != 1:
+        raise ValueError(f"{path}: record {record_index}: token field must be a flat list, got shape {array.shape}")
+    if array.size and (array.min() < np.iinfo(np.int32).min or array.max() > np.iinfo(np.int32).max):
+        raise ValueError(f"{path}: record {record_index}: token ids do not fit in int32")
+    return array.astype(np.int32)

@@ -1,0 +1,361 @@
+"""Run a function on every host of one or more TPU slices, surviving preemption.
+
+``run_on_tpu(fn, "v4-16")`` does, per attempt:
+
+1. Reserve each slice: one small actor per slice asks for the slice's head resource
+   (``TPU-v4-16-head``), so it lands on host 0 of a free slice and holds the slice for the
+   attempt. It reports its node, IP and slice name (the ``ray.io/tpu-slice-name`` node
+   label that Ray sets on TPU VMs, or ``$TPU_NAME``).
+2. Fan out: the actor starts one task per host. A single-host slice runs on the actor's own
+   node. For a multi-host slice the driver makes a ``STRICT_SPREAD`` placement group of one
+   ``{TPU: chips, <slice name>: 1}`` bundle per host (only that slice's hosts carry the
+   slice-name resource), and task ``i`` runs in bundle ``i``: exactly once per host. Each
+   task sets the multislice variables (``MEGASCALE_*``) when ``num_slices > 1``, runs
+   ``fn()``, and removes the libtpu lockfile however ``fn`` ends.
+3. Collect: as soon as any host fails, the other hosts' tasks are cancelled; the slice
+   actors and placement groups are released after every attempt.
+
+Between attempts the driver classifies the failure. A lost node, worker or actor (Ray's
+``NodeDiedError``, ``WorkerCrashedError``, ``ActorDiedError``, ``OwnerDiedError``,
+``ObjectLostError``, ...) is a preemption: it is retried up to ``max_retries_preemption``
+times without touching the failure budget. Anything raised by ``fn`` is a failure: it is
+retried up to ``max_retries_failure`` times and then re-raised, as the exception type ``fn``
+raised and with the remote traceback in its message.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.exceptions import (
+    ActorUnavailableError,
+    LocalRayletDiedError,
+    NodeDiedError,
+    ObjectLostError,
+    RayActorError,
+    RayTaskError,
+    WorkerCrashedError,
+)
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+from marin.tpu.lockfile import remove_tpu_lockfile_on_exit
+from marin.tpu.slices import TPU_RESOURCE, TpuSlice, parse_tpu_type
+
+__all__ = [
+    "PREEMPTION_ERRORS",
+    "SLICE_NAME_LABEL",
+    "TpuPreemptedError",
+    "TpuSetupError",
+    "is_preemption",
+    "run_on_tpu",
+]
+
+logger = logging.getLogger(__name__)
+
+PREEMPTION_ERRORS: tuple[type[BaseException], ...] = (
+    NodeDiedError,
+    WorkerCrashedError,
+    RayActorError,  # includes ActorDiedError
+    ActorUnavailableError,
+    ObjectLostError,  # includes OwnerDiedError
+    LocalRayletDiedError,
+)
+"""Ray errors that mean a host went away (preemption), not that the user's code failed."""
+
+SLICE_NAME_LABEL = "ray.io/tpu-slice-name"
+MEGASCALE_PORT = 8081
+
+# Environment each host task sees (besides MEGASCALE_* for multislice runs).
+HOST_ID_ENV = "MARIN_TPU_HOST_ID"
+NUM_HOSTS_ENV = "MARIN_TPU_NUM_HOSTS"
+SLICE_ID_ENV = "MARIN_TPU_SLICE_ID"
+
+
+class TpuPreemptedError(RuntimeError):
+    """The slice was lost more often than ``max_retries_preemption`` allows."""
+
+
+class TpuSetupError(RuntimeError):
+    """The cluster cannot run this slice type as asked (not retried)."""
+
+
+def is_preemption(error: BaseException) -> bool:
+    """Whether ``error`` (or an error it wraps) says a node, worker or actor was lost."""
+    return any(isinstance(e, PREEMPTION_ERRORS) for e in _cause_chain(error))
+
+
+def _cause_chain(error: BaseException):
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = getattr(error, "cause", None) if isinstance(error, RayTaskError) else None
+
+
+def _user_error(error: BaseException) -> BaseException:
+    """The innermost task error: the one whose message holds ``fn``'s own traceback."""
+    innermost = error
+    for e in _cause_chain(error):
+        if isinstance(e, RayTaskError):
+            innermost = e
+    return innermost
+
+
+def run_on_tpu(
+    fn: Callable[[], Any],
+    tpu_type: str,
+    *,
+    num_slices: int = 1,
+    max_retries_preemption: int = 100,
+    max_retries_failure: int = 3,
+    num_cpus: float = 1,
+    runtime_env: dict | None = None,
+    fresh_process: bool = True,
+) -> list[Any]:
+    """Run ``fn()`` once on every host of ``num_slices`` slices of ``tpu_type``; retry on loss.
+
+    Blocks until every host finished. Call it from a Ray driver (or from an
+    ``ExecutorStep`` function, which runs in one); ``fn`` must be picklable.
+
+    Args:
+        fn: the work for one host. It takes no arguments; inside it, ``MARIN_TPU_HOST_ID``,
+            ``MARIN_TPU_NUM_HOSTS`` and ``MARIN_TPU_SLICE_ID`` say where it runs and, when
+            ``num_slices > 1``, ``MEGASCALE_COORDINATOR_ADDRESS``, ``MEGASCALE_PORT``,
+            ``MEGASCALE_NUM_SLICES`` and ``MEGASCALE_SLICE_ID`` are set for libtpu.
+        tpu_type: the accelerator type of each slice, e.g. ``"v4-8"``, ``"v5litepod-16"``.
+        num_slices: how many slices to run on at once (multislice training).
+        max_retries_preemption: how many times a lost host restarts the whole run.
+        max_retries_failure: how many times an exception from ``fn`` restarts the run
+            before it is re-raised.
+        num_cpus: CPUs each host task asks for, besides all of the host's chips.
+        runtime_env: Ray runtime environment for the host tasks (e.g. ``env_vars``).
+        fresh_process: run each host's ``fn`` in a worker process that exits afterwards, so
+            libtpu releases the chips for the next attempt. Keep it on real TPUs.
+
+    Returns:
+        ``fn``'s return values, ordered by slice then host.
+
+    Raises:
+        ValueError: bad ``tpu_type`` or counts.
+        TpuPreemptedError: hosts were lost more than ``max_retries_preemption`` times.
+        Exception: what ``fn`` raised, after ``max_retries_failure`` retries; its message
+            carries the remote traceback.
+    """
+    spec = parse_tpu_type(tpu_type)
+    _check_count("num_slices", num_slices, minimum=1)
+    _check_count("max_retries_preemption", max_retries_preemption, minimum=0)
+    _check_count("max_retries_failure", max_retries_failure, minimum=0)
+    launch = _Launch(spec, num_slices, num_cpus, runtime_env or {}, fresh_process)
+    preemptions = failures = 0
+    while True:
+        try:
+            return _attempt(fn, launch)
+        except TpuSetupError:
+            raise
+        except Exception as error:  # noqa: BLE001 - classified below, then re-raised
+            if is_preemption(error):
+                preemptions += 1
+                if preemptions > max_retries_preemption:
+                    raise TpuPreemptedError(
+                        f"{tpu_type} x{num_slices}: lost a host {preemptions} times, more than "
+                        f"max_retries_preemption={max_retries_preemption}; last error: {error}"
+                    ) from error
+                logger.warning("%s: host lost (preemption %d/%d), restarting: %s",
+                               tpu_type, preemptions, max_retries_preemption, _first_line(error))
+                continue
+            failures += 1
+            user_error = _user_error(error)
+            if failures > max_retries_failure:
+                user_error.add_note(
+                    f"run_on_tpu({tpu_type!r}): fn failed {failures} times "
+                    f"(max_retries_failure={max_retries_failure}); {preemptions} preemptions"
+                )
+                raise user_error from None
+            logger.warning("%s: fn failed (failure %d/%d), retrying: %s",
+                           tpu_type, failures, max_retries_failure, _first_line(user_error))
+
+
+def _check_count(name: str, value: int, *, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"
+
+
+@dataclass(frozen=True)
+class _Launch:
+    spec: TpuSlice
+    num_slices: int
+    num_cpus: float
+    runtime_env: dict
+    fresh_process: bool
+
+
+@dataclass(frozen=True)
+class _SliceInfo:
+    node_id: str
+    ip: str
+    slice_name: str | None
+
+
+def _attempt(fn: Callable[[], Any], launch: _Launch) -> list[Any]:
+    holder_cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(_SliceHolder)
+    holders = [
+        holder_cls.options(resources={launch.spec.head_resource: 1}).remote()
+        for _ in range(launch.num_slices)
+    ]
+    groups: list[PlacementGroup | None] = []
+    try:
+        infos: list[_SliceInfo] = ray.get([h.info.remote() for h in holders])
+        # The driver owns the placement groups, so they go away with the attempt even when
+        # a slice actor dies with its host.
+        for info in infos:
+            groups.append(_host_group(launch, info))
+        ray.get([group.ready() for group in groups if group is not None])
+        coordinator_ip = infos[0].ip
+        refs = [
+            holder.run.remote(fn, launch, _slice_env(launch.num_slices, slice_id, coordinator_ip), group)
+            for slice_id, (holder, group) in enumerate(zip(holders, groups, strict=True))
+        ]
+        # Slice actors are killed below, which stops their hosts' tasks; no cancel needed.
+        return [result for per_slice in _gather(refs, cancel_rest=False) for result in per_slice]
+    finally:
+        for holder in holders:
+            ray.kill(holder, no_restart=True)
+        for group in groups:
+            if group is not None:
+                remove_placement_group(group)
+
+
+def _host_group(launch: _Launch, info: _SliceInfo) -> PlacementGroup | None:
+    """For a multi-host slice: one bundle per host of the slice that ``info`` describes.
+
+    ``STRICT_SPREAD`` puts the bundles on different nodes and the slice-name resource keeps
+    them on this slice, so each host runs ``fn`` exactly once, even if one host finishes
+    before another's task is scheduled.
+    """
+    spec = launch.spec
+    if not spec.is_multi_host:
+        return None
+    if info.slice_name is None:
+        raise TpuSetupError(
+            f"host 0 of a {spec.tpu_type} slice (node {info.node_id}) has no slice name: expected the node "
+            f"label {SLICE_NAME_LABEL!r} or $TPU_NAME, naming a resource that every host of the slice carries"
+        )
+    bundle = {TPU_RESOURCE: spec.chips_per_host, info.slice_name: 1}
+    if launch.num_cpus:
+        bundle["CPU"] = launch.num_cpus
+    return placement_group([dict(bundle) for _ in range(spec.num_hosts)], strategy="STRICT_SPREAD")
+
+
+def _slice_env(num_slices: int, slice_id: int, coordinator_ip: str) -> dict[str, str]:
+    env = {SLICE_ID_ENV: str(slice_id)}
+    if num_slices > 1:
+        env.update({
+            "MEGASCALE_COORDINATOR_ADDRESS": coordinator_ip,
+            "MEGASCALE_PORT": str(MEGASCALE_PORT),
+            "MEGASCALE_NUM_SLICES": str(num_slices),
+            "MEGASCALE_SLICE_ID": str(slice_id),
+        })
+    return env
+
+
+def _gather(refs: Sequence[ray.ObjectRef], *, cancel_rest: bool = True) -> list[Any]:
+    """``ray.get`` all refs in order, but on the first failure cancel the rest and raise it."""
+    pending = list(refs)
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            ray.get(done[0])  # raises on failure
+    except BaseException:
+        for ref in pending if cancel_rest else ():
+            try:
+                ray.cancel(ref, force=True)
+            except Exception as e:  # noqa: BLE001 - best effort; the first failure matters
+                logger.debug("could not cancel %s: %s", ref, e)
+        raise
+    return ray.get(list(refs))
+
+
+class _SliceHolder:
+    """Holds one slice (through its head resource) for one attempt and fans out to its hosts."""
+
+    def info(self) -> _SliceInfo:
+        node_id = ray.get_runtime_context().get_node_id()
+        return _SliceInfo(node_id, ray.util.get_node_ip_address(), _current_slice_name(node_id))
+
+    def run(self, fn: Callable[[], Any], launch: _Launch, env: dict[str, str], group: PlacementGroup | None):
+        spec = launch.spec
+        # max_calls=1: the worker process exits after fn, so libtpu lets go of the chips.
+        task = ray.remote(max_calls=1 if launch.fresh_process else 0)(_run_on_host)
+        options: dict[str, Any] = {
+            "num_cpus": launch.num_cpus,
+            "resources": {TPU_RESOURCE: spec.chips_per_host},
+            "max_retries": 0,
+            "runtime_env": launch.runtime_env or None,
+        }
+        envs = [{**env, HOST_ID_ENV: str(host), NUM_HOSTS_ENV: str(spec.num_hosts)} for host in range(spec.num_hosts)]
+        if group is None:  # single host: this node
+            node_id = ray.get_runtime_context().get_node_id()
+            strategies = [NodeAffinitySchedulingStrategy(node_id, soft=False)]
+        else:
+            strategies = [
+                PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=host)
+                for host in range(spec.num_hosts)
+            ]
+        refs = [
+            task.options(**options, scheduling_strategy=strategy).remote(fn, host_env)
+            for strategy, host_env in zip(strategies, envs, strict=True)
+        ]
+        return _gather(refs)
+
+
+def _show_marin_logs() -> None:
+    """Let INFO lines of ``marin.*`` (training metrics) reach the worker's stderr, which Ray
+    forwards to the driver, unless the process already configured logging."""
+    marin_logger = logging.getLogger("marin")
+    if marin_logger.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    marin_logger.addHandler(handler)
+    marin_logger.setLevel(logging.INFO)
+
+
+def _current_slice_name(node_id: str) -> str | None:
+    for node in ray.nodes():
+        if node.get("NodeID") == node_id:
+            name = (node.get("Labels") or {}).get(SLICE_NAME_LABEL)
+            if name and name in (node.get("Resources") or {}):
+                return name
+    name = os.environ.get("TPU_NAME")
+    return name or None
+
+
+def _run_on_host(fn: Callable[[], Any], env: dict[str, str]) -> Any:
+    _show_marin_logs()
+    previous = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    started = time.monotonic()
+    try:
+        with remove_tpu_lockfile_on_exit():
+            return fn()
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        logger.info("host %s of slice %s finished in %.1fs", env.get(HOST_ID_ENV), env.get(SLICE_ID_ENV),
+                    time.monotonic() - started)

@@ -1,0 +1,344 @@
+"""marin.tpu on a simulated multi-node TPU cluster (ray.cluster_utils.Cluster, JAX on CPU).
+
+Worker nodes carry the resources and labels Ray gives real TPU VMs: two v4-8 hosts
+(``TPU: 4`` + ``TPU-v4-8-head``) and one v4-16 slice of two hosts that share the slice-name
+resource, the head resource on host 0 only. Node loss is a real `remove_node(...,
+allow_graceful=False)`. One cluster serves the whole module.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+jax = pytest.importorskip("jax")
+
+from ray import cloudpickle  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from marin.tpu import (  # noqa: E402
+    TpuPreemptedError,
+    TpuSetupError,
+    latest_step,
+    load_checkpoint,
+    run_on_tpu,
+    tpu_resources,
+    train_loop,
+    train_on_tpu,
+)
+from marin.tpu import tiny_lm  # noqa: E402
+from marin.tpu.runner import SLICE_NAME_LABEL  # noqa: E402
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+# Test helpers below run in Ray workers, which cannot import this file by module name.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+V4_8 = {"TPU": 4, "TPU-v4-8-head": 1}
+SLICE = "sim-v4-16-slice"
+FAST_FAILURE_DETECTION = {
+    "health_check_period_ms": 300,
+    "health_check_failure_threshold": 2,
+    "health_check_timeout_ms": 300,
+    "health_check_initial_delay_ms": 0,
+}
+RAY_ADDRESS_FILE = "/tmp/ray/ray_current_cluster"
+
+
+@dataclass
+class SimCluster:
+    cluster: Cluster
+    v4_8: dict = field(default_factory=dict)  # node id -> Node
+    v4_16: dict = field(default_factory=dict)
+    lockfile: str = ""
+
+    def add_v4_8(self):
+        node = self.cluster.add_node(num_cpus=1, resources=V4_8)
+        self.v4_8[node.node_id] = node
+        return node
+
+    def kill(self, node_id: str) -> None:
+        node = self.v4_8.pop(node_id)
+        self.cluster.remove_node(node, allow_graceful=False)
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    ray.shutdown()  # the shared local Ray of conftest, if a previous test started it
+    previous_address = _read(RAY_ADDRESS_FILE)
+    cluster = Cluster(
+        initialize_head=True,
+        # The head (the driver's node) poses as host 0 of a v4-32 slice without a slice name.
+        head_node_args={"num_cpus": 1, "include_dashboard": False, "_system_config": FAST_FAILURE_DETECTION,
+                        "resources": {"TPU": 4, "TPU-v4-32-head": 1}},
+    )
+    sim = SimCluster(cluster, lockfile=str(tmp_path_factory.mktemp("lock") / "libtpu_lockfile"))
+    try:
+        for _ in range(2):
+            sim.add_v4_8()
+        for host in range(2):
+            resources = {"TPU": 4, SLICE: 1, **({"TPU-v4-16-head": 1} if host == 0 else {})}
+            node = cluster.add_node(num_cpus=1, resources=resources, labels={SLICE_NAME_LABEL: SLICE})
+            sim.v4_16[node.node_id] = node
+        env = {"JAX_PLATFORMS": "cpu", "MARIN_LIBTPU_LOCKFILE": sim.lockfile, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+        os.environ["MARIN_LIBTPU_LOCKFILE"] = sim.lockfile
+        ray.init(address=cluster.address, runtime_env={"env_vars": env}, log_to_driver=False)
+        yield sim
+    finally:
+        os.environ.pop("MARIN_LIBTPU_LOCKFILE", None)
+        ray.shutdown()
+        # Remove our nodes ourselves: Cluster.shutdown() also deletes the machine-wide
+        # ray_current_cluster file, which may belong to a colleague's Ray.
+        for node in list(cluster.worker_nodes):
+            cluster.remove_node(node)
+        address = cluster.address
+        if cluster.head_node is not None:
+            cluster.remove_node(cluster.head_node)
+        if _read(RAY_ADDRESS_FILE) == address:  # still ours: put back what was there before
+            _restore(RAY_ADDRESS_FILE, previous_address)
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _restore(path, content):
+    try:
+        if content is None:
+            os.remove(path)
+        else:
+            with open(path, "w") as f:
+                f.write(content)
+    except OSError:
+        pass
+
+
+# ---- functions that run on the simulated hosts -------------------------------------------
+
+
+def where_am_i():
+    """Node id, the host/slice env run_on_tpu set, and whether the lockfile existed."""
+    lockfile = os.environ["MARIN_LIBTPU_LOCKFILE"]
+    open(lockfile, "w").close()  # as libtpu would
+    keys = ("MARIN_TPU_HOST_ID", "MARIN_TPU_NUM_HOSTS", "MARIN_TPU_SLICE_ID", "MEGASCALE_COORDINATOR_ADDRESS",
+            "MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID", "MEGASCALE_PORT")
+    return ray.get_runtime_context().get_node_id(), {k: os.environ.get(k) for k in keys}
+
+
+def _count_attempt(counter_dir: str) -> int:
+    """Record one attempt in a shared directory; return how many came before it."""
+    before = len(os.listdir(counter_dir))
+    open(os.path.join(counter_dir, f"attempt-{time.time_ns()}"), "w").close()
+    return before
+
+
+def user_bug(counter_dir: str):
+    _count_attempt(counter_dir)
+    raise ValueError("boom: a bug in user code")
+
+
+def crash_worker_then_succeed(counter_dir: str, crashes: int):
+    if _count_attempt(counter_dir) < crashes:
+        os._exit(1)  # the worker process dies, as on a lost host
+    return "done"
+
+
+def fail_on_slice_0_else_sleep(done_dir: str):
+    if os.environ["MARIN_TPU_SLICE_ID"] == "0":
+        raise RuntimeError("slice 0 broke")
+    time.sleep(4)
+    open(os.path.join(done_dir, "slice-1-finished"), "w").close()
+
+
+def slow_step(marker: str, state, batch):
+    """tiny_lm's step, slowed so the test can kill the node mid-run; records the node."""
+    if not os.path.exists(marker + ".node") or _read(marker + ".node") != ray.get_runtime_context().get_node_id():
+        with open(marker + ".node", "w") as f:
+            f.write(ray.get_runtime_context().get_node_id())
+    time.sleep(0.04)
+    return tiny_lm.train_step(state, batch)
+
+
+# ---- tests ---------------------------------------------------------------------------------
+
+
+def test_task_asking_for_v4_8_lands_on_a_v4_8_head(sim):
+    @ray.remote
+    def node_id():
+        return ray.get_runtime_context().get_node_id()
+
+    placed = ray.get([node_id.options(**tpu_resources("v4-8")).remote() for _ in range(4)])
+    assert set(placed) <= set(sim.v4_8)
+    slice_head = ray.get(node_id.options(**tpu_resources("v4-16")).remote())
+    host0 = [nid for nid, node in sim.v4_16.items() if "TPU-v4-16-head" in _node_resources(nid)]
+    assert slice_head in host0
+
+
+def _node_resources(node_id):
+    return next(n["Resources"] for n in ray.nodes() if n["NodeID"] == node_id)
+
+
+def test_run_on_single_host_slice_cleans_lockfile(sim):
+    [(node_id, env)] = run_on_tpu(where_am_i, "v4-8", fresh_process=False)
+    assert node_id in sim.v4_8
+    assert env["MARIN_TPU_HOST_ID"] == "0" and env["MARIN_TPU_NUM_HOSTS"] == "1"
+    assert env["MEGASCALE_NUM_SLICES"] is None  # single slice: no multislice variables
+    assert not os.path.exists(sim.lockfile)
+
+
+def test_multi_host_slice_runs_fn_once_per_host(sim):
+    results = run_on_tpu(where_am_i, "v4-16", fresh_process=False)
+    assert sorted(node for node, _ in results) == sorted(sim.v4_16)
+    assert sorted(env["MARIN_TPU_HOST_ID"] for _, env in results) == ["0", "1"]
+    assert {env["MARIN_TPU_NUM_HOSTS"] for _, env in results} == {"2"}
+    assert not os.path.exists(sim.lockfile)
+
+
+def test_multi_host_slice_without_a_slice_name_fails_fast(sim):
+    with pytest.raises(TpuSetupError, match="v4-32 slice .* has no slice name"):
+        run_on_tpu(where_am_i, "v4-32", max_retries_failure=5, fresh_process=False)
+
+
+def test_multislice_sets_megascale_env(sim):
+    results = run_on_tpu(where_am_i, "v4-8", num_slices=2, fresh_process=False)
+    assert sorted(node for node, _ in results) == sorted(sim.v4_8)
+    envs = [env for _, env in results]
+    assert [env["MEGASCALE_SLICE_ID"] for env in envs] == ["0", "1"]
+    assert {env["MEGASCALE_NUM_SLICES"] for env in envs} == {"2"}
+    assert len({env["MEGASCALE_COORDINATOR_ADDRESS"] for env in envs}) == 1
+    assert {env["MEGASCALE_PORT"] for env in envs} == {"8081"}
+
+
+def test_a_failing_slice_stops_the_others(sim, tmp_path):
+    done = str(tmp_path)
+    with pytest.raises(RuntimeError, match="slice 0 broke"):
+        run_on_tpu(lambda: fail_on_slice_0_else_sleep(done), "v4-8", num_slices=2, max_retries_failure=0)
+    time.sleep(5)
+    assert os.listdir(tmp_path) == []  # slice 1's fn was stopped, not left running
+
+
+def test_user_exception_exhausts_failure_budget_with_traceback(sim, tmp_path):
+    with pytest.raises(ValueError, match="boom: a bug in user code") as info:
+        run_on_tpu(lambda: user_bug(str(tmp_path)), "v4-8", max_retries_failure=2, fresh_process=False)
+    assert len(os.listdir(tmp_path)) == 3  # the first try plus two retries
+    message = str(info.value)
+    # The remote traceback: the frame of fn that raised, and the raising line.
+    assert "in user_bug" in message and 'raise ValueError("boom' in message
+    assert any("max_retries_failure=2" in note for note in info.value.__notes__)
+
+
+def test_worker_loss_is_retried_without_using_failure_budget(sim, tmp_path):
+    counter = str(tmp_path)
+    result = run_on_tpu(lambda: crash_worker_then_succeed(counter, 2), "v4-8", max_retries_failure=0)
+    assert result == ["done"] and len(os.listdir(tmp_path)) == 3
+
+
+def test_preemption_budget_is_bounded(sim, tmp_path):
+    counter = str(tmp_path)
+    with pytest.raises(TpuPreemptedError, match="max_retries_preemption=0"):
+        run_on_tpu(lambda: crash_worker_then_succeed(counter, 99), "v4-8", max_retries_preemption=0)
+    assert len(os.listdir(tmp_path)) == 1
+
+
+@pytest.fixture(scope="module")
+def token_shards(tmp_path_factory):
+    """A small byte-tokenized corpus written by a Zephyr pipeline (part-NNNNN.jsonl.zst)."""
+    root = str(tmp_path_factory.mktemp("tokens"))
+    texts = tuple(f"{i}: it was the best of times, it was the worst of times" for i in range(40))
+    tiny_lm.tokenize_corpus(tiny_lm.TokenizeConfig(output_path=root, texts=texts, num_shards=3))
+    assert len(os.listdir(root)) == 3
+    return f"{root}/part-*.jsonl.zst"
+
+
+def test_training_survives_repeated_node_kills_and_matches_uninterrupted_run(sim, token_shards, tmp_path):
+    config = dict(batch_size=4, seq_len=32, num_steps=60, checkpoint_every=5, seed=3)
+    ckpt, marker = str(tmp_path / "ckpt"), str(tmp_path / "marker")
+    outcome = {}
+
+    def train():
+        try:
+            outcome["result"] = train_on_tpu(
+                lambda s, b: slow_step(marker, s, b), tiny_lm.init_state, token_shards, tpu_type="v4-8",
+                checkpoint_path=ckpt, max_retries_failure=0, **config,
+            )
+        except BaseException as e:  # surfaced by the assertion below
+            outcome["error"] = e
+
+    thread = threading.Thread(target=train)
+    thread.start()
+    killed = []
+    for kill_after_step in (10, 30):
+        def reached(step=kill_after_step):
+            return (latest_step(ckpt) or 0) >= step and _read(marker + ".node")
+
+        node = _wait_for(reached, timeout=120)
+        assert latest_step(ckpt) < config["num_steps"], "training finished before the node was killed"
+        sim.kill(node)
+        os.remove(marker + ".node")
+        killed.append(node)
+        sim.add_v4_8()  # the autoscaler's replacement
+    thread.join(timeout=180)
+    assert not thread.is_alive()
+    assert "error" not in outcome, outcome.get("error")
+    result = outcome["result"]
+    assert result.step == config["num_steps"] and result.resumed_from is not None
+
+    reference = train_loop(tiny_lm.train_step, tiny_lm.init_state, token_shards,
+                           checkpoint_path=str(tmp_path / "reference"), **config)
+    template = jax.eval_shape(tiny_lm.init_state, jax.random.key(config["seed"]))
+    resumed, uninterrupted = load_checkpoint(ckpt, template), load_checkpoint(reference.checkpoint_path, template)
+    assert resumed.data_position == uninterrupted.data_position
+    for a, b in zip(jax.tree_util.tree_leaves(resumed.state["params"]),
+                    jax.tree_util.tree_leaves(uninterrupted.state["params"]), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def _wait_for(predicate, timeout: float):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise TimeoutError(f"condition not met within {timeout}s")
+
+
+def test_training_on_a_multi_host_slice_writes_checkpoints_from_host_0(sim, token_shards, tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    result = train_on_tpu(tiny_lm.train_step, tiny_lm.init_state, token_shards, tpu_type="v4-16",
+                          batch_size=2, seq_len=16, num_steps=8, checkpoint_every=4, checkpoint_path=ckpt,
+                          fresh_process=False)
+    assert result.step == 8 and latest_step(ckpt) == 8
+    assert sorted(os.listdir(ckpt)) == ["latest.json", "step-00000004.npz", "step-00000008.npz"]
+
+
+def test_training_runs_as_an_executor_step(sim, tmp_path):
+    execution = pytest.importorskip("marin.execution")
+    ExecutorStep, executor_main = execution.ExecutorStep, execution.executor_main
+    tokens = ExecutorStep(
+        name="tiny/tokens", fn=tiny_lm.tokenize_corpus,
+        config=tiny_lm.TokenizeConfig(output_path=execution.this_output_path(),
+                                      texts=tuple(f"line {i}: hello tpu" for i in range(30)), num_shards=2),
+    )
+    train = ExecutorStep(
+        name="tiny/train", fn=tiny_lm.train,
+        config=tiny_lm.TrainConfig(tokens=execution.output_path_of(tokens), output_path=execution.this_output_path(),
+                                   tpu_type="v4-8", batch_size=2, seq_len=16, num_steps=12, checkpoint_every=5),
+    )
+    config = execution.ExecutorMainConfig(prefix=str(tmp_path), poll_interval=0.2, heartbeat_interval=1.0)
+    first = executor_main([tokens, train], config=config)
+    assert set(first.values()) == {"SUCCESS"}
+    (train_dir,) = (tmp_path / "tiny").glob("train-*")
+    assert latest_step(str(train_dir / "checkpoints")) == 12
+    assert set(executor_main([tokens, train], config=config).values()) == {"SKIPPED"}

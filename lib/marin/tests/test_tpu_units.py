@@ -1,0 +1,323 @@
+"""Fast tests of marin.tpu that start no Ray: slice table, parsing, resources, lockfile,
+token batching, checkpoints and the in-process training loop (JAX on CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from marin.tpu import (
+    GENERATIONS,
+    DataPosition,
+    TokenBatches,
+    host_resources,
+    is_preemption,
+    latest_step,
+    load_checkpoint,
+    parse_tpu_type,
+    remove_tpu_lockfile_on_exit,
+    resolve_shards,
+    save_checkpoint,
+    tpu_resources,
+    valid_tpu_types,
+)
+
+# ---- slice table and resources --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "tpu_type, chips, hosts, chips_per_host",
+    [
+        ("v4-8", 4, 1, 4),
+        ("v4-16", 8, 2, 4),
+        ("v4-32", 16, 4, 4),
+        ("v4-4096", 2048, 512, 4),
+        ("v5litepod-1", 1, 1, 1),
+        ("v5litepod-4", 4, 1, 4),
+        ("v5litepod-8", 8, 1, 8),
+        ("v5litepod-16", 16, 4, 4),
+        ("v5litepod-256", 256, 64, 4),
+        ("v5p-8", 4, 1, 4),
+        ("v5p-16", 8, 2, 4),
+        ("v5p-12288", 6144, 1536, 4),
+        ("v6e-1", 1, 1, 1),
+        ("v6e-4", 4, 1, 4),
+        ("v6e-8", 8, 1, 8),
+        ("v6e-16", 16, 4, 4),
+        ("v6e-256", 256, 64, 4),
+    ],
+)
+def test_slice_table(tpu_type, chips, hosts, chips_per_host):
+    spec = parse_tpu_type(tpu_type)
+    assert (spec.chips, spec.num_hosts, spec.chips_per_host) == (chips, hosts, chips_per_host)
+    assert spec.is_multi_host == (hosts > 1)
+    assert spec.head_resource == f"TPU-{tpu_type}-head"
+
+
+@pytest.mark.parametrize(
+    "tpu_type, expected",
+    [
+        ("v4-8", {"TPU": 4, "TPU-v4-8-head": 1}),
+        ("v5litepod-4", {"TPU": 4, "TPU-v5litepod-4-head": 1}),
+        ("v5litepod-8", {"TPU": 8, "TPU-v5litepod-8-head": 1}),
+        ("v5p-8", {"TPU": 4, "TPU-v5p-8-head": 1}),
+        ("v6e-8", {"TPU": 8, "TPU-v6e-8-head": 1}),
+        ("v4-16", {"TPU": 4, "TPU-v4-16-head": 1}),  # host 0's share of a two-host slice
+    ],
+)
+def test_tpu_resources_request_chips_and_head(tpu_type, expected):
+    assert tpu_resources(tpu_type) == {"num_cpus": 1, "resources": expected}
+    assert tpu_resources(tpu_type, num_cpus=8)["num_cpus"] == 8
+
+
+def test_host_resources_use_the_slice_name():
+    assert host_resources("v6e-16", "my-slice") == {"num_cpus": 1, "resources": {"TPU": 4, "my-slice": 1}}
+    with pytest.raises(ValueError, match="slice_name"):
+        host_resources("v6e-16", "")
+
+
+def test_v5e_alias_and_normalisation():
+    assert parse_tpu_type("v5e-8").tpu_type == "v5litepod-8"
+    assert parse_tpu_type(" V4-8 ").tpu_type == "v4-8"
+
+
+def test_every_generation_lists_its_types():
+    assert set(GENERATIONS) == {"v4", "v5e", "v5p", "v6e"}
+    assert valid_tpu_types("v6e")[:3] == ("v6e-1", "v6e-4", "v6e-8")
+    assert "v4-8" in valid_tpu_types() and "v5litepod-256" in valid_tpu_types()
+    for tpu_type in valid_tpu_types():
+        assert parse_tpu_type(tpu_type).tpu_type == tpu_type
+    with pytest.raises(ValueError, match="valid generations: v4, v5e"):
+        valid_tpu_types("v7")
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("v4_8", "Malformed TPU type 'v4_8'.*Valid generations: v4, v5e \\(v5litepod-N\\), v5p, v6e"),
+        ("v4-", "Malformed"),
+        ("tpu", "Malformed"),
+        ("v9-8", "Unknown TPU generation 'v9'.*valid generations"),
+        ("v4-12", "Invalid size 12 for TPU generation v4.*v4-8, v4-16"),
+        ("v6e-2", "Invalid size 2 for TPU generation v6e.*v6e-1, v6e-4, v6e-8"),
+        ("v5litepod-3", "valid v5e types: v5litepod-1"),
+    ],
+)
+def test_parse_errors_list_valid_choices(bad, message):
+    with pytest.raises(ValueError, match=message):
+        parse_tpu_type(bad)
+
+
+def test_parse_rejects_non_strings():
+    with pytest.raises(TypeError, match="must be a string"):
+        parse_tpu_type(8)
+
+
+# ---- lockfile -------------------------------------------------------------------------------
+
+
+def test_lockfile_removed_by_decorator_even_on_error(tmp_path):
+    lock = tmp_path / "libtpu_lockfile"
+
+    @remove_tpu_lockfile_on_exit(path=str(lock))
+    def work(fail):
+        lock.write_text("held")
+        if fail:
+            raise RuntimeError("boom")
+        return 7
+
+    assert work(False) == 7 and not lock.exists()
+    with pytest.raises(RuntimeError, match="boom"):
+        work(True)
+    assert not lock.exists()
+    assert work.__name__ == "work"
+
+
+def test_lockfile_bare_decorator_uses_env_path(tmp_path, monkeypatch):
+    lock = tmp_path / "lock"
+    monkeypatch.setenv("MARIN_LIBTPU_LOCKFILE", str(lock))
+
+    @remove_tpu_lockfile_on_exit
+    def work():
+        lock.write_text("held")
+
+    work()
+    assert not lock.exists()
+
+
+def test_lockfile_context_manager_safe_when_absent(tmp_path):
+    lock = tmp_path / "never-created"
+    with remove_tpu_lockfile_on_exit(path=str(lock)):
+        pass
+    assert not lock.exists()
+    with remove_tpu_lockfile_on_exit(path=str(lock)):
+        lock.write_text("held")
+    assert not lock.exists()
+
+
+def test_preemption_classification():
+    from ray.exceptions import NodeDiedError, RayTaskError, WorkerCrashedError
+
+    assert is_preemption(WorkerCrashedError())
+    assert is_preemption(NodeDiedError("node gone"))
+    assert not is_preemption(ValueError("user bug"))
+    wrapped = RayTaskError("run", "traceback", WorkerCrashedError())
+    assert is_preemption(wrapped)
+    assert not is_preemption(RayTaskError("run", "traceback", ValueError("bug")))
+
+
+# ---- data -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def shards(tmp_path):
+    """Three shards (plain, zstd, gzip JSONL) whose tokens count up 0, 1, 2, ... across them."""
+    from zephyr.io import write_jsonl_file
+
+    lengths = [[3, 5, 0, 4], [7, 1], [6, 2, 2]]
+    next_token, paths = 0, []
+    for i, (record_lengths, ext) in enumerate(zip(lengths, ["jsonl", "jsonl.zst", "jsonl.gz"], strict=True)):
+        records = []
+        for n in record_lengths:
+            records.append({"input_ids": list(range(next_token, next_token + n)), "text": "x"})
+            next_token += n
+        path = str(tmp_path / f"part-{i}.{ext}")
+        write_jsonl_file(records, path)
+        paths.append(path)
+    return paths, next_token
+
+
+def test_batches_pack_tokens_in_sorted_shard_order_and_wrap(shards, tmp_path):
+    paths, total = shards
+    resolved = resolve_shards(str(tmp_path / "part-*"))
+    assert resolved == sorted(paths)
+    batches = TokenBatches(resolved, batch_size=2, seq_len=5)
+    stream = np.concatenate([next(batches).ravel() for _ in range(5)])  # 50 tokens, 30 per epoch
+    np.testing.assert_array_equal(stream, np.arange(50) % total)
+    assert next(batches).dtype == np.int32
+
+
+def test_batches_resume_from_position(shards):
+    paths, _ = shards
+    straight = TokenBatches(paths, batch_size=3, seq_len=4)
+    expected = [next(straight) for _ in range(8)]
+    first = TokenBatches(paths, batch_size=3, seq_len=4)
+    got = [next(first) for _ in range(3)]
+    position = DataPosition.from_dict(json.loads(json.dumps(first.position.to_dict())))
+    resumed = TokenBatches(paths, batch_size=3, seq_len=4, position=position)
+    got += [next(resumed) for _ in range(5)]
+    for a, b in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_parquet_shards(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"input_ids": [[1, 2, 3], [4, 5, 6, 7]]}), tmp_path / "a.parquet")
+    batches = TokenBatches(resolve_shards([str(tmp_path / "a.parquet")]), batch_size=1, seq_len=7)
+    np.testing.assert_array_equal(next(batches), [[1, 2, 3, 4, 5, 6, 7]])
+
+
+def test_data_errors(tmp_path, shards):
+    paths, _ = shards
+    with pytest.raises(FileNotFoundError, match="no shards match"):
+        resolve_shards(str(tmp_path / "missing-*.jsonl"))
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(ValueError, match="cannot tell the format"):
+        resolve_shards(str(tmp_path / "notes.txt"))
+    with pytest.raises(ValueError, match="no token field 'tokens'.*input_ids"):
+        next(TokenBatches(paths, batch_size=1, seq_len=2, field="tokens"))
+    with pytest.raises(ValueError, match="batch_size and seq_len must be positive"):
+        TokenBatches(paths, batch_size=0, seq_len=2)
+
+
+# ---- checkpoints and the training loop --------------------------------------------------------
+
+
+def test_checkpoint_roundtrip_commit_marker_and_pruning(tmp_path):
+    jax = pytest.importorskip("jax")
+    state = {"w": jax.numpy.arange(6.0).reshape(2, 3), "n": jax.numpy.int32(4), "key": jax.random.key(1)}
+    directory = str(tmp_path / "ckpt")
+    assert load_checkpoint(directory, state) is None and latest_step(directory) is None
+    for step in (1, 2, 3):
+        save_checkpoint(directory, step, state, DataPosition(0, 1, 2, step), metrics={"loss": 0.5}, keep=2)
+    assert sorted(os.listdir(directory)) == ["latest.json", "step-00000002.npz", "step-00000003.npz"]
+    loaded = load_checkpoint(directory, jax.eval_shape(lambda: state))
+    assert loaded.step == 3 and loaded.data_position == DataPosition(0, 1, 2, 3) and loaded.metrics == {"loss": 0.5}
+    np.testing.assert_array_equal(loaded.state["w"], state["w"])
+    np.testing.assert_array_equal(jax.random.key_data(loaded.state["key"]), jax.random.key_data(state["key"]))
+    # A checkpoint file without a commit (a writer killed before latest.json) is ignored.
+    (tmp_path / "ckpt" / "step-00000009.npz").write_bytes(b"partial garbage")
+    assert load_checkpoint(directory, state).step == 3
+    mismatch = "leaf 2 \\(\\['w'\\]\\) is float32\\[2, 3\\] but the state template has float32\\[3\\]"
+    with pytest.raises(ValueError, match=mismatch):
+        load_checkpoint(directory, {"w": jax.numpy.zeros(3), "n": 0, "key": state["key"]})
+
+
+def test_checkpoint_on_object_store():
+    jax = pytest.importorskip("jax")
+    directory = "memory://tpu-test-ckpt/run"
+    save_checkpoint(directory, 5, {"w": jax.numpy.ones(3)}, DataPosition())
+    assert latest_step(directory) == 5
+    np.testing.assert_array_equal(load_checkpoint(directory, {"w": jax.numpy.zeros(3)}).state["w"], np.ones(3))
+
+
+@pytest.fixture
+def text_shards(tmp_path):
+    from zephyr.io import write_jsonl_file
+
+    from marin.tpu import tiny_lm
+
+    text = "a stitch in time saves nine; " * 30
+    for i in range(2):
+        write_jsonl_file([{"input_ids": tiny_lm.encode(text[j : j + 33 + i])} for j in range(0, len(text), 41)],
+                         str(tmp_path / f"tok-{i}.jsonl.zst"))
+    return str(tmp_path / "tok-*.jsonl.zst")
+
+
+def test_train_loop_resumes_to_identical_params(text_shards, tmp_path):
+    jax = pytest.importorskip("jax")
+    from marin.tpu import tiny_lm, train_loop
+
+    config = dict(batch_size=4, seq_len=24, checkpoint_every=4, seed=1)
+    straight = train_loop(tiny_lm.train_step, tiny_lm.init_state, text_shards, num_steps=30,
+                          checkpoint_path=str(tmp_path / "a"), **config)
+    # An "interrupted" run: stops at step 13, then a new call continues to 30.
+    train_loop(tiny_lm.train_step, tiny_lm.init_state, text_shards, num_steps=13,
+               checkpoint_path=str(tmp_path / "b"), **config)
+    resumed = train_loop(tiny_lm.train_step, tiny_lm.init_state, text_shards, num_steps=30,
+                         checkpoint_path=str(tmp_path / "b"), **config)
+    assert resumed.resumed_from == 13 and resumed.step == straight.step == 30
+    assert straight.metrics["loss"] < 4.0  # learned something from log(256) = 5.5
+    template = jax.eval_shape(tiny_lm.init_state, jax.random.key(1))
+    a, b = load_checkpoint(str(tmp_path / "a"), template), load_checkpoint(str(tmp_path / "b"), template)
+    assert a.data_position == b.data_position
+    params_a, params_b = jax.tree_util.tree_leaves(a.state["params"]), jax.tree_util.tree_leaves(b.state["params"])
+    for x, y in zip(params_a, params_b, strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    # Already finished: a rerun trains nothing and keeps the result.
+    again = train_loop(tiny_lm.train_step, tiny_lm.init_state, text_shards, num_steps=30,
+                       checkpoint_path=str(tmp_path / "b"), **config)
+    assert again.resumed_from == 30 and again.step == 30
+
+
+@pytest.mark.slow
+def test_checkpoint_on_gcs_emulator(gcs_bucket):
+    jax = pytest.importorskip("jax")
+    directory = f"{gcs_bucket}/run/checkpoints"
+    state = {"w": jax.numpy.arange(4.0)}
+    for step in (10, 20, 30):
+        save_checkpoint(directory, step, state, DataPosition(token=step), keep=2)
+    loaded = load_checkpoint(directory, state)
+    assert loaded.step == 30 and loaded.data_position.token == 30
+    np.testing.assert_array_equal(loaded.state["w"], np.arange(4.0))
+    import fsspec
+
+    fs = fsspec.filesystem("gs")
+    fs.invalidate_cache()
+    names = sorted(path.rsplit("/", 1)[-1] for path in fs.ls(directory.removeprefix("gs://")))
+    assert names == ["latest.json", "step-00000020.npz", "step-00000030.npz"]
