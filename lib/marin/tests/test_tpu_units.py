@@ -293,6 +293,10 @@ def test_train_loop_resumes_to_identical_params(text_shards, tmp_path):
                          checkpoint_path=str(tmp_path / "b"), **config)
     assert resumed.resumed_from == 13 and resumed.step == straight.step == 30
     assert straight.metrics["loss"] < 4.0  # learned something from log(256) = 5.5
+    # the metrics history (the loss curve) survives the interruption: the straight run's points,
+    # plus the one the shortened first call logged as its last step
+    assert [h["step"] for h in straight.history] == [10, 20, 30]
+    assert [h for h in resumed.history if h["step"] != 13] == straight.history
     template = jax.eval_shape(tiny_lm.init_state, jax.random.key(1))
     a, b = load_checkpoint(str(tmp_path / "a"), template), load_checkpoint(str(tmp_path / "b"), template)
     assert a.data_position == b.data_position

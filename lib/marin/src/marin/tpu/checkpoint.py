@@ -49,6 +49,7 @@ class Checkpoint:
     data_position: DataPosition
     metrics: dict[str, float] = field(default_factory=dict)
     path: str = ""
+    history: list[dict] = field(default_factory=list)  # the metrics logged so far, one dict per log step
 
 
 def _join(directory: str, name: str) -> str:
@@ -68,6 +69,7 @@ def save_checkpoint(
     metrics: dict[str, float] | None = None,
     keep: int = 2,
     write: bool = True,
+    history: list[dict] | None = None,
 ) -> str:
     """Write ``state`` as checkpoint ``step`` and commit it as the latest; return its path.
 
@@ -88,6 +90,7 @@ def save_checkpoint(
         "key_leaves": {str(i): impl for i, (_, impl) in enumerate(converted) if impl is not None},
         "data_position": data_position.to_dict(),
         "metrics": {k: float(v) for k, v in (metrics or {}).items()},
+        "history": list(history or []),
     }
     arrays = {f"leaf_{i:05d}": array for i, array in enumerate(leaves)}
     arrays[_META_KEY] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
@@ -141,6 +144,7 @@ def load_checkpoint(directory: str, template: Any) -> Checkpoint | None:
         data_position=DataPosition.from_dict(meta["data_position"]),
         metrics=meta.get("metrics", {}),
         path=path,
+        history=meta.get("history", []),
     )
 
 

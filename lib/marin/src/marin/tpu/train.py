@@ -50,6 +50,7 @@ class TrainResult:
     checkpoint_path: str
     metrics: dict[str, float] = field(default_factory=dict)
     resumed_from: int | None = None
+    history: list[dict] = field(default_factory=list)  # {"step": n, **metrics} every log_every steps
 
 
 def train_loop(
@@ -98,14 +99,15 @@ def train_loop(
     key = jax.random.key(seed)
     restored = load_checkpoint(checkpoint_path, jax.eval_shape(init_state, key))
     if restored is None:
-        state, step, position, metrics = init_state(key), 0, DataPosition(), {}
+        state, step, position, metrics, history = init_state(key), 0, DataPosition(), {}, []
         logger.info("starting at step 0 on %s (%d shards)", jax.default_backend(), len(shards))
     else:
         state, step, position, metrics = restored.state, restored.step, restored.data_position, restored.metrics
+        history = list(restored.history)
         logger.info("resuming at step %d from %s (data at %s)", step, restored.path, position)
     batches = TokenBatches(shards, batch_size=batch_size, seq_len=seq_len, field=field, position=position)
     writer = _is_checkpoint_writer()
-    checkpoint = functools.partial(save_checkpoint, checkpoint_path, keep=keep_checkpoints, write=writer)
+    checkpoint = functools.partial(save_checkpoint, checkpoint_path, keep=keep_checkpoints, write=writer, history=history)
     last_saved = step if restored is not None else None
     window_start, window_step = time.monotonic(), step
     while step < num_steps:
@@ -113,6 +115,7 @@ def train_loop(
         step += 1
         if step % log_every == 0 or step == num_steps:
             metrics = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
+            history.append({**metrics, "step": step})
             now = time.monotonic()
             rate = (step - window_step) / max(now - window_start, 1e-9)
             window_start, window_step = now, step
@@ -123,7 +126,7 @@ def train_loop(
     if last_saved != step:  # num_steps == 0 on a fresh run, or already done
         checkpoint(step, state, batches.position, metrics=metrics)
     return TrainResult(step=step, checkpoint_path=checkpoint_path, metrics=metrics,
-                       resumed_from=None if restored is None else restored.step)
+                       resumed_from=None if restored is None else restored.step, history=history)
 
 
 def train_on_tpu(
