@@ -107,3 +107,26 @@ def test_error_types_are_importable_and_picklable():
     t = ShardError(0, 1, "src", "KeyError", "k", "tb")
     assert str(pickle.loads(pickle.dumps(t))) == str(t)
     assert issubclass(TruncatedInputError, EOFError)
+
+
+@pytest.mark.ray
+def test_function_the_workers_cannot_import_fails_fast_instead_of_being_retried_as_lost(ray_shared, tmp_path):
+    """Regression: a worker-side unpickling error (RaySystemError) was retried 100 times as a lost task."""
+    import importlib.util
+    import sys
+
+    from zephyr import create_backend
+
+    module_path = tmp_path / "only_on_the_driver.py"
+    module_path.write_text("def bump(x):\n    return x + 1\n")
+    spec = importlib.util.spec_from_file_location("only_on_the_driver", module_path)
+    module = sys.modules["only_on_the_driver"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    backend = create_backend("ray", progress=False)
+    try:
+        execution = backend.execute(Dataset.from_list([1, 2]).map(module.bump))
+        with pytest.raises(ShardError, match="No module named 'only_on_the_driver'"):
+            list(execution)
+        assert sum(s.retries_lost for s in execution.stats) == 0
+    finally:
+        del sys.modules["only_on_the_driver"]

@@ -95,9 +95,10 @@ class RayBackend(Backend):
             ray.exceptions.ObjectLostError,
             ray.exceptions.OwnerDiedError,
             ray.exceptions.LocalRayletDiedError,
-            ray.exceptions.RaySystemError,
             ray.exceptions.TaskCancelledError,
         )
+        # Not lost: a RaySystemError cause is usually an argument that cannot be unpickled on
+        # the worker (e.g. "No module named ..."); retrying it a hundred times cannot help.
         try:
             return ray.get(handle)
         except ray.exceptions.RayTaskError as e:
