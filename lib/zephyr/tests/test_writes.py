@@ -49,10 +49,21 @@ def test_failure_mid_shard_leaves_no_file_and_litter_is_cleaned_next_time(local_
     assert list(tmp_path.iterdir()) == []  # the temporary is removed on failure
 
     # a killed writer (no chance to clean up) leaves a temporary behind ...
-    (tmp_path / ".only.jsonl.zephyr-tmp-deadbeef").write_bytes(b'{"x": 0}\n{"x"')
+    import subprocess
+    import sys
+
+    from zephyr.io.files import _HOST_ID
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    killed = tmp_path / f".only.jsonl.zephyr-tmp-{int(dead.stdout)}@{_HOST_ID}-deadbeef"
+    killed.write_bytes(b'{"x": 0}\n{"x"')
+    # ... while a live concurrent writer of the same output (this process) has one in progress
+    live = tmp_path / f".only.jsonl.zephyr-tmp-{os.getpid()}@{_HOST_ID}-0123abcd"
+    live.write_bytes(b"in progress")
     list(local_backend.execute(Dataset.from_iterable(range(6)).map(lambda x: {"x": x}).write_jsonl(str(target))))
-    # ... and the next successful write of that output removes it
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["only.jsonl"]
+    # ... the next successful write removes the dead writer's temporary, not the live one's
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["only.jsonl", live.name])
+    live.unlink()
     assert target.read_text().count("\n") == 6
 
 
@@ -71,3 +82,26 @@ def test_single_shard_may_omit_the_shard_field(local_backend, tmp_path):
 def test_writer_output_can_feed_further_ops(local_backend, tmp_path):
     ds = Dataset.from_list([0, 1]).map(counted).write_jsonl(str(tmp_path / "o-{shard}.jsonl")).load_jsonl().map(lambda r: r["x"] + 100)
     assert list(local_backend.execute(ds)) == [100, 101]
+
+
+def test_after_a_failure_no_other_shard_is_still_writing(tmp_path):
+    """Regression: the run raised while another threadpool shard was mid-write, so a temporary
+    (and later an output) appeared after the error had been returned."""
+    import time
+
+    from zephyr import create_backend
+
+    def slow_or_bad(i):
+        if i == 1:
+            raise ValueError("bad shard")
+        time.sleep(0.5)
+        return [{"i": i, "j": j} for j in range(1000)]
+
+    backend = create_backend("threadpool", max_parallelism=3, progress=False)
+    ds = Dataset.from_list([0, 1, 2]).flat_map(slow_or_bad).write_jsonl(str(tmp_path / "p-{shard}.jsonl"))
+    with pytest.raises(ShardError, match="bad shard"):
+        list(backend.execute(ds))
+    settled = sorted(p.name for p in tmp_path.iterdir())
+    time.sleep(0.8)
+    assert sorted(p.name for p in tmp_path.iterdir()) == settled  # nothing still running
+    assert all(not name.startswith(".") for name in settled)

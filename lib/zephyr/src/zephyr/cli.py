@@ -116,7 +116,7 @@ class DryRunBackend(Backend):
     def submit(self, fn, shared, arg):  # pragma: no cover - execute never submits
         raise RuntimeError("dry-run backend runs nothing")
 
-    def wait(self, handles):  # pragma: no cover
+    def wait(self, handles, timeout=None):  # pragma: no cover
         return list(handles)
 
     def result(self, handle):  # pragma: no cover

@@ -202,8 +202,9 @@ class Execution:
                         yield finished.pop(next_shard)
                         next_shard += 1
         finally:
-            if in_flight:
+            if in_flight:  # a fatal error, or the caller stopped iterating
                 backend.cancel(list(in_flight))
+                backend.drain(list(in_flight))
             stats.elapsed = time.perf_counter() - start
             progress.close()
 

@@ -51,17 +51,10 @@ def read_json(path: str) -> Any | None:
 
 def write_text(path: str, text: str) -> None:
     """Replace `path` with `text` so that readers see the old or the new content, never half."""
-    fs, fs_path = filesystem(path)
-    data = text.encode("utf-8")
-    if is_local(fs):
-        directory = os.path.dirname(fs_path)
-        os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f".{os.path.basename(fs_path)}.tmp-{uuid.uuid4().hex}")
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, fs_path)
-    else:
-        fs.pipe_file(fs_path, data)
+    from zephyr.io import atomic_write
+
+    with atomic_write(path, "wb") as f:
+        f.write(text.encode("utf-8"))
 
 
 def write_json(path: str, obj: Any) -> None:

@@ -70,8 +70,8 @@ class Backend(ABC):
         """Start `fn(shared, arg)`; return a hashable handle."""
 
     @abstractmethod
-    def wait(self, handles: Sequence[Any]) -> list[Any]:
-        """Block until at least one handle is finished; return the finished ones."""
+    def wait(self, handles: Sequence[Any], timeout: float | None = None) -> list[Any]:
+        """Block until at least one handle is finished (or `timeout` passes); return the finished ones."""
 
     @abstractmethod
     def result(self, handle: Any) -> Any:
@@ -79,6 +79,17 @@ class Backend(ABC):
 
     def cancel(self, handles: Sequence[Any]) -> None:
         """Best effort: stop calls that are still running (after a fatal error)."""
+
+    def drain(self, handles: Sequence[Any], timeout: float = 120.0) -> None:
+        """Wait (bounded) for calls to end after a fatal error, so that none keeps writing
+        after the run has raised; their results are dropped."""
+        import time
+
+        remaining = list(handles)
+        deadline = time.monotonic() + timeout
+        while remaining and time.monotonic() < deadline:
+            done = set(self.wait(remaining, timeout=max(0.0, deadline - time.monotonic())))
+            remaining = [h for h in remaining if h not in done]
 
     def close(self) -> None:
         """Release what the backend holds (threads, a Ray it started)."""

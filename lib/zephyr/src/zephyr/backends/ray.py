@@ -79,9 +79,9 @@ class RayBackend(Backend):
         self._ray()
         return self._remote.remote(fn, shared, arg)
 
-    def wait(self, handles: Sequence[Any]) -> list[Any]:
+    def wait(self, handles: Sequence[Any], timeout: float | None = None) -> list[Any]:
         ray = self._ray()
-        done, rest = ray.wait(list(handles), num_returns=1)
+        done, rest = ray.wait(list(handles), num_returns=1, timeout=timeout)
         if rest:
             more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
             done.extend(more)

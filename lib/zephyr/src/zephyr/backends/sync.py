@@ -31,7 +31,7 @@ class SyncBackend(Backend):
         except Exception as e:
             return _Finished(error=e)
 
-    def wait(self, handles: Sequence[_Finished]) -> list[_Finished]:
+    def wait(self, handles: Sequence[_Finished], timeout: float | None = None) -> list[_Finished]:
         return list(handles)
 
     def result(self, handle: _Finished) -> Any:

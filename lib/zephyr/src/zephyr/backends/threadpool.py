@@ -29,8 +29,8 @@ class ThreadpoolBackend(Backend):
     def submit(self, fn: Callable, shared: Any, arg: Any) -> cf.Future:
         return self._executor().submit(fn, shared, arg)
 
-    def wait(self, handles: Sequence[cf.Future]) -> list[cf.Future]:
-        done, _ = cf.wait(handles, return_when=cf.FIRST_COMPLETED)
+    def wait(self, handles: Sequence[cf.Future], timeout: float | None = None) -> list[cf.Future]:
+        done, _ = cf.wait(handles, timeout=timeout, return_when=cf.FIRST_COMPLETED)
         return list(done)
 
     def result(self, handle: cf.Future) -> Any:

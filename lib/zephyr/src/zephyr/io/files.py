@@ -1,8 +1,10 @@
 """fsspec file access: one code path for local disk, `gs://` and `memory://`.
 
 `atomic_write` is the invariant "an output path holds a complete file or nothing":
-- local disk: write `.NAME.zephyr-tmp-<id>` beside the target, then `os.replace` (atomic on POSIX);
-  stale temporaries of the same target left by killed writers are removed after a success;
+- local disk: write `.NAME.zephyr-tmp-<pid>@<host>-<id>` beside the target, then `os.replace`
+  (atomic on POSIX); after a success, temporaries of the same target whose writer process is
+  dead (same host) or that are over a day old are removed, while those of live concurrent
+  writers (a retried task racing a zombie attempt) are left alone;
 - object stores: write a local temporary file, then upload it with one `put_file`; an object
   appears only when its upload completes, so no partial object is ever visible and nothing is
   left behind remotely (no rename needed, which the GCS emulator lacks anyway).
@@ -11,9 +13,13 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
+import re
+import socket
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from typing import BinaryIO
@@ -26,6 +32,9 @@ from zephyr.io.compression import codec_for, open_compressed_reader, open_compre
 __all__ = ["atomic_write", "exists", "expand_glob", "open_input", "open_output", "url_to_fs"]
 
 _TMP_MARKER = ".zephyr-tmp-"
+_HOST_ID = hashlib.blake2b(socket.gethostname().encode(), digest_size=4).hexdigest()
+_TMP_SUFFIX = re.compile(r"(\d+)@([0-9a-f]+)-[0-9a-f]+")
+_STALE_AFTER = 24 * 3600
 
 
 def url_to_fs(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -81,7 +90,7 @@ def atomic_write(path: str, mode: str = "wb") -> Iterator[BinaryIO]:
     if _is_local(fs):
         directory, name = os.path.split(os.path.abspath(fs_path))
         os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f".{name}{_TMP_MARKER}{uuid.uuid4().hex[:12]}")
+        tmp = os.path.join(directory, f".{name}{_TMP_MARKER}{os.getpid()}@{_HOST_ID}-{uuid.uuid4().hex[:12]}")
     else:
         fd, tmp = tempfile.mkstemp(prefix="zephyr-upload-")
         os.close(fd)
@@ -118,6 +127,26 @@ def _remove_stale_temporaries(directory: str, name: str) -> None:
     prefix = f".{name}{_TMP_MARKER}"
     with contextlib.suppress(FileNotFoundError):
         for entry in os.scandir(directory):
-            if entry.name.startswith(prefix):
+            if entry.name.startswith(prefix) and _is_stale(entry, entry.name[len(prefix) :]):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(entry.path)
+
+
+def _is_stale(entry: os.DirEntry, suffix: str) -> bool:
+    """A temporary whose writer is gone: a dead process on this host, or an old file."""
+    match = _TMP_SUFFIX.fullmatch(suffix)
+    if match and match.group(2) == _HOST_ID:
+        return not _process_alive(int(match.group(1)))
+    with contextlib.suppress(FileNotFoundError):
+        return time.time() - entry.stat().st_mtime > _STALE_AFTER
+    return False
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
