@@ -199,6 +199,24 @@ def test_zephyr_script_runs_on_the_cluster(cluster):
     cluster.assert_token_never_shown()
 
 
+def test_zephyr_command_submits_to_the_cluster(cluster):
+    """`zephyr --cluster local script.py` goes through ray_run; the job's Zephyr joins the cluster."""
+    (cluster.work / "cli_job.py").write_text(textwrap.dedent(
+        """
+        from zephyr import Dataset, flow_backend
+
+        def main():
+            print("CLI_RESULT", flow_backend().name, sum(flow_backend().execute(Dataset.from_list(list(range(10))).map(lambda x: x * x))))
+        """
+    ))
+    result = cluster.run(
+        sys.executable, "-m", "zephyr", "--cluster", "local", "--backend=ray", "--max-parallelism=2", "--quiet", "cli_job.py",
+    )  # fmt: skip
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert "CLI_RESULT ray 285" in result.stdout
+    cluster.assert_token_never_shown()
+
+
 def test_failing_job_exits_non_zero(cluster):
     (cluster.work / "boom.py").write_text("raise SystemExit('boom')\n")
     result = cluster.run(sys.executable, "-m", "marin.run.ray_run", "--cluster", "local", "--", "python", "boom.py")
