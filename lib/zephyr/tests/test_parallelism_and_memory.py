@@ -80,3 +80,28 @@ def test_max_parallelism_must_be_positive():
         create_backend("threadpool", max_parallelism=0)
     with pytest.raises(ValueError, match="Unknown backend 'spark'; choose one of sync, threadpool, ray"):
         create_backend("spark")
+
+
+def test_tasks_carry_small_descriptors_whatever_the_number_of_shards(tmp_path):
+    """Tasks get a path and indices; the stage program (shipped once) does not grow with shards."""
+    import pickle
+
+    import cloudpickle
+
+    from zephyr.runner import Execution
+
+    for i in range(2000):
+        (tmp_path / f"part-{i:05d}.jsonl").write_bytes(b'{"text": "' + b"x" * 2000 + b'"}\n')
+    backend = create_backend("sync", progress=False)
+
+    def sizes(pattern):
+        ds = Dataset.from_files(str(tmp_path / pattern)).load_jsonl().map(lambda r: r).write_jsonl(str(tmp_path / "o" / "{shard}.jsonl"))
+        execution = Execution(backend, ds)
+        stage = execution.plan.stages[0]
+        tasks = execution._tasks(stage, None)
+        return len(tasks), max(len(pickle.dumps(t)) for t in tasks), len(cloudpickle.dumps(execution.programs[0]))
+
+    few, many = sizes("part-0000[0-9].jsonl"), sizes("part-*.jsonl")
+    assert (few[0], many[0]) == (10, 2000)
+    assert many[1] < 600  # a file path and a few integers, not the 2 KB of data in the file
+    assert many[2] == few[2]  # the shared program is the same size for 10 or 2,000 shards
