@@ -1,0 +1,42 @@
+"""Smoke test: each benchmark script runs end to end at a tiny size and prints its table.
+
+Nothing is timed here; the benchmarks themselves (and their figures) live in `benchmarks/`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _run(script: str, *args: str, tmp_path: Path) -> str:
+    env = dict(os.environ, RAY_ENABLE_UV_RUN_RUNTIME_ENV="0", RAY_USAGE_STATS_ENABLED="0")
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "--work-dir", str(tmp_path / "work"), "--json", str(tmp_path / "out.json"), *args],
+        capture_output=True, text=True, env=env, timeout=180, check=False,
+    )
+    assert proc.returncode == 0, f"{script} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    assert (tmp_path / "out.json").exists()
+    return proc.stdout
+
+
+@pytest.mark.slow
+def test_dedup_benchmark_runs(tmp_path):
+    out = _run("bench_dedup.py", "--docs", "2000", "--shards", "4", tmp_path=tmp_path)
+    assert "| variant | seconds | docs/s |" in out
+    assert "| hand-written sort-based" in out and "| zephyr, memory=64MiB" in out
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_ray_backend_benchmark_runs(tmp_path):
+    out = _run("bench_ray_backend.py", "--shards", "4", "--docs-per-shard", "100", "--repeats", "1", "--tiny-shards", "50",
+               tmp_path=tmp_path)
+    assert "| runner | runs (s) | median (s) | best (s) |" in out
+    assert "| zephyr on Ray (warm) |" in out and "| runner | ms per shard |" in out
