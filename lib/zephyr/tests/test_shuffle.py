@@ -184,6 +184,20 @@ def test_spills_several_sorted_runs_when_data_exceeds_the_buffer(tmp_path):
     execution = backend.execute(ds.group_by(lambda r: r["k"], lambda k, items: (k, sum(1 for _ in items)), num_output_shards=4))
     assert dict(execution) == {k: len(range(k, 20_000, 97)) * 2 for k in range(97)}
     assert execution.counters["zephyr/shuffle_runs"] >= 6
+    # 2 MiB of reduce-side memory merges at most 4 runs at a time: more runs take extra passes
+    assert execution.counters["zephyr/merge_passes"] >= 4
+
+
+def test_multi_pass_merge_keeps_order_and_first_item(tmp_path):
+    """sort_by order and deduplicate's "first by shard and position" survive intermediate runs."""
+    backend = create_backend("sync", progress=False, memory="4MiB", scratch_dir=str(tmp_path / "s"))
+    ds = Dataset.from_list([0, 1, 2]).flat_map(lambda s: ({"k": i % 5, "v": (i * 7919) % 1000, "s": s, "i": i, "pad": "p" * 300} for i in range(6000)))
+    sorted_groups = backend.execute(ds.group_by(lambda r: r["k"], lambda k, items: (k, [r["v"] for r in items]), sort_by=lambda r: r["v"], num_output_shards=2))
+    got = dict(sorted_groups)
+    assert sorted_groups.counters["zephyr/merge_passes"] >= 1
+    assert all(values == sorted(values) and len(values) == 3 * 1200 for values in got.values())
+    firsts = list(backend.execute(ds.deduplicate(lambda r: r["k"], num_output_shards=2)))
+    assert sorted((r["k"], r["s"], r["i"]) for r in firsts) == [(k, 0, k) for k in range(5)]
 
 
 RESUME_SCRIPT = textwrap.dedent(
