@@ -21,7 +21,10 @@ PIPELINE = textwrap.dedent(
     import sys, time
     from zephyr import Dataset, counters, create_backend
 
+    CALLS = {{"map": 0, "reduce": 0}}  # user-function calls made by this process
+
     def tokenize(i):
+        CALLS["map"] += 1
         counters.increment("map_calls")
         time.sleep(0.3)
         return [{{"w": f"w{{(i * 7 + j) % 23}}", "i": i, "j": j}} for j in range(40)]
@@ -30,6 +33,7 @@ PIPELINE = textwrap.dedent(
         return {{"w": key, "n": sum(1 for _ in items)}}
 
     def mark_reduce_shard(items):
+        CALLS["reduce"] += 1
         counters.increment("reduce_shards")
         time.sleep(0.5)
         yield from items
@@ -45,7 +49,8 @@ PIPELINE = textwrap.dedent(
     )
     execution = backend.execute(ds)
     list(execution)
-    print("map_calls", execution.counters["map_calls"], "reduce_shards", execution.counters["reduce_shards"])
+    print("map_calls", CALLS["map"], "reduce_shards", CALLS["reduce"])
+    print("counted", execution.counters["map_calls"])
     """
 )
 
@@ -65,7 +70,7 @@ def finish(script, out, scratch):
     result = subprocess.run([sys.executable, str(script), str(out), str(scratch)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     words = result.stdout.split()
-    return int(words[words.index("map_calls") + 1]), int(words[words.index("reduce_shards") + 1])
+    return tuple(int(words[words.index(name) + 1]) for name in ("map_calls", "reduce_shards", "counted"))
 
 
 def manifests(scratch: Path) -> int:
@@ -91,7 +96,7 @@ def reference(tmp_path_factory):
     root = tmp_path_factory.mktemp("reference")
     script = root / "job.py"
     script.write_text(PIPELINE)
-    assert finish(script, root / "out", root / "scratch") == (NUM_MAP, NUM_REDUCE)
+    assert finish(script, root / "out", root / "scratch") == (NUM_MAP, NUM_REDUCE, NUM_MAP)
     return {name: (root / "out" / name).read_bytes() for name in outputs(root / "out")}
 
 
@@ -108,8 +113,9 @@ def test_killed_driver_resumes_without_redoing_finished_work(job, tmp_path, refe
     proc = start(job, out, scratch)
     kill_when(proc, lambda: PHASES[phase](out, scratch))
     scattered, written = manifests(scratch), len(outputs(out))
-    map_calls, reduce_shards = finish(job, out, scratch)
+    map_calls, reduce_shards, counted = finish(job, out, scratch)
     assert map_calls == NUM_MAP - scattered  # finished map shards are not redone
+    assert counted == NUM_MAP  # yet every map shard is counted once (resumed ones from their manifests)
     assert reduce_shards == NUM_REDUCE - written  # finished outputs are not redone
     assert {name: (out / name).read_bytes() for name in outputs(out)} == reference
     assert sorted(p.name for p in out.iterdir()) == sorted(reference)  # no temporaries left
@@ -124,7 +130,7 @@ def test_killed_at_a_random_moment(job, tmp_path, reference, seed):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     scattered, written = manifests(scratch), len(outputs(out))
-    map_calls, reduce_shards = finish(job, out, scratch)
+    map_calls, reduce_shards, _ = finish(job, out, scratch)
     if written < NUM_REDUCE:
         assert map_calls == NUM_MAP - scattered
         assert reduce_shards == NUM_REDUCE - written
@@ -133,5 +139,5 @@ def test_killed_at_a_random_moment(job, tmp_path, reference, seed):
 
 def test_rerunning_a_finished_job_does_no_work(job, tmp_path, reference):
     out, scratch = tmp_path / "out", tmp_path / "scratch"
-    assert finish(job, out, scratch) == (NUM_MAP, NUM_REDUCE)
-    assert finish(job, out, scratch) == (0, 0)
+    assert finish(job, out, scratch) == (NUM_MAP, NUM_REDUCE, NUM_MAP)
+    assert finish(job, out, scratch) == (0, 0, 0)

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["increment", "collecting"]
+__all__ = ["collecting", "current", "increment"]
 
 _local = threading.local()
 
@@ -22,6 +22,12 @@ def increment(name: str, n: int = 1) -> None:
     current = getattr(_local, "counts", None)
     if current is not None:
         current[name] += n
+
+
+def current() -> dict:
+    """A copy of the counts of the shard being run so far ({} outside a run)."""
+    counts = getattr(_local, "counts", None)
+    return dict(counts) if counts is not None else {}
 
 
 @contextmanager

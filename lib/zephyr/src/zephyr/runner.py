@@ -129,8 +129,10 @@ class Execution:
             return {}
         done = {}
         for path in expand_glob(f"{stage.sink.root}/map-*.json"):
-            summary = orjson.loads(url_to_fs(path)[0].cat_file(url_to_fs(path)[1]))
-            done[summary["map_shard"]] = ShardResult(shard=summary["map_shard"], items=None, summary=summary)
+            fs, fs_path = url_to_fs(path)
+            summary = orjson.loads(fs.cat_file(fs_path))
+            shard = summary["map_shard"]
+            done[shard] = ShardResult(shard=shard, items=None, counters=summary.get("counters", {}), summary=summary)
         return done
 
     def _remove_scratch(self) -> None:
@@ -152,6 +154,8 @@ class Execution:
         if finished:
             self.counters["zephyr/map_shards_resumed"] += len(finished)
             stats.resumed = len(finished)
+            for result in finished.values():
+                self.counters.update(result.counters)
         shared = backend.share(program) if len(finished) < len(tasks) else None
         pending: deque[ShardTask] = deque(t for t in tasks if t.shard not in finished)
         in_flight: dict[Any, ShardTask] = {}

@@ -130,7 +130,8 @@ class ScatterSink:
             runs.append(self._spill(buffer, task.shard, len(runs)))
         counters.increment("zephyr/shuffle_records", records)
         counters.increment("zephyr/shuffle_runs", len(runs))
-        summary = {"map_shard": task.shard, "records": records, "runs": runs}
+        # the shard's counters travel with its manifest, so a resumed run still counts it once
+        summary = {"map_shard": task.shard, "records": records, "runs": runs, "counters": counters.current()}
         with atomic_write(self.manifest_path(task.shard)) as f:
             f.write(orjson.dumps(summary))
         return summary
