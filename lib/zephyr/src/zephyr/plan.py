@@ -15,7 +15,7 @@ from zephyr import ops as op
 from zephyr import shuffle_ops as sop
 from zephyr.errors import PlanError
 from zephyr.fingerprint import fingerprint
-from zephyr.shuffle import Concatenate, FirstPerKey, HashPartition, ReduceGroups, RoundRobin, ScatterSink, ShuffleReader
+from zephyr.shuffle import Concatenate, FirstPerKey, HashPartition, ReduceGroups, RoundRobin, ScatterSink, ShuffleReader, keep_first
 from zephyr.sources import SourceShard, resolve_source
 
 __all__ = ["Plan", "Stage", "compile_plan"]
@@ -94,7 +94,9 @@ def _shuffle_for(record, num_shards: int) -> tuple[ScatterSink, ShuffleReader]:
         return ScatterSink(n, RoundRobin()), ShuffleReader(n, Concatenate(), record.describe())
     n = record.num_output_shards or max(num_shards, 1)
     if isinstance(record, sop.Deduplicate):
-        return ScatterSink(n, HashPartition(record.key)), ShuffleReader(n, FirstPerKey(), record.describe())
+        # keep-first on the map side too: duplicates within a spill run never cross the shuffle,
+        # and the run's first item (by position) is the one the reduce side would have kept
+        return ScatterSink(n, HashPartition(record.key, combiner=keep_first)), ShuffleReader(n, FirstPerKey(), record.describe())
     partitioner = HashPartition(record.key, record.sort_by, record.combiner)
     reader = ShuffleReader(n, ReduceGroups(record.reducer), record.describe(), sorted_by_value=record.sort_by is not None)
     return ScatterSink(n, partitioner), reader

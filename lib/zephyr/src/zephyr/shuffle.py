@@ -40,7 +40,7 @@ from zephyr import counters
 from zephyr.io.files import atomic_write, url_to_fs
 from zephyr.ops import callable_name
 
-__all__ = ["HashPartition", "RoundRobin", "ScatterSink", "ShuffleReader", "key_bytes", "partition_of"]
+__all__ = ["HashPartition", "RoundRobin", "ScatterSink", "ShuffleReader", "keep_first", "key_bytes", "partition_of"]
 
 _FRAME_TARGET = 256 * 1024  # uncompressed bytes of records per frame
 _RECORD_OVERHEAD = 300  # bytes of tuple/list/bytes bookkeeping per buffered record (measured ~700 B/record in all)
@@ -62,6 +62,11 @@ def key_bytes(key: Any) -> bytes:
 def partition_of(kb: bytes, num_partitions: int) -> int:
     """Stable across processes and machines (blake2b, not Python's salted `hash`)."""
     return int.from_bytes(hashlib.blake2b(kb, digest_size=8).digest(), "little") % num_partitions
+
+
+def keep_first(key: Any, items: Iterator[Any]) -> Any:
+    """The combiner behind `deduplicate`: the first item of a group (they arrive in position order)."""
+    return next(items)
 
 
 def _dumps(obj: Any) -> bytes:
@@ -141,6 +146,7 @@ class ScatterSink:
         buffer.sort(key=(lambda r: (r[0], r[1], r[2], r[3])) if by_value else (lambda r: (r[0], r[1], r[3])))
         if isinstance(self.partitioner, HashPartition) and self.partitioner.combiner is not None:
             buffer = list(self._combine(buffer))
+            counters.increment("zephyr/combined_records", len(buffer))  # what crosses the shuffle
         path = f"{self.root}/map-{shard:05d}-run-{run:03d}.bin"
         index: dict[str, list[int]] = {}
         compressor = zstandard.ZstdCompressor(level=1)
