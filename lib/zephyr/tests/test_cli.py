@@ -81,6 +81,31 @@ def test_dry_run_prints_the_plan_and_writes_nothing(script, tmp_path):
     assert not out.exists()
 
 
+def test_scratch_dir_option_places_shuffle_spills(tmp_path):
+    path = tmp_path / "grouping.py"
+    path.write_text(textwrap.dedent(
+        """
+        import os, sys
+        from zephyr import Dataset, flow_backend
+
+        def main():
+            scratch = sys.argv[1]
+            seen = []
+            def peek(x):
+                seen.extend(os.listdir(scratch))  # the reduce side runs while the spills exist
+                return x
+            ds = Dataset.from_list([1, 2, 3, 4]).group_by(lambda x: x % 2, lambda k, items: sum(items)).map(peek)
+            print("sums", sorted(flow_backend().execute(ds)), "spilled_here", bool(seen))
+        """
+    ))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    result = zephyr("--backend=sync", "--quiet", "--scratch-dir", str(scratch), str(path), str(scratch))
+    assert result.returncode == 0, result.stderr
+    assert "sums [4, 6] spilled_here True" in result.stdout
+    assert list(scratch.iterdir()) == []  # removed after success
+
+
 def test_quiet_run_on_sync_has_no_summary(script, tmp_path):
     result = zephyr("--backend=sync", "--quiet", str(script), "--out", str(tmp_path / "o"))
     assert result.returncode == 0, result.stderr

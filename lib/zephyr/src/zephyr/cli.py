@@ -87,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-gpus", type=_non_negative_float, default=0.0, help="GPUs per task (default 0)")
     parser.add_argument("--resources", type=_resources, default=None, help='custom Ray resources per task as JSON, e.g. \'{"TPU": 4}\'')
     parser.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS, else start a local Ray)")
+    parser.add_argument(
+        "--scratch-dir", default=None,
+        help="where shuffles spill (default: $ZEPHYR_SCRATCH_DIR, else .zephyr-scratch beside the output); "
+        "on a multi-node cluster, storage every worker sees, e.g. gs://bucket/scratch",
+    )
     parser.add_argument("--cluster", default=None, help="submit to this Marin cluster (name or config yaml) as a Ray job")
     parser.add_argument("--dry-run", action="store_true", help="print the plan of every pipeline the script executes; run nothing")
     parser.add_argument("--entry-point", default=None, help="function to call after loading the script (default: main, if defined)")
@@ -180,6 +185,7 @@ def make_backend(args: argparse.Namespace) -> Backend:
         num_gpus=args.num_gpus,
         resources=args.resources,
         progress=False if args.quiet else None,
+        scratch_dir=args.scratch_dir,
     )
     if args.backend == "ray":
         options["address"] = args.address
