@@ -377,10 +377,18 @@ def start_ray() -> None:
 
 
 def main(args=None) -> dict:
+    import draccus
+
+    from marin.execution import Executor
+    from marin.execution.main import ExecutorMainConfig
+
     os.environ.setdefault("MARIN_PREFIX", os.path.join(os.getcwd(), "scratch", "quickstart"))
-    start_ray()
+    config = draccus.parse(config_class=ExecutorMainConfig, args=args)
     steps = build_steps()
-    outcome = executor_main(steps, description="Quickstart: crawl -> clean -> dedup -> tokens -> tiny LM.", args=args)
+    pending = Executor(config.prefix or os.environ["MARIN_PREFIX"]).dry_run(steps, config.run_only, out=lambda line: None)
+    if not config.dry_run and any(action != "skip" for action in pending.values()):
+        start_ray()  # only when some step will run: a finished quickstart reruns in seconds
+    outcome = executor_main(steps, description="Quickstart: crawl -> clean -> dedup -> tokens -> tiny LM.", config=config)
     summary_path = next((p for p in outcome if "quickstart/summary-" in p), None)
     if summary_path and outcome[summary_path] in ("SUCCESS", "SKIPPED"):
         summary = _read_json(f"{summary_path}/summary.json")
