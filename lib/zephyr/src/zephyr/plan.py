@@ -73,19 +73,25 @@ def compile_plan(dataset) -> Plan:
     for record in dataset.ops:
         if isinstance(record, (sop.GroupBy, sop.Deduplicate, sop.Reshard)):
             sink, reader = _shuffle_for(record, num_shards)
-            fp = fingerprint((fp, tuple(current), sink))
+            fp = fingerprint((fp, _reader_of(stage_input), tuple(current), sink))
             stages.append(Stage(len(stages), tuple(current), num_shards, stage_input, sink, label, fp))
             current, num_shards, stage_input, label = [], sink.num_partitions, reader, reader.label
         elif isinstance(record, sop.SortedMergeJoin):
             current.append(_bind_join(record, num_shards))
         else:
             current.append(record)
-    fp = fingerprint((fp, tuple(current)))
+    fp = fingerprint((fp, _reader_of(stage_input), tuple(current)))
     stages.append(Stage(len(stages), tuple(current), num_shards, stage_input, None, label, fp))
     for s in stages:
         _check_writers(s)
         _check_load_file_extensions(s)
     return Plan(tuple(stages), fp)
+
+
+def _reader_of(stage_input: Any) -> Any:
+    """What a stage's data depends on besides its ops: the shuffle reader (reducer and all)
+    for stages after a shuffle; the source, already in the fingerprint chain, for stage 0."""
+    return None if isinstance(stage_input, tuple) else stage_input
 
 
 def _shuffle_for(record, num_shards: int) -> tuple[ScatterSink, ShuffleReader]:

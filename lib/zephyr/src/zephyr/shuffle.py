@@ -52,11 +52,29 @@ _LEN = struct.Struct("<I")
 
 
 def key_bytes(key: Any) -> bytes:
-    """A canonical, process-independent encoding of a key (JSON with sorted keys, else pickle)."""
+    """A canonical, process-independent encoding of a key: JSON with sorted keys (sets become
+    sorted lists), else pickle with sets replaced by their sorted elements."""
+    canonical = _canonical(key)
     try:
-        return b"j" + orjson.dumps(key, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+        return b"j" + orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
     except TypeError:
-        return b"p" + pickle.dumps(key, protocol=5)
+        return b"p" + pickle.dumps(canonical, protocol=5)
+
+
+class _SortedSet(tuple):
+    """A set's elements in a canonical order (their own encodings, sorted)."""
+
+
+def _canonical(value: Any) -> Any:
+    """Sets pickle in hash order, which PYTHONHASHSEED changes per process: sort them."""
+    if isinstance(value, (set, frozenset)):
+        return _SortedSet(sorted((_canonical(v) for v in value), key=key_bytes))
+    if isinstance(value, (list, tuple)) and not isinstance(value, _SortedSet):
+        items = [_canonical(v) for v in value]
+        return type(value)(items) if type(value) in (list, tuple) else value
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    return value
 
 
 def partition_of(kb: bytes, num_partitions: int) -> int:
