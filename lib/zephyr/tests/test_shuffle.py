@@ -254,3 +254,16 @@ def test_deduplicate_drops_in_shard_duplicates_before_the_shuffle(local_backend)
     # 6 records in; the map side already collapsed shard 0's extra "a"s: 4 crossed the shuffle
     assert execution.counters["zephyr/shuffle_records"] == 6
     assert execution.counters["zephyr/combined_records"] == 4
+
+
+def test_stopping_at_the_last_item_still_finishes_the_run(tmp_path):
+    """Regression: scratch was removed (and the summary hook run) only when the caller asked
+    for one item past the last, so `next(execute(ds.count()))` leaked the scratch."""
+    backend = create_backend("threadpool", progress=False, scratch_dir=str(tmp_path / "scratch"))
+    finished = []
+    backend.on_finish.append(finished.append)
+    execution = backend.execute(words_dataset().count())
+    assert next(execution) == len(all_words())
+    assert finished == [execution] and execution.finished
+    assert not any((tmp_path / "scratch").iterdir())
+    assert all(s.elapsed > 0 for s in execution.stats)

@@ -64,6 +64,8 @@ class Execution:
         self.counters: Counter = Counter()
         self.stats: list[StageStats] = []
         self.finished = False
+        self.elapsed = 0.0
+        self._started = time.perf_counter()
         self._results = self._run()
 
     def __iter__(self) -> Execution:
@@ -96,23 +98,30 @@ class Execution:
             # every output of a skip_existing writer is there: nothing upstream needs to run
             first = len(self.plan.stages) - 1
             self.counters["zephyr/stages_skipped_outputs_exist"] += first
-        try:
-            for stage, program in list(zip(self.plan.stages, self.programs))[first:]:
-                tasks = self._tasks(stage, previous)
-                final = stage.index == len(self.plan.stages) - 1
-                ordered = self._run_stage(stage, program, tasks)
-                if final:
-                    for result in ordered:
-                        yield from result.items or ()
-                else:
-                    previous = list(ordered)
-            self.finished = True
-            self._remove_scratch()
-        finally:
-            self.elapsed = time.perf_counter() - started
-            if self.finished:
-                for callback in self.backend.on_finish:
-                    callback(self)
+        self._started = started
+        for stage, program in list(zip(self.plan.stages, self.programs))[first:]:
+            tasks = self._tasks(stage, previous)
+            final = stage.index == len(self.plan.stages) - 1
+            ordered = self._run_stage(stage, program, tasks)
+            if not final:
+                previous = list(ordered)
+                continue
+            for result in ordered:
+                if result.shard == stage.num_shards - 1:
+                    # every task is done: finish now, so that a caller who stops at the last
+                    # item (next(), zip, islice) still gets scratch removed and the summary
+                    self._finish()
+                yield from result.items or ()
+        self._finish()
+
+    def _finish(self) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        self._remove_scratch()
+        self.elapsed = time.perf_counter() - self._started
+        for callback in self.backend.on_finish:
+            callback(self)
 
     def _tasks(self, stage: Stage, previous: list[ShardResult] | None) -> list[ShardTask]:
         memory = self.backend.task_resources.memory
@@ -163,10 +172,21 @@ class Execution:
         losses: Counter = Counter()
         next_shard = 0
         start = time.perf_counter()
+        closed = False
+
+        def close_stage() -> None:
+            nonlocal closed
+            if not closed:
+                closed = True
+                stats.elapsed = time.perf_counter() - start
+                progress.close()
+
         try:
             while next_shard in finished:
-                yield finished.pop(next_shard)
                 next_shard += 1
+                if next_shard == stage.num_shards:
+                    close_stage()
+                yield finished.pop(next_shard - 1)
             while pending or in_flight:
                 while pending and len(in_flight) < backend.max_parallelism:
                     task = pending.popleft()
@@ -203,14 +223,15 @@ class Execution:
                     stats.items_out += result.num_items
                     progress.update(result)
                     while next_shard in finished:
-                        yield finished.pop(next_shard)
                         next_shard += 1
+                        if next_shard == stage.num_shards:
+                            close_stage()  # before the last result is handed on
+                        yield finished.pop(next_shard - 1)
         finally:
             if in_flight:  # a fatal error, or the caller stopped iterating
                 backend.cancel(list(in_flight))
                 backend.drain(list(in_flight))
-            stats.elapsed = time.perf_counter() - start
-            progress.close()
+            close_stage()
 
 
 def scratch_dir_for(backend: Backend, plan: Plan) -> str:
