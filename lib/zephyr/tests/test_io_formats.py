@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 import zstandard
 
-from zephyr import Dataset, create_backend
+from zephyr import Dataset, ShardError, create_backend
 
 RECORDS = [{"id": i, "text": f"document {i}", "score": i / 7} for i in range(50)]
 
@@ -110,3 +110,30 @@ def test_memory_filesystem(local_backend):
     ds = Dataset.from_iterable(RECORDS).write_parquet("memory://zephyr-test/out.parquet")
     assert list(local_backend.execute(ds)) == ["memory://zephyr-test/out.parquet"]
     assert list(local_backend.execute(Dataset.from_files("memory://zephyr-test/*.parquet").load_parquet())) == RECORDS
+
+
+def test_parquet_refuses_columns_outside_the_schema(tmp_path, local_backend):
+    """Regression: a key first seen after the first 8,192 rows was silently dropped."""
+    rows = [{"a": i} for i in range(8192)] + [{"a": 1, "b": "late"}]
+    with pytest.raises(ShardError, match=r"record 8192 has column\(s\) \['b'\] that are not in the Parquet schema"):
+        list(local_backend.execute(Dataset.from_iterable(rows).write_parquet(str(tmp_path / "x.parquet"))))
+    assert not (tmp_path / "x.parquet").exists()
+
+
+def test_overlapping_patterns_read_each_file_once(tmp_path, local_backend):
+    for name in ("1.jsonl", "2.jsonl"):
+        (tmp_path / name).write_text(f'{{"f": "{name}"}}\n')
+    ds = Dataset.from_files([str(tmp_path / "*.jsonl"), str(tmp_path / "1.jsonl")]).load_jsonl()
+    assert [r["f"] for r in local_backend.execute(ds)] == ["1.jsonl", "2.jsonl"]
+    with pytest.raises(FileNotFoundError, match="Input file .*missing.jsonl' does not exist"):
+        Dataset.from_files([str(tmp_path / "missing.jsonl")], empty_glob_ok=True).plan()
+
+
+def test_rerun_of_a_finished_shuffle_on_memory_fs_does_no_work(local_backend):
+    """Regression: memory:// listings came back as memory:///..., so the all-outputs-exist check failed."""
+    ds = Dataset.from_list([[1, 2], [2, 3]]).flat_map(list).deduplicate(lambda x: x, num_output_shards=2)
+    ds = ds.write_jsonl("memory://rerun-check/out-{shard}.jsonl", skip_existing=True)
+    list(local_backend.execute(ds))
+    again = local_backend.execute(ds)
+    list(again)
+    assert again.counters["zephyr/stages_skipped_outputs_exist"] == 1

@@ -267,15 +267,15 @@ def _final_outputs_exist(stage: Stage) -> bool:
     if writer is None or stage.num_shards == 0:
         return False
     expected = [writer.pattern.format(shard=i, total=stage.num_shards) for i in range(stage.num_shards)]
+    fs, _ = url_to_fs(expected[0])
+    wanted = {fs._strip_protocol(p) for p in expected}  # compare in the filesystem's own form
     listed: set[str] = set()
-    for parent in {p.rsplit("/", 1)[0] for p in expected}:
-        fs, fs_parent = url_to_fs(parent)
+    for parent in {p.rsplit("/", 1)[0] for p in wanted}:
         try:
-            listed.update(fs.unstrip_protocol(p) if "://" in parent else p for p in fs.ls(fs_parent, detail=False))
+            listed.update(fs._strip_protocol(p) for p in fs.ls(parent, detail=False))
         except FileNotFoundError:
             return False
-    normalized = {p if "://" in p else os.path.abspath(p) for p in expected}
-    return normalized <= {p if "://" in p else os.path.abspath(p) for p in listed}
+    return wanted <= listed
 
 
 def _attribute(error: Exception, task: ShardTask) -> ShardError:

@@ -128,6 +128,7 @@ class ScatterSink:
 
     def write(self, stream: Iterator[Any], task) -> dict:
         budget = max(MIN_BUFFER, task.memory // 4) if task.memory else DEFAULT_BUFFER
+        attempt = os.urandom(4).hex()  # a zombie attempt never overwrites runs another manifest names
         buffer: list[tuple] = []
         used = 0
         runs: list[dict] = []
@@ -147,10 +148,10 @@ class ScatterSink:
             used += len(payload) + len(kb) + _RECORD_OVERHEAD
             records += 1
             if used >= budget:
-                runs.append(self._spill(buffer, task.shard, len(runs)))
+                runs.append(self._spill(buffer, task.shard, f"{attempt}-{len(runs):03d}"))
                 buffer, used = [], 0
         if buffer:
-            runs.append(self._spill(buffer, task.shard, len(runs)))
+            runs.append(self._spill(buffer, task.shard, f"{attempt}-{len(runs):03d}"))
         counters.increment("zephyr/shuffle_records", records)
         counters.increment("zephyr/shuffle_runs", len(runs))
         # the shard's counters travel with its manifest, so a resumed run still counts it once
@@ -159,13 +160,13 @@ class ScatterSink:
             f.write(orjson.dumps(summary))
         return summary
 
-    def _spill(self, buffer: list[tuple], shard: int, run: int) -> dict:
+    def _spill(self, buffer: list[tuple], shard: int, run: str) -> dict:
         by_value = isinstance(self.partitioner, HashPartition) and self.partitioner.sort_by is not None
         buffer.sort(key=(lambda r: (r[0], r[1], r[2], r[3])) if by_value else (lambda r: (r[0], r[1], r[3])))
         if isinstance(self.partitioner, HashPartition) and self.partitioner.combiner is not None:
             buffer = list(self._combine(buffer))
             counters.increment("zephyr/combined_records", len(buffer))  # what crosses the shuffle
-        path = f"{self.root}/map-{shard:05d}-run-{run:03d}.bin"
+        path = f"{self.root}/map-{shard:05d}-run-{run}.bin"
         index: dict[str, list[int]] = {}
         compressor = zstandard.ZstdCompressor(level=1)
         offset = 0

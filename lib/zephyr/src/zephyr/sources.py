@@ -53,11 +53,14 @@ def resolve_source(source: Source) -> list[SourceShard]:
     paths: list[str] = []
     for pattern in source.patterns:
         matches = expand_glob(pattern)
-        if not matches and not source.empty_glob_ok:
-            kind = "matched no files" if any(c in pattern for c in "*?[") else "does not exist"
-            raise FileNotFoundError(f"Input pattern {pattern!r} {kind} (pass empty_glob_ok=True to allow this)")
+        if not matches:
+            if not any(c in pattern for c in "*?["):
+                raise FileNotFoundError(f"Input file {pattern!r} does not exist")
+            if not source.empty_glob_ok:
+                raise FileNotFoundError(f"Input pattern {pattern!r} matched no files (pass empty_glob_ok=True to allow this)")
         paths.extend(matches)
-    return [SourceShard((p,), p) for p in paths]
+    # overlapping patterns must not read a file twice; one sorted order whatever the patterns
+    return [SourceShard((p,), p) for p in sorted(set(paths))]
 
 
 def _label_of(items: tuple[Any, ...]) -> str:

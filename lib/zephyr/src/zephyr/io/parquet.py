@@ -44,6 +44,8 @@ def write_parquet_file(items: Iterable[dict[str, Any]], path: str, schema=None) 
     with atomic_write(path) as raw:
         try:
             for batch in _batches(items, ROWS_PER_BATCH):
+                if schema is not None:
+                    _check_columns(batch, schema, path, count)
                 table = pa.Table.from_pylist(batch, schema=schema)
                 if writer is None:
                     schema = table.schema
@@ -56,6 +58,18 @@ def write_parquet_file(items: Iterable[dict[str, Any]], path: str, schema=None) 
             if writer is not None:
                 writer.close()
     return count
+
+
+def _check_columns(batch: list[dict], schema, path: str, offset: int) -> None:
+    """pyarrow drops keys that are not in the schema; refuse instead of losing data."""
+    names = set(schema.names)
+    for i, row in enumerate(batch):
+        extra = [k for k in row if k not in names] if isinstance(row, dict) else []
+        if extra:
+            raise ValueError(
+                f"{path}: record {offset + i} has column(s) {sorted(extra)} that are not in the Parquet schema "
+                f"{schema.names} (taken from the first rows or given as schema=); pass a schema with every column"
+            )
 
 
 def _batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
