@@ -49,22 +49,30 @@ def test_failure_mid_shard_leaves_no_file_and_litter_is_cleaned_next_time(local_
     assert list(tmp_path.iterdir()) == []  # the temporary is removed on failure
 
     # a killed writer (no chance to clean up) leaves a temporary behind ...
+    (tmp_path / ".only.jsonl.zephyr-tmp-1234@0badc0de-deadbeef").write_bytes(b'{"x": 0}\n{"x"')
+    list(local_backend.execute(Dataset.from_iterable(range(6)).map(lambda x: {"x": x}).write_jsonl(str(target))))
+    # ... and the run that completes that output removes it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["only.jsonl"]
+    assert target.read_text().count("\n") == 6
+
+
+def test_atomic_write_spares_a_live_concurrent_writers_temporary(tmp_path):
+    """Regression: after each write, every temporary of the same name was deleted, including
+    those of concurrent writers still writing (ten executors recording one experiment)."""
     import subprocess
     import sys
 
+    from zephyr.io import atomic_write
     from zephyr.io.files import _HOST_ID
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    killed = tmp_path / f".only.jsonl.zephyr-tmp-{int(dead.stdout)}@{_HOST_ID}-deadbeef"
-    killed.write_bytes(b'{"x": 0}\n{"x"')
-    # ... while a live concurrent writer of the same output (this process) has one in progress
-    live = tmp_path / f".only.jsonl.zephyr-tmp-{os.getpid()}@{_HOST_ID}-0123abcd"
+    killed = tmp_path / f".x.json.zephyr-tmp-{int(dead.stdout)}@{_HOST_ID}-deadbeef"
+    killed.write_bytes(b"{")
+    live = tmp_path / f".x.json.zephyr-tmp-{os.getpid()}@{_HOST_ID}-0123abcd"
     live.write_bytes(b"in progress")
-    list(local_backend.execute(Dataset.from_iterable(range(6)).map(lambda x: {"x": x}).write_jsonl(str(target))))
-    # ... the next successful write removes the dead writer's temporary, not the live one's
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["only.jsonl", live.name])
-    live.unlink()
-    assert target.read_text().count("\n") == 6
+    with atomic_write(str(tmp_path / "x.json")) as f:
+        f.write(b"{}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["x.json", live.name])
 
 
 def test_pattern_without_shard_for_many_shards_fails_before_any_work(backend, tmp_path):

@@ -23,7 +23,7 @@ import orjson
 
 from zephyr.backends.base import Backend, TaskLost
 from zephyr.errors import PlanError, ShardError
-from zephyr.io.files import expand_glob, url_to_fs
+from zephyr.io.files import expand_glob, remove_temporaries_for, url_to_fs
 from zephyr.ops import WriteJsonl, WriteParquet, callable_name
 from zephyr.plan import Plan, Stage
 from zephyr.progress import make_progress
@@ -105,6 +105,7 @@ class Execution:
             ordered = self._run_stage(stage, program, tasks)
             if not final:
                 previous = list(ordered)
+                _remove_write_temporaries(stage)
                 continue
             for result in ordered:
                 if result.shard == stage.num_shards - 1:
@@ -118,6 +119,7 @@ class Execution:
         if self.finished:
             return
         self.finished = True
+        _remove_write_temporaries(self.plan.stages[-1])
         self._remove_scratch()
         self.elapsed = time.perf_counter() - self._started
         for callback in self.backend.on_finish:
@@ -256,6 +258,19 @@ def _bind_scratch(plan: Plan, scratch_dir: str) -> Plan:
         for s in plan.stages
     )
     return replace(plan, stages=stages)
+
+
+def _remove_write_temporaries(stage: Stage) -> None:
+    """Once a stage's outputs are all written, temporaries of earlier or killed attempts of
+    those outputs are litter: remove them with one listing per output directory."""
+    paths = [
+        record.pattern.format(shard=i, total=stage.num_shards)
+        for record in stage.ops
+        if isinstance(record, (WriteJsonl, WriteParquet))
+        for i in range(stage.num_shards)
+    ]
+    if paths:
+        remove_temporaries_for(paths)
 
 
 def _final_outputs_exist(stage: Stage) -> bool:

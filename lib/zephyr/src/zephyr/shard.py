@@ -162,13 +162,13 @@ def _(record: op.LoadFile, stream, ctx):
 @_apply.register
 def _(record: op.WriteJsonl, stream, ctx):
     path = op.output_path(record.pattern, ctx.shard, ctx.num_shards)
-    return _written(path, lambda: write_jsonl_file(stream, path))
+    return _written(path, lambda: write_jsonl_file(stream, path, remove_stale=False))
 
 
 @_apply.register
 def _(record: op.WriteParquet, stream, ctx):
     path = op.output_path(record.pattern, ctx.shard, ctx.num_shards)
-    return _written(path, lambda: write_parquet_file(stream, path, record.schema))
+    return _written(path, lambda: write_parquet_file(stream, path, record.schema, remove_stale=False))
 
 
 @_apply.register

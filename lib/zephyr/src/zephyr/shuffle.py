@@ -49,6 +49,7 @@ MIN_BUFFER = 1024 * 1024
 _MEMORY_PER_OPEN_RUN = 1024 * 1024  # one decoded frame per run being merged (measured ~0.55 MiB)
 MIN_FAN_IN = 4
 _LEN = struct.Struct("<I")
+_READ_CHUNK = 256 * 1024
 
 
 def key_bytes(key: Any) -> bytes:
@@ -156,7 +157,7 @@ class ScatterSink:
         counters.increment("zephyr/shuffle_runs", len(runs))
         # the shard's counters travel with its manifest, so a resumed run still counts it once
         summary = {"map_shard": task.shard, "records": records, "runs": runs, "counters": counters.current()}
-        with atomic_write(self.manifest_path(task.shard)) as f:
+        with atomic_write(self.manifest_path(task.shard), remove_stale=False) as f:
             f.write(orjson.dumps(summary))
         return summary
 
@@ -170,7 +171,7 @@ class ScatterSink:
         index: dict[str, list[int]] = {}
         compressor = zstandard.ZstdCompressor(level=1)
         offset = 0
-        with atomic_write(path) as f:
+        with atomic_write(path, remove_stale=False) as f:
             for p, group in itertools.groupby(buffer, key=lambda r: r[0]):
                 start = offset
                 frame: list[tuple] = []
@@ -205,17 +206,31 @@ def _write_frame(f, compressor, frame: list[tuple]) -> int:
 
 
 def _read_range(path: str, offset: int, length: int) -> Iterator[tuple]:
-    """Records of one partition of one run, a frame at a time (the file is reopened per frame
-    so that thousands of runs never hold thousands of open files)."""
+    """Records of one partition of one run, a frame at a time, through ranged reads of
+    `_READ_CHUNK` bytes (`cat_file` with start/end: one request each on object stores, and no
+    file kept open, so thousands of runs never hold thousands of descriptors)."""
     fs, fs_path = url_to_fs(path)
     decompressor = zstandard.ZstdDecompressor()
     end = offset + length
-    while offset < end:
-        with fs.open(fs_path, "rb") as f:
-            f.seek(offset)
-            (size,) = _LEN.unpack(f.read(_LEN.size))
-            data = f.read(size)
-        offset += _LEN.size + size
+    buffer = b""
+    pos = offset  # file offset just past what `buffer` holds
+
+    def need(n: int) -> bool:
+        nonlocal buffer, pos
+        while len(buffer) < n and pos < end:
+            chunk = fs.cat_file(fs_path, start=pos, end=min(end, pos + max(_READ_CHUNK, n - len(buffer))))
+            if not chunk:
+                break
+            buffer += chunk
+            pos += len(chunk)
+        return len(buffer) >= n
+
+    while need(_LEN.size):
+        (size,) = _LEN.unpack(buffer[: _LEN.size])
+        if not need(_LEN.size + size):
+            raise EOFError(f"{path}: shuffle run ends inside a frame at byte {pos - len(buffer)}")
+        data = buffer[_LEN.size : _LEN.size + size]
+        buffer = buffer[_LEN.size + size :]
         yield from pickle.loads(decompressor.decompress(data))
 
 

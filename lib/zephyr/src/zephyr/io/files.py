@@ -29,7 +29,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from zephyr.io.compression import codec_for, open_compressed_reader, open_compressed_writer
 
-__all__ = ["atomic_write", "exists", "expand_glob", "open_input", "open_output", "url_to_fs"]
+__all__ = ["atomic_write", "exists", "expand_glob", "open_input", "open_output", "remove_temporaries_for", "url_to_fs"]
 
 _TMP_MARKER = ".zephyr-tmp-"
 _HOST_ID = hashlib.blake2b(socket.gethostname().encode(), digest_size=4).hexdigest()
@@ -79,10 +79,12 @@ def open_input(path: str) -> BinaryIO:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str, mode: str = "wb") -> Iterator[BinaryIO]:
+def atomic_write(path: str, mode: str = "wb", *, remove_stale: bool = True) -> Iterator[BinaryIO]:
     """Open `path` for writing so that it appears complete on clean exit and not at all otherwise.
 
     `mode` is "wb" (binary) or "w" (UTF-8 text). No compression is applied here; see `open_output`.
+    `remove_stale=False` skips the scan for dead writers' temporaries after the write (one
+    directory listing per write): Zephyr's writers clean up once per stage instead.
     """
     if mode not in ("wb", "w"):
         raise ValueError(f"atomic_write mode must be 'wb' or 'w', got {mode!r}")
@@ -105,7 +107,8 @@ def atomic_write(path: str, mode: str = "wb") -> Iterator[BinaryIO]:
                 yield raw
         if _is_local(fs):
             os.replace(tmp, os.path.join(directory, name))
-            _remove_stale_temporaries(directory, name)
+            if remove_stale:
+                _remove_stale_temporaries(directory, name)
         else:
             fs.put_file(tmp, fs_path)
             fs.invalidate_cache(fs._parent(fs_path))
@@ -115,12 +118,33 @@ def atomic_write(path: str, mode: str = "wb") -> Iterator[BinaryIO]:
 
 
 @contextlib.contextmanager
-def open_output(path: str) -> Iterator[BinaryIO]:
+def open_output(path: str, *, remove_stale: bool = True) -> Iterator[BinaryIO]:
     """`atomic_write` plus compression chosen by the extension of `path`."""
-    with atomic_write(path) as raw:
+    with atomic_write(path, remove_stale=remove_stale) as raw:
         writer = open_compressed_writer(raw, codec_for(path))
         yield writer
         writer.close()
+
+
+def remove_temporaries_for(paths: list[str]) -> int:
+    """Remove every leftover temporary of these (finished) local outputs: one listing per
+    directory. Object stores have none. Returns how many were removed."""
+    by_dir: dict[str, set[str]] = {}
+    for path in paths:
+        fs, fs_path = url_to_fs(path)
+        if _is_local(fs):
+            directory, name = os.path.split(os.path.abspath(fs_path))
+            by_dir.setdefault(directory, set()).add(name)
+    removed = 0
+    for directory, names in by_dir.items():
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(directory):
+                if entry.name.startswith(".") and _TMP_MARKER in entry.name:
+                    if entry.name[1 : entry.name.index(_TMP_MARKER)] in names:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.remove(entry.path)
+                            removed += 1
+    return removed
 
 
 def _remove_stale_temporaries(directory: str, name: str) -> None:

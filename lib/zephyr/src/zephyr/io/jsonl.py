@@ -56,11 +56,11 @@ def read_jsonl(path: str, on_bad_record: str = "raise") -> Iterator[Any]:
             raise TruncatedInputError(f"{path}: {e} (after line {line_no})") from e
 
 
-def write_jsonl_file(items: Iterable[Any], path: str) -> int:
+def write_jsonl_file(items: Iterable[Any], path: str, *, remove_stale: bool = True) -> int:
     """Write items as JSON lines to `path` atomically; returns the number written."""
     count = 0
     dumps = orjson.dumps
-    with open_output(path) as out:
+    with open_output(path, remove_stale=remove_stale) as out:
         for item in items:
             out.write(dumps(item, option=orjson.OPT_APPEND_NEWLINE))
             count += 1

@@ -30,7 +30,7 @@ def read_parquet(path: str, columns: Sequence[str] | None = None) -> Iterator[di
             yield from batch.to_pylist()
 
 
-def write_parquet_file(items: Iterable[dict[str, Any]], path: str, schema=None) -> int:
+def write_parquet_file(items: Iterable[dict[str, Any]], path: str, schema=None, *, remove_stale: bool = True) -> int:
     """Write dict rows to `path` atomically in batches; returns the number written.
 
     Without `schema` the first batch's inferred schema is used for the whole file.
@@ -41,7 +41,7 @@ def write_parquet_file(items: Iterable[dict[str, Any]], path: str, schema=None) 
 
     count = 0
     writer = None
-    with atomic_write(path) as raw:
+    with atomic_write(path, remove_stale=remove_stale) as raw:
         try:
             for batch in _batches(items, ROWS_PER_BATCH):
                 if schema is not None:
