@@ -130,3 +130,27 @@ def test_function_the_workers_cannot_import_fails_fast_instead_of_being_retried_
         assert sum(s.retries_lost for s in execution.stats) == 0
     finally:
         del sys.modules["only_on_the_driver"]
+
+
+@pytest.mark.parametrize("ext, header", [("jsonl.zst", b"\x28\xb5\x2f\xfd"), ("jsonl.gz", b"\x1f\x8b")])
+def test_corrupt_compressed_input_names_the_file(local_backend, tmp_path, ext, header):
+    """Regression: a corrupt (not truncated) .zst raised a bare ZstdError naming no file."""
+    path = tmp_path / f"bad.{ext}"
+    path.write_bytes(header + b"\x00garbage that is not a valid stream" * 10)
+    with pytest.raises(ShardError) as info:
+        list(local_backend.execute(Dataset.from_list([str(path)]).load_jsonl()))
+    assert info.value.error_type == "CorruptInputError"
+    assert f"{path}: not a valid" in str(info.value)
+
+
+def test_unpicklable_reducer_is_named(local_backend):
+    import threading
+
+    lock = threading.Lock()
+
+    def locked_sum(key, items):
+        with lock:
+            return sum(items)
+
+    with pytest.raises(PlanError, match=r"locked_sum"):
+        local_backend.execute(Dataset.from_list([1, 2]).group_by(lambda x: x % 2, locked_sum))

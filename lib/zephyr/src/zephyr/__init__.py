@@ -10,11 +10,12 @@ from zephyr import counters
 from zephyr.backends import Backend, backend_names, create_backend, flow_backend, set_flow_backend
 from zephyr.dataset import Dataset
 from zephyr.errors import PlanError, ShardError
-from zephyr.io import BadRecordError, TruncatedInputError
+from zephyr.io import BadRecordError, CorruptInputError, TruncatedInputError
 
 __all__ = [
     "BadRecordError",
     "Backend",
+    "CorruptInputError",
     "Dataset",
     "PlanError",
     "ShardError",

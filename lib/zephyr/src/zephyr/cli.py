@@ -116,7 +116,7 @@ class DryRunBackend(Backend):
         text = dataset.plan().describe()
         self.plans.append(text)
         print(f"[dry-run on {self.target}] {text}", file=self.out, flush=True)
-        return iter(())
+        return _NothingRun()
 
     def submit(self, fn, shared, arg):  # pragma: no cover - execute never submits
         raise RuntimeError("dry-run backend runs nothing")
@@ -126,6 +126,23 @@ class DryRunBackend(Backend):
 
     def result(self, handle):  # pragma: no cover
         raise RuntimeError("dry-run backend runs nothing")
+
+
+class _NothingRun:
+    """What a dry run's `execute` returns: no results, empty counters and stats, like a run."""
+
+    def __init__(self):
+        from collections import Counter
+
+        self.counters = Counter()
+        self.stats: list = []
+        self.finished = True
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        raise StopIteration
 
 
 def _has_main_guard(path: str) -> bool:

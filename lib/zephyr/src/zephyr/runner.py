@@ -60,6 +60,14 @@ class Execution:
         plan: Plan = dataset if isinstance(dataset, Plan) else dataset.plan()
         self.scratch_dir = scratch_dir_for(backend, plan)
         self.plan = _bind_scratch(plan, self.scratch_dir)
+        if "://" not in self.scratch_dir and any(isinstance(s.sink, ScatterSink) for s in self.plan.stages):
+            if backend.spans_machines():
+                logger.warning(
+                    "zephyr: shuffle scratch %s is a local path but tasks run on several machines; "
+                    "reduce tasks elsewhere will not find the map output. Set scratch_dir (or "
+                    "ZEPHYR_SCRATCH_DIR, or --scratch-dir) to shared storage such as gs://bucket/scratch",
+                    self.scratch_dir,
+                )
         self.programs = [self._program(stage) for stage in self.plan.stages]
         self.counters: Counter = Counter()
         self.stats: list[StageStats] = []
@@ -167,6 +175,7 @@ class Execution:
             stats.resumed = len(finished)
             for result in finished.values():
                 self.counters.update(result.counters)
+                progress.update(result)
         shared = backend.share(program) if len(finished) < len(tasks) else None
         pending: deque[ShardTask] = deque(t for t in tasks if t.shard not in finished)
         in_flight: dict[Any, ShardTask] = {}
@@ -302,10 +311,29 @@ def _attribute(error: Exception, task: ShardTask) -> ShardError:
 
 
 def _first_unpicklable(stage: Stage) -> str:
-    for record in stage.ops:
+    """The op (and function) that cannot be pickled: ops first, then the shuffle's key,
+    sort_by, combiner (the sink) and reducer (the reader)."""
+    parts = list(stage.ops) + [p for p in (stage.sink, None if isinstance(stage.input, tuple) else stage.input) if p is not None]
+    for part in parts:
         try:
-            cloudpickle.dumps(record)
+            cloudpickle.dumps(part)
         except Exception:
-            fn = next((v for v in vars(record).values() if callable(v)), None)
-            return f"{record.describe()}" + (f" (function {callable_name(fn)})" if fn is not None else "")
+            fn = _first_unpicklable_callable(part)
+            return f"{part.describe()}" + (f" (function {callable_name(fn)})" if fn is not None else "")
     return "the stage's input or sink"
+
+
+def _first_unpicklable_callable(obj: Any, depth: int = 0) -> Any:
+    import dataclasses
+
+    if depth > 3 or not dataclasses.is_dataclass(obj):
+        return None
+    for field in dataclasses.fields(obj):
+        value = getattr(obj, field.name)
+        try:
+            cloudpickle.dumps(value)
+        except Exception:
+            if callable(value) and not dataclasses.is_dataclass(value):
+                return value
+            return _first_unpicklable_callable(value, depth + 1) or (value if callable(value) else None)
+    return None

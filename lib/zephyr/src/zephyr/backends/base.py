@@ -91,6 +91,10 @@ class Backend(ABC):
             done = set(self.wait(remaining, timeout=max(0.0, deadline - time.monotonic())))
             remaining = [h for h in remaining if h not in done]
 
+    def spans_machines(self) -> bool:
+        """Whether tasks may run on other machines (so scratch must be shared storage)."""
+        return False
+
     def close(self) -> None:
         """Release what the backend holds (threads, a Ray it started)."""
 

@@ -111,6 +111,11 @@ class RayBackend(Backend):
         except lost as e:
             raise TaskLost(f"{type(e).__name__}: {e}") from e
 
+    def spans_machines(self) -> bool:
+        ray = self._ray()
+        addresses = {node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")}
+        return len(addresses) > 1
+
     def cancel(self, handles: Sequence[Any]) -> None:
         import ray
 

@@ -1,6 +1,6 @@
 """File I/O for Zephyr: fsspec paths, compression by extension, atomic outputs, JSONL and Parquet."""
 
-from zephyr.io.compression import Codec, TruncatedInputError, codec_for
+from zephyr.io.compression import Codec, CorruptInputError, TruncatedInputError, codec_for
 from zephyr.io.files import atomic_write, exists, expand_glob, open_input, open_output
 from zephyr.io.jsonl import BadRecordError, read_jsonl, write_jsonl_file
 from zephyr.io.parquet import read_parquet, write_parquet_file
@@ -8,6 +8,7 @@ from zephyr.io.parquet import read_parquet, write_parquet_file
 __all__ = [
     "BadRecordError",
     "Codec",
+    "CorruptInputError",
     "TruncatedInputError",
     "atomic_write",
     "codec_for",

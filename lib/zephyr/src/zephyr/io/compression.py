@@ -10,12 +10,21 @@ from __future__ import annotations
 
 import gzip
 import io
+import zlib
 from enum import Enum
 from typing import BinaryIO
 
 import zstandard
 
-__all__ = ["Codec", "codec_for", "open_compressed_reader", "open_compressed_writer", "strip_compression_suffix"]
+__all__ = [
+    "Codec",
+    "CorruptInputError",
+    "TruncatedInputError",
+    "codec_for",
+    "open_compressed_reader",
+    "open_compressed_writer",
+    "strip_compression_suffix",
+]
 
 _CHUNK = 1 << 20
 ZSTD_LEVEL = 3
@@ -52,6 +61,10 @@ class TruncatedInputError(EOFError):
     """Compressed input ended in the middle of a frame or member."""
 
 
+class CorruptInputError(ValueError):
+    """Compressed input that is not a valid stream of its codec (bad magic, bad checksum)."""
+
+
 class _StrictZstdReader(io.RawIOBase):
     """Decodes concatenated zstd frames; raises TruncatedInputError if the last frame is cut.
 
@@ -68,7 +81,7 @@ class _StrictZstdReader(io.RawIOBase):
         self._in_frame = False
         self._inbuf = b""
         self._inpos = 0
-        self._feed = 1 << 12
+        self._feed = 1 << 8  # tiny first feed: the ratio is unknown until the first output
         self._pending = memoryview(b"")
         self._eof = False
         self._seen_input = False
@@ -99,7 +112,10 @@ class _StrictZstdReader(io.RawIOBase):
             self._seen_input = True
             out = []
             while piece:
-                out.append(self._dobj.decompress(piece))
+                try:
+                    out.append(self._dobj.decompress(piece))
+                except zstandard.ZstdError as e:
+                    raise CorruptInputError(f"not a valid zstd stream: {e}") from None
                 self._in_frame = True
                 if self._dobj.eof:
                     piece = self._dobj.unused_data
@@ -109,7 +125,7 @@ class _StrictZstdReader(io.RawIOBase):
                     piece = b""
             produced = sum(len(o) for o in out)
             if produced:
-                self._feed = max(1 << 9, min(_CHUNK, self._feed * self._TARGET_OUT // produced))
+                self._feed = max(1 << 8, min(_CHUNK, self._feed * self._TARGET_OUT // produced))
             self._pending = memoryview(out[0] if len(out) == 1 else b"".join(out))
 
     def readinto(self, buffer) -> int:
@@ -144,6 +160,8 @@ class _GzipReader(io.RawIOBase):
                 if n == 0 and self._raw.tell() == 0:
                     raise TruncatedInputError("the file is empty (0 bytes), which is not a valid gzip stream")
             return n
+        except (gzip.BadGzipFile, zlib.error) as e:
+            raise CorruptInputError(f"not a valid gzip stream: {e}") from None
         except EOFError as e:
             if isinstance(e, TruncatedInputError):
                 raise

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from zephyr.io.compression import TruncatedInputError
+from zephyr.io.compression import CorruptInputError, TruncatedInputError
 from zephyr.io.files import open_input, open_output
 
 __all__ = ["BadRecordError", "read_jsonl", "write_jsonl_file"]
@@ -39,9 +39,11 @@ def read_jsonl(path: str, on_bad_record: str = "raise") -> Iterator[Any]:
     from zephyr import counters
 
     line_no = 0
+    read = 0
     with open_input(path) as reader:
         try:
             for line_no, line in enumerate(reader, start=1):
+                read += len(line)
                 if not line.strip():
                     continue
                 try:
@@ -52,8 +54,10 @@ def read_jsonl(path: str, on_bad_record: str = "raise") -> Iterator[Any]:
                         continue
                     raise BadRecordError(path, line_no, f"malformed JSON: {e}; line starts {line[:80]!r}") from None
                 yield value
-        except TruncatedInputError as e:
-            raise TruncatedInputError(f"{path}: {e} (after line {line_no})") from e
+        except (TruncatedInputError, CorruptInputError) as e:
+            raise type(e)(f"{path}: {e} (after line {line_no})") from e
+        finally:
+            counters.increment("zephyr/bytes_read", read)
 
 
 def write_jsonl_file(items: Iterable[Any], path: str, *, remove_stale: bool = True) -> int:
