@@ -96,7 +96,13 @@ class RayBackend(Backend):
             ray.exceptions.OwnerDiedError,
             ray.exceptions.LocalRayletDiedError,
             ray.exceptions.TaskCancelledError,
+            # the node, not the shard: its disk or object store filled up, or an RPC dropped
+            ray.exceptions.OutOfDiskError,
+            ray.exceptions.ObjectStoreFullError,
+            ray.exceptions.RpcError,
         )
+        # OutOfMemoryError stays a task failure (user budget): a shard that needs more than its
+        # `memory` would otherwise be retried a hundred times.
         # Not lost: a RaySystemError cause is usually an argument that cannot be unpickled on
         # the worker (e.g. "No module named ..."); retrying it a hundred times cannot help.
         try:
