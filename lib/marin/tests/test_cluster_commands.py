@@ -6,6 +6,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,77 @@ def test_marin_command_and_script_wrapper_are_one_entry_point():
         result = subprocess.run(argv, cwd=root, capture_output=True, text=True)
         assert result.returncode == 0, result.stderr
         assert result.stdout == "ray down -y infra/marin-us-west4.yaml\n"
+
+
+def test_job_commands_reuse_only_a_recorded_forward_to_the_same_cluster(monkeypatch, tmp_path):
+    """Bug 4: any listener on 127.0.0.1:8265 was taken to be the target cloud cluster, so a
+    forward to us-west4 (or any local dashboard) got us-east5's jobs and token. Now only a
+    `dashboard` record {cluster, port, pid} naming the cluster, with a live pid, is reused."""
+    import socket
+
+    from marin.cluster import target as target_mod
+
+    monkeypatch.setenv("MARIN_DASHBOARD_DIR", str(tmp_path / "dashboards"))
+    east = target_mod.resolve_target("us-east5")
+    with socket.socket() as listener:  # a dummy dashboard on the default port's stand-in
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        monkeypatch.setattr(target_mod, "DASHBOARD_PORT", port)
+
+        class TunnelWanted(Exception):
+            pass
+
+        def no_tunnel(*args, **kwargs):
+            raise TunnelWanted
+
+        monkeypatch.setattr(target_mod, "run_command", no_tunnel)
+
+        def address():
+            with target_mod.dashboard_address(east) as url:
+                return url
+
+        # an unrecorded listener: not trusted, a tunnel of our own is opened instead
+        with pytest.raises(TunnelWanted):
+            address()
+        # a forward to another cluster: not reused
+        target_mod.record_forward("us-west4", port, os.getpid())
+        with pytest.raises(TunnelWanted):
+            address()
+        # a record naming us-east5 whose forwarding process is gone: not reused
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        target_mod.record_forward("us-east5", port, dead.pid)
+        with pytest.raises(TunnelWanted):
+            address()
+        # the live forward to us-east5: reused
+        target_mod.record_forward("us-east5", port, os.getpid())
+        assert address() == f"http://127.0.0.1:{port}"
+        target_mod.clear_forward(port, os.getpid())
+        with pytest.raises(TunnelWanted):
+            address()
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads Linux /proc")
+def test_local_cleanup_matches_only_the_marker_not_a_reused_session_id(tmp_path):
+    """Bug 8 (local.py): cleanup matched every process whose session id equals a recorded
+    node pid; once the head is dead that pid can lead an unrelated session (PID reuse), whose
+    processes were then SIGKILLed. Only the cluster's marker env var counts now."""
+    from marin.cluster import local
+
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    env = {**os.environ, local.MARKER_ENV: "test-marker-123"}
+    tagged = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
+    try:
+        # the recorded head pid is now the stranger's pid, which leads the stranger's session
+        cluster = local.LocalCluster(str(tmp_path), str(tmp_path / "tmp"), 1,
+                                     local.LocalNode(stranger.pid, {}, {}), marker="test-marker-123")
+        deadline = time.monotonic() + 10
+        while tagged.pid not in (members := local._members(cluster)) and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the child's environ is readable
+        assert tagged.pid in members
+        assert stranger.pid not in members
+    finally:
+        for proc in (stranger, tagged):
+            proc.kill()
+            proc.wait()

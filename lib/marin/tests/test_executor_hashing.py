@@ -162,3 +162,51 @@ def test_bad_arguments_are_refused():
         Executor("/p").plan([ExecutorStep(name="x", fn=noop, config=Cfg(size=versioned(object())))])
     with pytest.raises(ValueError, match="prefix"):
         Executor("")
+
+
+def test_dependency_override_output_path_counts_in_dependents():
+    """Bug 3: changing a dependency's override_output_path (raw/a-v1 -> raw/a-v2) kept the
+    dependent's hash, so the dependent was skipped as SUCCESS with the wrong input."""
+
+    def chain(override):
+        a = ExecutorStep(name="a", fn=noop, config=Cfg(size=versioned(1)), override_output_path=override)
+        b = ExecutorStep(name="b", fn=noop, config=Cfg(input_path=output_path_of(a, "x.json")))
+        return paths(b)
+
+    v1, v2 = chain("raw/a-v1"), chain("raw/a-v2")
+    assert v1["a"] == "/p/raw/a-v1" and v2["a"] == "/p/raw/a-v2"
+    assert v1["b"] != v2["b"]
+    # without an override, hashes are unchanged by the fix (version id is plain <name>-<hash>)
+    a = ExecutorStep(name="a", fn=noop, config=Cfg(size=versioned(1)))
+    assert Executor("/p").plan([a]).steps[0].version_id == paths(a)["a"].rsplit("/", 1)[1]
+
+
+def test_hardcoded_input_subpath_counts():
+    """Bug 9: InputName(path=..., subpath=...) ignored the subpath in the hash."""
+    one = ExecutorStep(name="s", fn=noop, config=Cfg(input_path=InputName(path="gs://raw", subpath="one")))
+    two = ExecutorStep(name="s", fn=noop, config=Cfg(input_path=InputName(path="gs://raw", subpath="two")))
+    assert paths(one)["s"] != paths(two)["s"]
+    joined = ExecutorStep(name="s", fn=noop, config=Cfg(input_path=InputName.hardcoded("gs://raw/one")))
+    assert paths(one)["s"] == paths(joined)["s"]  # the same resolved path, the same version
+
+
+def test_dotted_dict_keys_and_tuples_do_not_collide():
+    """Bug 9: the dict key "a.b" collided with {"a": {"b": ...}}, and versioned((1, 2)) with
+    versioned([1, 2])."""
+    flat = ExecutorStep(name="s", fn=noop, config=Cfg(extra={"a.b": versioned(1)}))
+    nested = ExecutorStep(name="s", fn=noop, config=Cfg(extra={"a": {"b": versioned(1)}}))
+    assert paths(flat)["s"] != paths(nested)["s"]
+    as_tuple = ExecutorStep(name="s", fn=noop, config=Cfg(size=versioned((1, 2))))
+    as_list = ExecutorStep(name="s", fn=noop, config=Cfg(size=versioned([1, 2])))
+    assert paths(as_tuple)["s"] != paths(as_list)["s"]
+
+
+def test_ordinary_config_hash_is_stable():
+    """Bug 9's fix must not move the hashes of ordinary configs (plain keys, lists, scalars)."""
+    a = ExecutorStep(name="a", fn=noop, config=Cfg(size=versioned([1, {"k": 2}]), extra={"lr": versioned(0.1)}))
+    import hashlib
+    import json
+
+    record = {"name": "a", "config": {"size": [1, {"k": 2}], "extra.lr": 0.1}, "dependencies": []}
+    expected = hashlib.md5(json.dumps(record, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:8]
+    assert paths(a)["a"] == f"/p/a-{expected}"

@@ -164,3 +164,21 @@ def test_simultaneous_acquires_have_one_winner(prefix, trial):
     for lease in winners:
         lease.release()
     assert len(winners) == 1
+
+
+def test_error_after_claim_leaves_no_orphan_claim(tmp_path, monkeypatch):
+    """Bug 10 (b): an exception after the claim was written (here: the first heartbeat
+    write) left an orphan claim that blocked the step until its timeout."""
+    directory = str(tmp_path / "lease")
+    first = Lease(directory, "first", timeout=60, heartbeat_interval=1)
+
+    def broken_beat(released):
+        raise OSError("storage hiccup")
+
+    monkeypatch.setattr(first, "_write_beat", broken_beat)
+    with pytest.raises(OSError, match="hiccup"):
+        first.try_acquire()
+    assert first.epoch is None
+    second = Lease(directory, "second", timeout=60, heartbeat_interval=1)
+    assert second.try_acquire()  # not blocked for 60 s by first's claim
+    second.release()

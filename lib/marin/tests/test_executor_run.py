@@ -198,3 +198,76 @@ def test_concurrency_is_bounded_by_max_concurrent(tmp_path):
     started = time.monotonic()
     make(tmp_path, max_concurrent=3).run(steps)
     assert peak[0] == 3 and time.monotonic() - started < 1.2
+
+
+@dataclass(frozen=True)
+class CrashCfg:
+    marker: str
+    output_path: object = None
+
+
+def crash_if_marked(config: CrashCfg) -> None:
+    """Raises a fake Ray 'worker died' error while the marker file exists."""
+    from ray.exceptions import WorkerCrashedError
+
+    if os.path.exists(config.marker):
+        raise WorkerCrashedError()
+    os.makedirs(config.output_path, exist_ok=True)
+
+
+def test_lost_node_is_recorded_preempted_and_reruns(tmp_path):
+    """Bug 5: a step whose Ray task's node/worker died was recorded FAILED, so a rerun
+    refused it without --force_run_failed. Now it is PREEMPTED and a plain rerun runs it."""
+    marker = tmp_path / "crash"
+    marker.write_text("")
+    step = ExecutorStep("crashy", crash_if_marked, CrashCfg(str(marker), this_output_path()))
+    with pytest.raises(ExecutorError):
+        make(tmp_path).run([step])
+    (path,) = [p.output_path for p in make(tmp_path).plan([step]).steps]
+    assert read_status(path) == StepStatus.PREEMPTED
+    assert make(tmp_path).dry_run([step], out=lambda line: None) == {path: "run"}
+    marker.unlink()
+    assert make(tmp_path).run([step]) == {path: "SUCCESS"}
+
+
+def take_over_own_lease(config: CrashCfg) -> None:
+    """Plays another executor taking this step's lease over mid-run (a newer epoch's claim)."""
+    lease_dir = os.path.join(config.output_path, ".executor_lease")
+    claim = {"owner": "other:1", "token": "f" * 32, "epoch": 2, "heartbeat": time.time(), "timeout": 60.0}
+    with open(os.path.join(lease_dir, "claim-00000002.json"), "w") as f:
+        json.dump(claim, f)
+    time.sleep(0.5)  # several heartbeats: ours notices the newer claim and marks the lease lost
+
+
+def test_step_that_lost_its_lease_does_not_write_success(tmp_path):
+    """Bug 10 (a): a step that lost its lease still wrote SUCCESS over the new holder's run."""
+    step = ExecutorStep("taken", take_over_own_lease, CrashCfg("", this_output_path()))
+    executor = make(tmp_path, lease_timeout=1.0, heartbeat_interval=0.05)
+    with pytest.raises(ExecutorError, match="lost its lease"):
+        executor.run([step])
+    (path,) = [p.output_path for p in executor.plan([step]).steps]
+    assert read_status(path) == StepStatus.RUNNING
+
+
+def test_dep_failed_not_written_over_a_live_holder(tmp_path, logs):
+    """Bug 10 (c): DEP_FAILED was written without the lease, over the status of a step that
+    another executor was running at that moment."""
+    from marin.execution import Lease
+
+    a, b, _ = chain(logs, a_fail=True)
+    executor = make(tmp_path)
+    a_path, b_path = [p.output_path for p in executor.plan([b]).steps]
+    other = Lease(f"{b_path}/.executor_lease", "other:1", timeout=30, heartbeat_interval=1)
+    assert other.try_acquire()
+    try:
+        from marin.execution.status import write_status
+
+        write_status(b_path, StepStatus.RUNNING, "other:1")
+        with pytest.raises(ExecutorError):
+            executor.run([b])
+        assert read_status(b_path) == StepStatus.RUNNING
+    finally:
+        other.release()
+    with pytest.raises(ExecutorError):
+        make(tmp_path, force_run_failed=True).run([b])
+    assert read_status(b_path) == StepStatus.DEP_FAILED  # no live holder: marked as before

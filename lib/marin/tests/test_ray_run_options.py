@@ -108,3 +108,29 @@ def test_dry_run_shows_env_var_names_not_values(tmp_path, monkeypatch, capsys):
 def test_missing_command_is_an_error(capsys):
     assert ray_run.main(["--cluster", "local"]) == 2
     assert "No command given" in capsys.readouterr().err
+
+
+def test_package_size_follows_symlinks(tmp_path):
+    """Bug 7: the package-size check used lstat and did not follow directory links, so a
+    symlink to a big file or directory counted as a few bytes while Ray's zip includes it."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "big.bin").write_bytes(b"x" * 100_000)
+    (outside / "sub").mkdir()
+    (outside / "sub" / "more.bin").write_bytes(b"y" * 50_000)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "main.py").write_text("print(1)\n")
+    (work / "link.bin").symlink_to(outside / "big.bin")
+    (work / "linkdir").symlink_to(outside / "sub", target_is_directory=True)
+    (work / "loop").symlink_to(work, target_is_directory=True)  # must not recurse forever
+    total, biggest = ray_run.package_size(work, [])
+    assert total >= 150_000
+    assert dict((name, size) for size, name in biggest)["link.bin"] == 100_000
+
+
+@pytest.mark.parametrize("bad", ["v4-12", "v6e-3", "v5e-7"])
+def test_tpu_head_resource_rejects_sizes_that_do_not_exist(bad):
+    """Bug 8: tpu_head_resource accepted any '<gen>-<n>' such as 'v4-12' (no such slice)."""
+    with pytest.raises(ValueError, match="Invalid size"):
+        tpu_head_resource(bad)

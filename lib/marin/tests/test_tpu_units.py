@@ -325,3 +325,99 @@ def test_checkpoint_on_gcs_emulator(gcs_bucket):
     fs.invalidate_cache()
     names = sorted(path.rsplit("/", 1)[-1] for path in fs.ls(directory.removeprefix("gs://")))
     assert names == ["latest.json", "step-00000020.npz", "step-00000030.npz"]
+
+
+def test_checkpoint_bfloat16_leaves_round_trip(tmp_path):
+    """Bug 1 (bf16): np.savez stored bfloat16 leaves as ``|V2``, so loading failed the dtype
+    check against the template and no real (bf16) TPU state could resume."""
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    state = {"w": jnp.arange(6.0, dtype=jnp.bfloat16).reshape(2, 3) / 3, "b": jnp.ones(2, jnp.float32)}
+    directory = str(tmp_path / "ckpt")
+    save_checkpoint(directory, 1, state, DataPosition())
+    loaded = load_checkpoint(directory, jax.eval_shape(lambda: state))
+    assert loaded.state["w"].dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(loaded.state["w"]), np.asarray(state["w"]))
+    np.testing.assert_array_equal(loaded.state["b"], np.ones(2, np.float32))
+
+
+def test_checkpoint_python_scalar_leaves_resume(tmp_path):
+    """Bug 1 (scalars): Python float/int leaves were saved as float64/int64 while
+    ``jax.eval_shape`` of the initial state says float32/int32, so resuming failed."""
+    jax = pytest.importorskip("jax")
+
+    def init(key):
+        return {"w": jax.random.normal(key, (3,), dtype=jax.numpy.bfloat16), "lr": 0.125, "count": 7}
+
+    key = jax.random.key(0)
+    state = init(key)
+    directory = str(tmp_path / "ckpt")
+    save_checkpoint(directory, 4, state, DataPosition())
+    loaded = load_checkpoint(directory, jax.eval_shape(init, key))
+    assert loaded.step == 4
+    assert float(loaded.state["lr"]) == 0.125 and int(loaded.state["count"]) == 7
+    assert np.dtype(loaded.state["lr"].dtype) == np.float32 and np.dtype(loaded.state["count"].dtype) == np.int32
+    np.testing.assert_array_equal(np.asarray(loaded.state["w"]), np.asarray(state["w"]))
+
+
+@pytest.mark.parametrize(
+    "process_count, process_index, host_id, writes",
+    [
+        (4, 0, "2", True),  # multi-host JAX: process 0 writes even if its bundle index is not 0
+        (4, 2, "0", False),  # ... and bundle 0 does not, unless it is process 0
+        (4, 1, "1", False),
+        (1, 0, "0", True),  # one JAX process per host: run_on_tpu's host 0 writes
+        (1, 0, "1", False),
+    ],
+)
+def test_checkpoint_writer_selection(monkeypatch, process_count, process_index, host_id, writes):
+    """Bug 2: the writer had to be both JAX process 0 and MARIN_TPU_HOST_ID 0; on a real
+    multi-host slice these can disagree and then no host wrote a checkpoint."""
+    jax = pytest.importorskip("jax")
+    from marin.tpu import train
+
+    monkeypatch.setattr(jax, "process_count", lambda: process_count)
+    monkeypatch.setattr(jax, "process_index", lambda: process_index)
+    monkeypatch.setenv("MARIN_TPU_HOST_ID", host_id)
+    assert train._is_checkpoint_writer() is writes
+
+
+def test_train_on_tpu_returns_the_writers_result(monkeypatch):
+    """Bug 2: train_on_tpu returned results[0], not necessarily the checkpoint writer's."""
+    from marin.tpu import TrainResult, train
+
+    def fake_run_on_tpu(fn, tpu_type, **kwargs):
+        results = []
+        for host, process_index in ((0, 1), (1, 0)):  # bundle order differs from JAX's
+            monkeypatch.setenv("MARIN_TPU_HOST_ID", str(host))
+            monkeypatch.setattr(train, "_is_checkpoint_writer", lambda p=process_index: p == 0)
+            results.append(fn())
+        return results
+
+    monkeypatch.setattr(train, "run_on_tpu", fake_run_on_tpu)
+    monkeypatch.setattr(train, "train_loop", lambda *a, **k: TrainResult(step=int(os.environ["MARIN_TPU_HOST_ID"]),
+                                                                           checkpoint_path="x"))
+    result = train.train_on_tpu(None, None, "data", tpu_type="v4-16", batch_size=1, seq_len=1, num_steps=1,
+                                checkpoint_path="x")
+    assert result.step == 1  # host 1 is JAX process 0, the writer
+
+
+def test_user_actor_errors_inside_fn_are_not_preemption():
+    """Bug 6: the classifier followed the RayTaskError cause chain to any depth, so an
+    ActorDiedError/ObjectLostError from the user's own actors inside fn counted as a
+    preemption (a deterministic bug retried up to 100 times)."""
+    from ray.exceptions import ActorDiedError, ObjectLostError, RayTaskError, WorkerCrashedError
+
+    def nested(cause):  # driver <- slice actor's run() <- host task _run_on_host() <- fn's error
+        host = RayTaskError("_run_on_host", "traceback", cause).as_instanceof_cause()
+        return RayTaskError("_SliceHolder.run", "traceback", host)
+
+    assert not is_preemption(nested(ActorDiedError()))
+    assert not is_preemption(nested(ObjectLostError("ab" * 14, b"", "")))
+    assert not is_preemption(nested(WorkerCrashedError()))
+    # our own host task's worker/node died (depth 1) or our slice actor died (depth 0)
+    assert is_preemption(RayTaskError("_SliceHolder.run", "traceback", WorkerCrashedError()).as_instanceof_cause())
+    assert is_preemption(ActorDiedError())
+    # max_depth=0: only the awaited task/actor itself
+    assert not is_preemption(RayTaskError("step", "traceback", ActorDiedError()), max_depth=0)
+    assert is_preemption(WorkerCrashedError(), max_depth=0)

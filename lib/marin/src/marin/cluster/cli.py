@@ -40,7 +40,15 @@ from marin.cluster.commands import (
     worker_join_script,
 )
 from marin.cluster.config import Capacity
-from marin.cluster.target import Target, fetch_token, job_client, known_tokens, resolve_target
+from marin.cluster.target import (
+    Target,
+    clear_forward,
+    fetch_token,
+    job_client,
+    known_tokens,
+    record_forward,
+    resolve_target,
+)
 
 __all__ = ["build_parser", "main"]
 
@@ -145,10 +153,17 @@ def cmd_dashboard(target: Target, args: argparse.Namespace) -> int:
         return 0
     head_ip = _head_ip(target)
     print(f"Dashboard: http://localhost:{port}  (token in {target.token_path}; Ctrl-C to close the tunnel)")
+    proc = subprocess.Popen(ssh_tunnel(head_ip, {port: DASHBOARD_PORT}))
+    # Job commands reuse this port only while this record names the cluster and ssh lives.
+    record_forward(target.name, port, proc.pid)
     try:
-        return subprocess.call(ssh_tunnel(head_ip, {port: DASHBOARD_PORT}))
+        return proc.wait()
     except KeyboardInterrupt:
+        proc.terminate()
+        proc.wait(timeout=10)
         return 0
+    finally:
+        clear_forward(port, proc.pid)
 
 
 def cmd_auth(target: Target, args: argparse.Namespace) -> int:

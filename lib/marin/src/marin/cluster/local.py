@@ -115,15 +115,19 @@ def _alive(pid: int) -> bool:
 
 
 def _members(cluster: LocalCluster) -> list[int]:
-    """Live processes of this cluster: tagged with its marker, or in its nodes' sessions.
+    """Live processes of this cluster: those tagged with its marker (`MARIN_LOCAL_CLUSTER_ID`).
 
-    Reads Linux /proc; elsewhere only the nodes' own processes are known.
+    Only the marker counts: a recorded node pid (and so its session id) may belong to an
+    unrelated process once the node is dead (PID reuse). A state file from before markers
+    falls back to the sessions of node pids that are still alive. Reads Linux /proc;
+    elsewhere only the nodes' own processes are known.
     """
     proc = Path("/proc")
     nodes = {n.pid for n in (cluster.head, *cluster.workers)}
     if not proc.is_dir():
         return [pid for pid in nodes if _alive(pid)]
     tag = f"{MARKER_ENV}={cluster.marker}".encode() if cluster.marker else None
+    live_nodes = {pid for pid in nodes if tag is None and _alive(pid)}
     members = []
     for entry in proc.iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -132,9 +136,10 @@ def _members(cluster: LocalCluster) -> list[int]:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             if fields[0] == "Z":
                 continue
-            mine = int(fields[3]) in nodes  # session id: `ray start` leads its session
-            if not mine and tag is not None:
+            if tag is not None:
                 mine = tag in (entry / "environ").read_bytes().split(b"\0")
+            else:  # legacy state without a marker: `ray start` leads its session
+                mine = int(fields[3]) in live_nodes
         except (OSError, IndexError, ValueError):
             continue
         if mine:

@@ -3,12 +3,19 @@
 A `Target` is the `local` cluster or a row of the cluster table (named with `--cluster NAME`
 or `--config infra/marin-NAME.yaml`). `job_client()` opens an authenticated
 `JobSubmissionClient` to it: directly for `local`; for a cloud cluster through an existing
-port-forward on localhost:8265 (`marin cluster dashboard`) or a temporary SSH tunnel.
+port-forward (`marin cluster dashboard`) or a temporary SSH tunnel.
+
+`marin cluster dashboard` records each forward it holds open as `{cluster, port, pid}` in
+`~/.marin/dashboards/port-<port>.json` (`$MARIN_DASHBOARD_DIR`). A job command reuses a
+local port only when such a record names its cluster, the recorded ssh process is alive and
+the port is listening; any other listener (another cluster's forward, an unrelated local
+dashboard) is never sent the token.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import socket
@@ -120,6 +127,59 @@ def _listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def forwards_dir() -> Path:
+    """Where `marin cluster dashboard` records the port-forwards it holds open."""
+    return Path(os.environ.get("MARIN_DASHBOARD_DIR") or Path.home() / ".marin" / "dashboards")
+
+
+def _forward_file(port: int) -> Path:
+    return forwards_dir() / f"port-{int(port)}.json"
+
+
+def record_forward(cluster: str, port: int, pid: int) -> Path:
+    """Record that process `pid` forwards local `port` to `cluster`'s dashboard."""
+    path = _forward_file(port)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"cluster": cluster, "port": int(port), "pid": int(pid)}))
+    os.replace(tmp, path)
+    return path
+
+
+def clear_forward(port: int, pid: int) -> None:
+    """Remove the record of `port` if it is still the one `pid` wrote."""
+    path = _forward_file(port)
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads(path.read_text()).get("pid") == pid:
+            path.unlink()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def forwarded_port(cluster: str) -> int | None:
+    """A local port that `marin cluster dashboard` forwards to `cluster` right now, or None."""
+    directory = forwards_dir()
+    if not directory.is_dir():
+        return None
+    for path in sorted(directory.glob("port-*.json")):
+        try:
+            record = json.loads(path.read_text())
+            port, pid = int(record["port"]), int(record["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if record.get("cluster") == cluster and _pid_alive(pid) and _listening(port):
+            return port
+    return None
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -135,8 +195,9 @@ def dashboard_address(target: Target) -> Iterator[str]:
             raise RuntimeError(NOT_RUNNING)
         yield cluster.dashboard_url
         return
-    if _listening(DASHBOARD_PORT):  # `marin cluster dashboard` is forwarding already
-        yield f"http://127.0.0.1:{DASHBOARD_PORT}"
+    port = forwarded_port(target.name)
+    if port is not None:  # `marin cluster dashboard` is forwarding to this very cluster
+        yield f"http://127.0.0.1:{port}"
         return
     result = run_command(ray_get_head_ip(target.config), dry_run=False, capture=True)
     head_ip = result.stdout.strip().splitlines()[-1]

@@ -8,6 +8,11 @@ For every planned step, in dependency order and at most `max_concurrent` at a ti
    executor holds it, and re-reads the status under the lease (the other may have finished);
 3. it writes RUNNING and the info file, calls the function with the resolved config (in a
    thread, or as a Ray task: see `ray_env`), writes SUCCESS or FAILED, releases the lease.
+   A Ray task that died with its node or worker (`NodeDiedError`, `WorkerCrashedError`, ...
+   after Ray's own retries; see `marin.tpu.runner.is_preemption`) is recorded PREEMPTED,
+   not FAILED: the run still reports the step as failed, but a rerun runs it again without
+   `force_run_failed`. A step that lost its lease while running does not write SUCCESS (the
+   executor that took it over records the outcome) and fails in this run.
 
 An experiment record (`<prefix>/experiments/<script>-<hash>.json`) lists the steps, their
 outcome, the git commit, the calling script and the date. When any step fails the run
@@ -211,8 +216,14 @@ class Executor:
     def _mark_dep_failed(self, planned: PlannedStep) -> None:
         logger.error("Step %s not run: a dependency failed", planned.name)
         record = _status_record(planned.output_path)
-        if not record or record["status"] != StepStatus.SUCCESS.value:
-            write_status(planned.output_path, StepStatus.DEP_FAILED, self.owner)
+        if record and record["status"] == StepStatus.SUCCESS.value:
+            return
+        # DEP_FAILED is written without taking the step's lease: never over a live holder's status.
+        lease = Lease(f"{planned.output_path}/{LEASE_DIR}", timeout=self.lease_timeout, heartbeat_interval=self.heartbeat_interval)
+        if Lease.is_live(lease.current()):
+            logger.info("Step %s is held by another executor; not marking it DEP_FAILED", planned.name)
+            return
+        write_status(planned.output_path, StepStatus.DEP_FAILED, self.owner)
 
     def _run_step(self, plan: Plan, planned: PlannedStep) -> str:
         """Skip, wait for, or run one step under its lease; returns SUCCESS or SKIPPED."""
@@ -241,7 +252,11 @@ class Executor:
                 return SKIPPED
             self._execute(plan, planned)
             if lease.lost:
-                logger.error("Step %s finished after losing its lease; another executor may have run it too", planned.name)
+                logger.error(
+                    "Step %s finished after losing its lease; another executor took it over and records its outcome, "
+                    "so SUCCESS is not written here", planned.name,
+                )
+                raise StepFailedError(f"lost its lease while running (another executor took over {path}); SUCCESS not recorded")
             write_status(path, StepStatus.SUCCESS, self.owner)
             logger.info("Step %s succeeded: %s", planned.name, path)
             return StepStatus.SUCCESS.value
@@ -275,8 +290,14 @@ class Executor:
             write_info(path, _info(planned, config))
             run_step_function(step.fn, config, step.name, step.resources, step.pip_dependency_groups)
         except BaseException as e:
-            write_status(path, StepStatus.FAILED, self.owner, error="".join(traceback.format_exception(e))[-4000:])
-            logger.error("Step %s failed: %s: %s", step.name, type(e).__name__, e)
+            error = "".join(traceback.format_exception(e))[-4000:]
+            if _is_preemption(e):
+                write_status(path, StepStatus.PREEMPTED, self.owner, error=error)
+                logger.error("Step %s lost its node or worker (recorded PREEMPTED; a rerun runs it again): %s: %s",
+                             step.name, type(e).__name__, e)
+            else:
+                write_status(path, StepStatus.FAILED, self.owner, error=error)
+                logger.error("Step %s failed: %s: %s", step.name, type(e).__name__, e)
             raise
 
     # -- experiment record ---------------------------------------------------------------
@@ -312,6 +333,23 @@ class Executor:
                 ],
             },
         )
+
+
+def _is_preemption(error: BaseException) -> bool:
+    """Whether a step's Ray task died with its node or worker rather than raising itself."""
+    if "ray" not in sys.modules:  # no Ray in this process: no Ray error either
+        return False
+    from ray.exceptions import RayTaskError
+
+    from marin.tpu.runner import TpuPreemptedError, is_preemption
+
+    # depth 0: the step's own task died (a Ray error inside the step's function is its own bug);
+    # a run_on_tpu inside the step that ran out of preemption retries counts too.
+    if isinstance(error, TpuPreemptedError) or (
+        isinstance(error, RayTaskError) and isinstance(getattr(error, "cause", None), TpuPreemptedError)
+    ):
+        return True
+    return is_preemption(error, max_depth=0)
 
 
 def _info(planned: PlannedStep, resolved_config: Any) -> dict[str, Any]:

@@ -4,19 +4,27 @@ A step's output path is `<prefix>/<name>-<hash>`, where `<hash>` is the first 8 
 of the MD5 of a JSON *version record*. Exactly these things count in the record:
 
 1. the step's `name`;
-2. every `versioned(value)` in the config, keyed by its field path (e.g. `"sampling.seed"`);
+2. every `versioned(value)` in the config, keyed by its field path (e.g. `"sampling.seed"`;
+   a dict key containing `.`, `[`, `]`, `"` or `\\` is written as `["json string"]`, so
+   `{"a.b": v}` and `{"a": {"b": v}}` differ). Tuples inside a versioned value are recorded
+   as `{"__tuple__": [...]}`, so `versioned((1, 2))` and `versioned([1, 2])` differ;
 3. every input reference in the config, keyed by its field path:
    - `output_path_of(step, subpath)` records the dependency's version id (`<name>-<hash>`)
      and the subpath;
-   - `InputName.hardcoded(path)` records the path (different input data, different output);
+   - `InputName.hardcoded(path)` records the path (different input data, different output),
+     with any subpath joined on;
 4. the version ids of all dependencies, in order of first appearance in the config (each
    once, so two identical dependency steps count like one).
 
+A dependency with `override_output_path` has the version id `<name>-<hash>@<override>`, so
+moving a dependency's override changes the version (and path) of everything downstream.
+
 Nothing else counts: not the function (renaming or editing `fn` keeps the path), not plain
 unversioned config fields, not `this_output_path()`, `description`, `resources`,
-`pip_dependency_groups` or `override_output_path`, and not the prefix. Because a dependency
-counts through its own version id, changing a versioned field of a step changes the path of
-that step and of everything downstream of it, and of nothing else.
+`pip_dependency_groups`, a step's own `override_output_path` (it replaces that step's path
+outright), and not the prefix. Because a dependency counts through its own version id,
+changing a versioned field of a step changes the path of that step and of everything
+downstream of it, and of nothing else.
 
 The version record is written to each step's info file so a path can be explained later.
 """
@@ -50,8 +58,24 @@ def _walk(obj: Any, path: str) -> Iterator[tuple[str, Any]]:
             yield from _walk(value, _dotted(path, str(index)))
 
 
+_SPECIAL = frozenset('.[]"\\')
+
+
 def _dotted(prefix: str, key: str) -> str:
+    if _SPECIAL.intersection(key):  # keep "a.b" (one key) apart from "a" -> "b" (two levels)
+        key = f"[{json.dumps(key)}]"
     return f"{prefix}.{key}" if prefix else key
+
+
+def _tag_tuples(value: Any) -> Any:
+    """A versioned value with tuples tagged, so JSON keeps them apart from lists."""
+    if isinstance(value, tuple):
+        return {"__tuple__": [_tag_tuples(v) for v in value]}
+    if isinstance(value, list):
+        return [_tag_tuples(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _tag_tuples(v) for k, v in value.items()}
+    return value
 
 
 def _as_input(obj: Any) -> InputName | None:
@@ -73,7 +97,8 @@ def dependencies_of(step: ExecutorStep) -> list[ExecutorStep]:
 def version_of(step: ExecutorStep, version_id: Callable[[ExecutorStep], str]) -> dict[str, Any]:
     """The JSON version record of `step` (see the module docstring for what counts).
 
-    `version_id(dep)` returns a dependency's `<name>-<hash>`; dependencies are versioned first.
+    `version_id(dep)` returns a dependency's version id (`<name>-<hash>`, plus `@<override>`
+    when it has an `override_output_path`); dependencies are versioned first.
     """
     config: dict[str, Any] = {}
     for path, obj in _walk(step.config, ""):
@@ -82,9 +107,9 @@ def version_of(step: ExecutorStep, version_id: Callable[[ExecutorStep], str]) ->
             if ref.step is not None:
                 config[path] = {"dependency": version_id(ref.step), "subpath": ref.subpath}
             else:
-                config[path] = {"hardcoded": ref.path}
+                config[path] = {"hardcoded": _join(ref.path, ref.subpath)}
         elif isinstance(obj, VersionedValue):
-            config[path] = obj.value
+            config[path] = _tag_tuples(obj.value)
     return {
         "name": step.name,
         "config": config,

@@ -24,6 +24,9 @@ claim file, and the owner keeps a heartbeat file fresh while it holds the lease:
   seconds, and first checks that no claim of a newer epoch exists; if one does (we stalled
   past our timeout and were taken over) the lease is marked `lost`.
 - **Release.** Write the beat file with `released: true`; the next acquirer claims E+1.
+  An error after our claim was written but before the lease is held (the read-back, the
+  first heartbeat) removes the claim again (or, failing that, marks it released), so no
+  orphan claim blocks the step until its timeout.
 
 Staleness compares the holder's wall clock (written in its files) with the reader's, so
 machines must agree to well within `timeout`. A holder that freezes longer than its timeout
@@ -159,17 +162,42 @@ class Lease:
                 return False
         else:
             storage.write_text(f"{self.directory}/{name}", claim)
-            time.sleep(self.settle)
-            if self._claims().get(target, [None])[0] != name:
+            try:
+                time.sleep(self.settle)
+                won = self._claims().get(target, [None])[0] == name
+            except BaseException:
+                self.epoch = target
+                self._abandon(name)
+                raise
+            if not won:
                 storage.remove(f"{self.directory}/{name}")
                 return False
         self.epoch = target
         self.lost = False
-        self._write_beat(released=False)
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._beat, name=f"lease-heartbeat:{self.directory}", daemon=True)
-        self._thread.start()
+        try:
+            self._write_beat(released=False)
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._beat, name=f"lease-heartbeat:{self.directory}", daemon=True)
+            self._thread.start()
+        except BaseException:
+            self._abandon(name)
+            raise
         return True
+
+    def _abandon(self, claim_name: str) -> None:
+        """Undo a claim we cannot hold (an error after it was written): remove it, else mark it released."""
+        self.epoch, epoch = None, self.epoch
+        try:
+            storage.remove(f"{self.directory}/{claim_name}")
+        except Exception:  # noqa: BLE001 - fall back to a released beat
+            logger.exception("Could not remove claim %s/%s; marking it released", self.directory, claim_name)
+            try:
+                storage.write_text(
+                    f"{self.directory}/{self._beat_name(epoch, self.token)}",
+                    json.dumps({"heartbeat": time.time(), "released": True}),
+                )
+            except Exception:  # noqa: BLE001
+                logger.exception("Could not release claim %s/%s either", self.directory, claim_name)
 
     def _write_beat(self, released: bool) -> None:
         assert self.epoch is not None

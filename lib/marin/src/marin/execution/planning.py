@@ -36,7 +36,11 @@ class PlannedStep:
 
     @property
     def version_id(self) -> str:
-        return f"{self.step.name}-{self.hash}"
+        """`<name>-<hash>`, plus `@<override>` for a step with `override_output_path`, so
+        that a dependency's override counts in its dependents' versions."""
+        override = self.step.override_output_path
+        base = f"{self.step.name}-{self.hash}"
+        return f"{base}@{override}" if override else base
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """What each step's output directory says about the step: its status and its info file.
 
 - `<output>/.executor_status`: `{"status", "time", "owner", "error"}`, one of RUNNING,
-  SUCCESS, FAILED, DEP_FAILED. SUCCESS is written after the function returns and before the
-  lease is released, so whoever takes the lease next sees it.
+  SUCCESS, FAILED, PREEMPTED, DEP_FAILED. SUCCESS is written after the function returns and
+  before the lease is released, so whoever takes the lease next sees it. PREEMPTED means the
+  step's Ray task lost its node or worker (not a bug in the step); a rerun runs it again.
 - `<output>/.executor_info`: name, description, function, version record, hash, resolved
   config, dependencies' output paths, Ray options: enough to explain and reproduce the path.
 - `<output>/.executor_lease/`: the lease epochs (see `lease`).
@@ -29,6 +30,7 @@ class StepStatus(str, enum.Enum):
     RUNNING = "RUNNING"
     SUCCESS = "SUCCESS"
     FAILED = "FAILED"
+    PREEMPTED = "PREEMPTED"
     DEP_FAILED = "DEP_FAILED"
 
 

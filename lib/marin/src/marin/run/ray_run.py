@@ -77,15 +77,16 @@ _DEFAULT_MAX_PACKAGE = 512 * 1024 * 1024
 def tpu_head_resource(tpu_type: str) -> str:
     """The Ray resource that only the head host of a `tpu_type` slice has: "v4-8" -> "TPU-v4-8-head".
 
-    "v5e-N" is spelled "v5litepod-N" by Ray and GCP; both are accepted.
+    "v5e-N" is spelled "v5litepod-N" by Ray and GCP; both are accepted. The type is checked
+    against the table of real slice types (`marin.tpu.parse_tpu_type`): "v4-12" is an error.
     """
+    from marin.tpu.slices import parse_tpu_type
+
     match = re.fullmatch(r"(v\d+[a-z]*|v5litepod)-(\d+)", tpu_type.strip().lower())
     if not match:
         raise ValueError(f"TPU type must look like 'v4-8', 'v5e-16' or 'v6e-8'; got {tpu_type!r}")
-    generation, size = match.groups()
-    if generation == "v5e":
-        generation = "v5litepod"
-    return f"TPU-{generation}-{size}-head"
+    # Only real slice types: "v4-12" matches the pattern but no slice (or resource) has it.
+    return parse_tpu_type(tpu_type).head_resource
 
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9}
@@ -138,10 +139,20 @@ def _excluded(rel: str, is_dir: bool, patterns: Sequence[str]) -> bool:
 
 
 def package_size(directory: Path, excludes: Sequence[str]) -> tuple[int, list[tuple[int, str]]]:
-    """Bytes Ray would package from `directory` (it stores files uncompressed), and the biggest entries."""
+    """Bytes Ray would package from `directory` (it stores files uncompressed), and the biggest entries.
+
+    Symlinks count as what they point to (Ray's zip follows them, to files and directories);
+    a directory reached twice through links (a loop) is counted once.
+    """
     total = 0
     biggest: dict[str, int] = {}
-    for root, dirs, files in os.walk(directory):
+    seen_dirs: set[str] = set()
+    for root, dirs, files in os.walk(directory, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen_dirs:
+            dirs[:] = []
+            continue
+        seen_dirs.add(real)
         rel_root = os.path.relpath(root, directory)
         rel_root = "" if rel_root == "." else rel_root + "/"
         dirs[:] = [d for d in dirs if not _excluded(rel_root + d, True, excludes)]
@@ -150,7 +161,7 @@ def package_size(directory: Path, excludes: Sequence[str]) -> tuple[int, list[tu
             if _excluded(rel, False, excludes):
                 continue
             try:
-                size = os.lstat(os.path.join(root, name)).st_size
+                size = os.stat(os.path.join(root, name)).st_size
             except OSError:
                 continue
             total += size

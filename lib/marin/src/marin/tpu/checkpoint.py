@@ -15,7 +15,11 @@ the next run. After a commit, checkpoints older than the newest ``keep`` are del
 
 Leaves are stored in ``jax.tree_util`` flatten order; loading needs a *template* pytree of
 the same structure (e.g. the freshly initialised state), which also gives the dtypes.
-Typed PRNG key leaves are stored as their key data. Multi-host: non-fully-addressable
+Typed PRNG key leaves are stored as their key data. Each leaf's dtype name is kept in the
+metadata: ``bfloat16`` and the other ``ml_dtypes`` types (which ``.npz`` cannot describe) are
+stored as raw unsigned integers of the same width and viewed back on load; Python-scalar
+leaves (a float learning rate, an int counter) are stored as the dtype JAX gives them and
+cast to the template's dtype on load. Multi-host: non-fully-addressable
 arrays are gathered first (every host must call :func:`save_checkpoint`; only the writer
 writes).
 """
@@ -82,12 +86,13 @@ def save_checkpoint(
     path = _join(directory, _file_name(step))
     if not write:
         return path
-    leaves = [array for array, _ in converted]
+    leaves = [_storable(array) for array, _ in converted]
     meta = {
         "format": FORMAT,
         "step": int(step),
         "num_leaves": len(leaves),
         "key_leaves": {str(i): impl for i, (_, impl) in enumerate(converted) if impl is not None},
+        "dtypes": [array.dtype.name for array, _ in converted],
         "data_position": data_position.to_dict(),
         "metrics": {k: float(v) for k, v in (metrics or {}).items()},
         "history": list(history or []),
@@ -125,6 +130,9 @@ def load_checkpoint(directory: str, template: Any) -> Checkpoint | None:
         if meta.get("format") != FORMAT:
             raise ValueError(f"{path}: unknown checkpoint format {meta.get('format')!r}, expected {FORMAT!r}")
         stored = [npz[f"leaf_{i:05d}"] for i in range(meta["num_leaves"])]
+    dtype_names = meta.get("dtypes")
+    if dtype_names is not None:
+        stored = [_restore_dtype(array, name) for array, name in zip(stored, dtype_names, strict=True)]
     with_paths, treedef = jax.tree_util.tree_flatten_with_path(template)
     template_leaves = [leaf for _, leaf in with_paths]
     names = [f"{i} ({jax.tree_util.keystr(key_path)})" for i, (key_path, _) in enumerate(with_paths)]
@@ -153,6 +161,9 @@ def _to_numpy(leaf: Any) -> tuple[np.ndarray, str | None]:
     import jax
 
     impl = None
+    if isinstance(leaf, bool | int | float | complex):
+        # The dtype jax.eval_shape reports for it (float32/int32 unless x64 is on).
+        return np.asarray(jax.numpy.asarray(leaf)), None
     if isinstance(leaf, jax.Array):
         if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
             impl = str(jax.random.key_impl(leaf))
@@ -164,6 +175,30 @@ def _to_numpy(leaf: Any) -> tuple[np.ndarray, str | None]:
     return np.asarray(jax.device_get(leaf)), impl
 
 
+def _storable(array: np.ndarray) -> np.ndarray:
+    """``array`` as ``np.savez`` can store it: dtypes numpy does not know natively (bfloat16,
+    float8, int4, ... from ``ml_dtypes``) as raw unsigned integers of the same width."""
+    if array.dtype.isbuiltin == 1:
+        return array
+    return array.view(np.dtype(f"u{array.dtype.itemsize}"))
+
+
+def _restore_dtype(array: np.ndarray, name: str) -> np.ndarray:
+    """Undo :func:`_storable` with the dtype name recorded at save time."""
+    if array.dtype.name == name:
+        return array
+    return array.view(_dtype_from_name(name))
+
+
+def _dtype_from_name(name: str) -> np.dtype:
+    try:
+        return np.dtype(name)
+    except TypeError:
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, name))
+
+
 def _from_numpy(array: np.ndarray, like: Any, key_impl: str | None, path: str, name: str) -> Any:
     """One restored leaf, checked against the template leaf (an array or ShapeDtypeStruct)."""
     import jax
@@ -171,9 +206,23 @@ def _from_numpy(array: np.ndarray, like: Any, key_impl: str | None, path: str, n
     if key_impl is not None:
         return jax.random.wrap_key_data(array, impl=key_impl)
     if hasattr(like, "shape") and hasattr(like, "dtype"):
+        if array.ndim == 0 and tuple(like.shape) == () and _same_kind(array.dtype, np.dtype(like.dtype)):
+            # A scalar (a Python float/int in the state, or one saved with x64 on): cast it.
+            array = array.astype(like.dtype)
         _check_leaf(array, like.shape, like.dtype, path, name)
         return array
     return array.item() if array.ndim == 0 else array
+
+
+def _same_kind(a: np.dtype, b: np.dtype) -> bool:
+    def kind(dtype: np.dtype) -> str:
+        if dtype.kind in "iu":
+            return "int"
+        if dtype.kind == "f" or dtype.name in ("bfloat16",) or "float8" in dtype.name:
+            return "float"
+        return dtype.kind
+
+    return kind(a) == kind(b)
 
 
 def _check_leaf(array: np.ndarray, shape, dtype, path: str, name: str) -> None:

@@ -15,10 +15,12 @@
 3. Collect: as soon as any host fails, the other hosts' tasks are cancelled; the slice
    actors and placement groups are released after every attempt.
 
-Between attempts the driver classifies the failure. A lost node, worker or actor (Ray's
-``NodeDiedError``, ``WorkerCrashedError``, ``ActorDiedError``, ``OwnerDiedError``,
-``ObjectLostError``, ...) is a preemption: it is retried up to ``max_retries_preemption``
-times without touching the failure budget. Anything raised by ``fn`` is a failure: it is
+Between attempts the driver classifies the failure. A lost node, worker or actor of the
+run itself (Ray's ``NodeDiedError``, ``WorkerCrashedError``, ``ActorDiedError``,
+``OwnerDiedError``, ``ObjectLostError``, ... raised for a slice actor or a host task) is a
+preemption: it is retried up to ``max_retries_preemption`` times without touching the
+failure budget. The same errors raised *by* ``fn`` (its own actors or objects were lost)
+are failures, like any other exception from ``fn``. Anything raised by ``fn`` is a failure: it is
 retried up to ``max_retries_failure`` times and then re-raised, as the exception type ``fn``
 raised and with the remote traceback in its message.
 """
@@ -87,9 +89,23 @@ class TpuSetupError(RuntimeError):
     """The cluster cannot run this slice type as asked (not retried)."""
 
 
-def is_preemption(error: BaseException) -> bool:
-    """Whether ``error`` (or an error it wraps) says a node, worker or actor was lost."""
-    return any(isinstance(e, PREEMPTION_ERRORS) for e in _cause_chain(error))
+def is_preemption(error: BaseException, *, max_depth: int = 1) -> bool:
+    """Whether ``error`` says that one of *our* nodes, workers or actors was lost.
+
+    Only Ray system errors near the top of the ``RayTaskError`` cause chain count: at depth
+    0 (the slice actor, or a Ray task the caller waited on, died) or, with the default
+    ``max_depth=1``, depth 1 (a host task died, reported through the slice actor's method).
+    A lost actor or object *inside* the user's own task error (``fn`` used actors of its own
+    and one died: depth 2 under ``run_on_tpu``) is the user's failure, not a preemption. A
+    ``RayTaskError`` is never itself a preemption, even though Ray makes it an instance of
+    its cause's class.
+    """
+    for depth, e in enumerate(_cause_chain(error)):
+        if depth > max_depth:
+            return False
+        if not isinstance(e, RayTaskError):
+            return isinstance(e, PREEMPTION_ERRORS)
+    return False
 
 
 def _cause_chain(error: BaseException):

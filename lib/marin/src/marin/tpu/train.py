@@ -162,18 +162,44 @@ def train_on_tpu(
         keep_checkpoints=keep_checkpoints,
     )
     results = run_on_tpu(
-        loop, tpu_type,
+        functools.partial(_report_writer, loop), tpu_type,
         max_retries_preemption=max_retries_preemption, max_retries_failure=max_retries_failure,
         runtime_env=runtime_env, fresh_process=fresh_process,
     )
-    return results[0]
+    return _writer_result(results)
+
+
+def _report_writer(loop: Callable[[], TrainResult]) -> tuple[bool, TrainResult]:
+    """One host's part of :func:`train_on_tpu`: the loop's result, tagged with whether this
+    host wrote the checkpoints (the host whose result ``train_on_tpu`` returns)."""
+    result = loop()
+    return _is_checkpoint_writer(), result
+
+
+def _writer_result(results: Sequence[tuple[bool, TrainResult]]) -> TrainResult:
+    writers = [result for is_writer, result in results if is_writer]
+    if len(writers) != 1:
+        raise RuntimeError(f"expected exactly one checkpoint-writing host, got {len(writers)} of {len(results)}")
+    return writers[0]
 
 
 def _is_checkpoint_writer() -> bool:
-    """Host 0 writes: JAX process 0 on a real multi-host slice, run_on_tpu's host 0 otherwise."""
+    """Exactly one host writes checkpoints.
+
+    On a real multi-host slice (``jax.process_count() > 1``) it is JAX process 0, whatever
+    run_on_tpu's ``MARIN_TPU_HOST_ID`` says (the placement-group bundle index need not match
+    JAX's process numbering). With one JAX process per host (no multi-host JAX) it is
+    run_on_tpu's host 0.
+    """
     import jax
 
-    return jax.process_index() == 0 and os.environ.get(HOST_ID_ENV, "0") == "0"
+    return _select_writer(jax.process_count(), jax.process_index(), os.environ.get(HOST_ID_ENV, "0"))
+
+
+def _select_writer(process_count: int, process_index: int, host_id: str) -> bool:
+    if process_count > 1:
+        return process_index == 0
+    return host_id == "0"
 
 
 def _format(metrics: dict[str, float]) -> str:
