@@ -96,7 +96,7 @@ def _state_file(directory: Path) -> Path:
     return directory / "state.json"
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     """Whether `pid` runs (a zombie, dead but not yet reaped, does not count)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -125,9 +125,9 @@ def _members(cluster: LocalCluster) -> list[int]:
     proc = Path("/proc")
     nodes = {n.pid for n in (cluster.head, *cluster.workers)}
     if not proc.is_dir():
-        return [pid for pid in nodes if _alive(pid)]
+        return [pid for pid in nodes if process_alive(pid)]
     tag = f"{MARKER_ENV}={cluster.marker}".encode() if cluster.marker else None
-    live_nodes = {pid for pid in nodes if tag is None and _alive(pid)}
+    live_nodes = {pid for pid in nodes if tag is None and process_alive(pid)}
     members = []
     for entry in proc.iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -162,7 +162,7 @@ def load(directory: Path | None = None) -> LocalCluster | None:
     cluster = _read_state(directory or state_dir())
     if cluster is None:
         return None
-    if not _alive(cluster.head.pid):
+    if not process_alive(cluster.head.pid):
         _cleanup(cluster)
         return None
     return cluster

@@ -154,16 +154,6 @@ def clear_forward(port: int, pid: int) -> None:
             path.unlink()
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def forwarded_port(cluster: str) -> int | None:
     """A local port that `marin cluster dashboard` forwards to `cluster` right now, or None."""
     directory = forwards_dir()
@@ -175,7 +165,7 @@ def forwarded_port(cluster: str) -> int | None:
             port, pid = int(record["port"]), int(record["pid"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if record.get("cluster") == cluster and _pid_alive(pid) and _listening(port):
+        if record.get("cluster") == cluster and local.process_alive(pid) and _listening(port):
             return port
     return None
 
