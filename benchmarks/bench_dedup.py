@@ -32,7 +32,6 @@ import hashlib
 import io
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -46,6 +45,7 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import load_average, machine  # noqa: E402
 from corpus import ensure_corpus, read_shard
 
 
@@ -311,18 +311,6 @@ def kept_ids(out_dir: str) -> set[str]:
 # ---- driver ----------------------------------------------------------------------------------------
 
 
-def _load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def machine() -> dict:
-    import ray
-
-    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return {"cores": os.cpu_count(), "ram_gib": round(mem_gb, 1), "python": platform.python_version(),
-            "ray": ray.__version__, "platform": platform.platform()}
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -365,7 +353,7 @@ def main(argv=None) -> dict | None:
 
 
 def _bench(args: argparse.Namespace, work: str) -> dict:
-    load_before = _load()
+    load_before = load_average()
     t0 = time.perf_counter()
     info = ensure_corpus(os.path.join(work, "corpus"), num_shards=args.shards, docs_per_shard=args.docs // args.shards,
                          dup_fraction=args.dup_fraction, min_chars=args.min_chars, max_chars=args.max_chars, seed=4)
@@ -394,7 +382,7 @@ def _bench(args: argparse.Namespace, work: str) -> dict:
         "benchmark": "dedup",
         "machine": machine(),
         "load_avg_before": load_before,
-        "load_avg_after": _load(),
+        "load_avg_after": load_average(),
         "params": {k: v for k, v in vars(args).items() if k != "child"},
         "corpus": {"docs": info.num_docs, "duplicates": info.duplicates, "unique_texts": info.unique_texts,
                    "mb_jsonl": round(info.bytes_uncompressed / 1e6, 1), "mb_zst": round(info.bytes_compressed / 1e6, 1),

@@ -28,7 +28,6 @@ import io
 import json
 import multiprocessing
 import os
-import platform
 import re
 import shutil
 import statistics
@@ -46,6 +45,7 @@ import orjson
 import zstandard
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import load_average, machine  # noqa: E402
 from corpus import ensure_corpus
 
 # ---- the per-document work, shared verbatim by both runners --------------------------------
@@ -189,18 +189,6 @@ def _output_digest(out_dir: str) -> tuple[int, str]:
     return records, h.hexdigest()
 
 
-def _load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def machine() -> dict:
-    import ray
-
-    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return {"cores": os.cpu_count(), "ram_gib": round(mem_gb, 1), "python": platform.python_version(),
-            "ray": ray.__version__, "platform": platform.platform()}
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -239,7 +227,7 @@ def _bench(args: argparse.Namespace, work: str) -> dict:
     import ray
     from zephyr import create_backend
 
-    load_before = _load()
+    load_before = load_average()
     info = ensure_corpus(os.path.join(work, "corpus"), num_shards=args.shards, docs_per_shard=args.docs_per_shard,
                          dup_fraction=0.0, min_chars=200, max_chars=2000, seed=3)
     paths = list(info.paths)
@@ -290,7 +278,7 @@ def _bench(args: argparse.Namespace, work: str) -> dict:
         "benchmark": "ray_backend",
         "machine": machine(),
         "load_avg_before": load_before,
-        "load_avg_after": _load(),
+        "load_avg_after": load_average(),
         "params": vars(args) | {"docs": info.num_docs, "input_mb": round(mb, 1), "kept_docs": kept},
         "ray_init_s": round(ray_start, 2),
         "ray_warmup_run_s": round(warm_ray, 2),

@@ -1,0 +1,20 @@
+"""What a benchmark reports about the machine it ran on, next to its figures."""
+
+from __future__ import annotations
+
+import os
+import platform
+
+
+def load_average() -> str:
+    """The 1/5/15-minute load averages, to show how busy the machine was around a run."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def machine() -> dict:
+    """Cores, memory, and the versions that matter for the figures."""
+    import ray
+
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {"cores": os.cpu_count(), "ram_gib": round(mem_gib, 1), "python": platform.python_version(),
+            "ray": ray.__version__, "platform": platform.platform()}
