@@ -74,6 +74,13 @@ def test_killing_a_worker_node_costs_only_its_in_flight_shards(tmp_path):
         assert execution.counters["records"] == 12 * 200
         # only the shards in flight on the dead node (2 CPUs there) ran twice
         assert 12 <= len(list(attempts.iterdir())) <= 12 + 2
+
+        # custom resources steer placement: only the node that offers them runs these shards
+        special = cluster.add_node(num_cpus=2, resources={"TPU": 4, "TPU-v4-8-head": 1})
+        cluster.wait_for_nodes()
+        on_tpu = create_backend("ray", max_parallelism=4, progress=False, resources={"TPU": 4, "TPU-v4-8-head": 1})
+        nodes = set(on_tpu.execute(Dataset.from_list(list(range(4))).map(lambda _: ray.get_runtime_context().get_node_id())))
+        assert nodes == {special.node_id}
     finally:
         ray.shutdown()
         cluster.shutdown()
