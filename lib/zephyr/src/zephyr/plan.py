@@ -38,11 +38,6 @@ class Stage:
         sink = f" => {self.sink.describe()}" if self.sink is not None else ""
         return f"stage {self.index} [{self.num_shards} shards]: {chain}{sink}"
 
-    def shard_label(self, shard: int) -> str:
-        if isinstance(self.input, tuple):
-            return self.input[shard].label
-        return f"{self.input_label} shard {shard}"
-
 
 @dataclass(frozen=True)
 class Plan:

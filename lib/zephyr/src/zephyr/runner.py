@@ -51,8 +51,8 @@ class Execution:
     """An iterator over a run's results in shard order, with `.counters` and `.stats`.
 
     The plan is compiled and checked (picklability of every user function) on creation;
-    tasks run as the iterator is consumed. `.counters` and `.stats` are complete once the
-    iterator is exhausted.
+    tasks run as the iterator is consumed. `.counters` and `.stats` are complete (and scratch
+    removed) once every shard has finished, i.e. before the last item is handed out.
     """
 
     def __init__(self, backend: Backend, dataset):

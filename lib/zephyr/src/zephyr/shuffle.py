@@ -246,8 +246,8 @@ class ReduceGroups(GroupMode):
         yields_many = inspect.isgeneratorfunction(self.reducer)
         for _, group in itertools.groupby(merged, key=lambda r: r[0]):
             first = next(group)
-            key, item0 = _loads(first[4])
-            items = itertools.chain([item0], (_loads(r[4])[1] for r in group))
+            key, item0 = pickle.loads(first[4])
+            items = itertools.chain([item0], (pickle.loads(r[4])[1] for r in group))
             result = self.reducer(key, items)
             if yields_many:
                 yield from result
@@ -259,18 +259,14 @@ class ReduceGroups(GroupMode):
 class FirstPerKey(GroupMode):
     def apply(self, merged: Iterator[tuple]) -> Iterator[Any]:
         for _, group in itertools.groupby(merged, key=lambda r: r[0]):
-            yield _loads(next(group)[4])[1]
+            yield pickle.loads(next(group)[4])[1]
 
 
 @dataclass(frozen=True)
 class Concatenate(GroupMode):
     def apply(self, merged: Iterator[tuple]) -> Iterator[Any]:
         for record in merged:
-            yield _loads(record[4])[1]
-
-
-def _loads(payload: bytes) -> Any:
-    return pickle.loads(payload)
+            yield pickle.loads(record[4])[1]
 
 
 @dataclass(frozen=True)
