@@ -150,7 +150,9 @@ class _Load:
     def _extras(self) -> list[str]:
         extras = []
         if self.include_file_paths:
-            extras.append(f"file_path_column={self.file_path_column!r}")
+            extras.append("include_file_paths=True")
+            if self.file_path_column != DEFAULT_FILE_PATH_COLUMN:
+                extras.append(f"file_path_column={self.file_path_column!r}")
         if self.columns is not None:
             extras.append(f"columns={list(self.columns)!r}")
         if self.filter is not None:

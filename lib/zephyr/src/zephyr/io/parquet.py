@@ -83,7 +83,7 @@ def read_parquet(
     reader = _CountingReader(handle)
     try:
         try:
-            fragment = pads.ParquetFileFormat().make_fragment(reader, row_groups=list(row_groups) if row_groups is not None else None)
+            fragment = pads.ParquetFileFormat().make_fragment(reader)
             names = fragment.physical_schema.names
         except Exception as e:
             raise ValueError(f"{path}: not a readable Parquet file: {e}") from e
@@ -96,8 +96,7 @@ def read_parquet(
             else:  # the file lacks a column: every row's value is null there, as in Python
                 late = filter
                 wanted = wanted if wanted is None else wanted + sorted((needed & set(names)) - set(wanted))
-        batches = fragment.to_batches(columns=wanted, filter=pushed, batch_size=ROWS_PER_BATCH, use_threads=False)
-        for batch in batches:
+        for batch in _row_group_batches(fragment, row_groups, wanted, pushed):
             rows = batch.to_pylist()
             if late is not None:
                 keep = [c for c in columns if c in names] if columns is not None else None
@@ -106,6 +105,18 @@ def read_parquet(
     finally:
         handle.close()
         counters.increment("zephyr/bytes_read", reader.bytes_read)
+
+
+def _row_group_batches(fragment, row_groups: Sequence[int] | None, columns: list[str] | None, pushed: Any) -> Iterator[Any]:
+    """Record batches of the wanted row groups, in file order, skipping those whose
+    statistics rule `pushed` out (one fragment per row group: pyarrow may reorder a
+    fragment's own row-group list)."""
+    pieces = fragment.split_by_row_group(filter=pushed) if pushed is not None else fragment.split_by_row_group()
+    if row_groups is not None:
+        wanted = set(row_groups)
+        pieces = [p for p in pieces if p.row_groups[0].id in wanted]
+    for piece in sorted(pieces, key=lambda p: p.row_groups[0].id):
+        yield from piece.to_batches(columns=columns, filter=pushed, batch_size=ROWS_PER_BATCH, use_threads=False)
 
 
 def _project(row: dict, columns: list[str] | None) -> dict:
