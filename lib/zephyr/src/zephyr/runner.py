@@ -14,6 +14,7 @@ import os
 import tempfile
 import time
 import warnings
+import weakref
 from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -91,9 +92,9 @@ class Execution:
         try:
             cloudpickle.dumps(program)
         except Exception as e:
-            culprit = _first_unpicklable(stage)
+            culprit, fn = _first_unpicklable(stage)
             if not self.backend.requires_pickling:  # nothing leaves this process: run it as given
-                _warn_not_picklable(culprit, e)
+                _warn_not_picklable(culprit, fn, e)
                 return program
             raise PlanError(
                 f"stage {stage.index}: {culprit} cannot be pickled, so it cannot be sent to workers: "
@@ -305,14 +306,20 @@ def _final_outputs_exist(stage: Stage) -> bool:
     return wanted <= listed
 
 
-_warned: set[str] = set()
+_warned: weakref.WeakSet = weakref.WeakSet()  # functions warned about in this process
+_warned_names: set[str] = set()  # culprits without a function object to hold on to
 
 
-def _warn_not_picklable(culprit: str, error: Exception) -> None:
+def _warn_not_picklable(culprit: str, fn: Any, error: Exception) -> None:
     """Once per function and process: the pipeline runs here, but could not run on Ray."""
-    if culprit in _warned:
-        return
-    _warned.add(culprit)
+    try:
+        if fn in _warned:
+            return
+        _warned.add(fn)
+    except TypeError:  # not weak-referenceable (or None): remember the description instead
+        if culprit in _warned_names:
+            return
+        _warned_names.add(culprit)
     warnings.warn(
         f"{culprit} cannot be pickled ({type(error).__name__}: {error}); it runs on this in-process "
         "backend, but this pipeline will not run on the ray backend",
@@ -333,17 +340,17 @@ def _attribute(error: Exception, task: ShardTask) -> ShardError:
     return ShardError(task.stage, task.shard, task.label, type(error).__name__, str(error), text)
 
 
-def _first_unpicklable(stage: Stage) -> str:
-    """The op (and function) that cannot be pickled: ops first, then the shuffle's key,
-    sort_by, combiner (the sink) and reducer (the reader)."""
+def _first_unpicklable(stage: Stage) -> tuple[str, Any]:
+    """The op (and function) that cannot be pickled, described, and the function (or None):
+    ops first, then the shuffle's key, sort_by, combiner (the sink) and reducer (the reader)."""
     parts = list(stage.ops) + [p for p in (stage.sink, None if isinstance(stage.input, tuple) else stage.input) if p is not None]
     for part in parts:
         try:
             cloudpickle.dumps(part)
         except Exception:
             fn = _first_unpicklable_callable(part)
-            return f"{part.describe()}" + (f" (function {callable_name(fn)})" if fn is not None else "")
-    return "the stage's input or sink"
+            return f"{part.describe()}" + (f" (function {callable_name(fn)})" if fn is not None else ""), fn
+    return "the stage's input or sink", None
 
 
 def _first_unpicklable_callable(obj: Any, depth: int = 0) -> Any:
