@@ -148,8 +148,8 @@ def _check_docker_daemon() -> None:
         raise RuntimeError(f"docker is installed but cannot reach its daemon: {result.stderr.strip()[-500:]}")
 
 
-def build_and_push(plan: ImagePlan, *, dry_run: bool, push: bool = True) -> None:
-    """Build, tag, push to every region and record the tag (see the module docstring)."""
+def build_and_push(plan: ImagePlan, *, dry_run: bool, push: bool = True, config_file: Path | None = None) -> None:
+    """Build, tag, push to every region and record the tag in `config_file` (default: config.py)."""
     if not dry_run:
         require_tools("docker", *(["gcloud"] if push else []), purpose="Building and pushing the cluster image")
         _check_docker_daemon()
@@ -164,11 +164,11 @@ def build_and_push(plan: ImagePlan, *, dry_run: bool, push: bool = True) -> None
         ensure_repository(region, plan.project, dry_run=dry_run)
         for ref in plan.refs(region):
             run_command(docker_push(ref), dry_run=dry_run)
-    config_file = _relative(Path(config.__file__))
+    config_file = _relative(config_file or Path(config.__file__))
     if dry_run:
         print(f'# then set LATEST_DOCKER_TAG = "{plan.pinned_tag}" in {config_file}')
         return
-    record_latest_tag(plan.pinned_tag)
+    record_latest_tag(plan.pinned_tag, config_file)
     print(f"Pushed {config.IMAGE_NAME}:{{{','.join(plan.tags)}}} to {', '.join(plan.regions)}.")
     print(f'Recorded LATEST_DOCKER_TAG = "{plan.pinned_tag}" in {config_file}. Next:')
     print("  uv run marin cluster update-configs   # write the tag into infra/marin-*.yaml")
