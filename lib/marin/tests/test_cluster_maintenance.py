@@ -214,6 +214,7 @@ def test_record_latest_tag_rewrites_exactly_one_line(tmp_path):
         (["--cluster", "us-east5", "clean-preempted-tpus"], "gcloud,"),
         (["install-ssh-key"], "gcloud,"),
         (["--cluster", "us-west4", "start-cluster"], "ray,"),
+        (["--cluster", "us-west4", "dashboard"], "ray,"),
         (["--cluster", "us-west4", "add-worker", "v5litepod-4"], "gcloud,"),
     ],
 )
@@ -565,3 +566,11 @@ def test_docs_name_every_make_target_and_command():
     for name in [*targets, "build-image", "install-ssh-key", "init-auth-secret", "clean-preempted-tpus",
                  "configure_gcp_registry.py", "restart-cluster"]:  # fmt: skip
         assert name in docs, f"docs/cluster.md does not mention {name}"
+
+
+def test_dashboard_without_ssh_is_refused_clearly(tmp_path, monkeypatch, capsys):
+    fake = FakeTools(tmp_path, monkeypatch, tools=("ray",))
+    fake.answer("ray", ["get-head-ip"], stdout="10.1.2.3\n")
+    assert cli.main(["--cluster", "us-west4", "dashboard"]) == 2
+    assert "Forwarding the dashboard needs ssh, not found on PATH" in capsys.readouterr().err
+    assert fake.argvs("ray") == [["get-head-ip", "infra/marin-us-west4.yaml"]]

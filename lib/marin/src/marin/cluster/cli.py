@@ -37,6 +37,7 @@ from marin.cluster.commands import (
     ray_down,
     ray_get_head_ip,
     ray_up,
+    require_tools,
     run_command,
     ssh_tunnel,
     worker_join_script,
@@ -154,6 +155,7 @@ def cmd_dashboard(target: Target, args: argparse.Namespace) -> int:
         print(format_command(ssh_tunnel(HEAD_IP, {port: DASHBOARD_PORT})))
         return 0
     head_ip = _head_ip(target)
+    require_tools("ssh", purpose="Forwarding the dashboard")
     print(f"Dashboard: http://localhost:{port}  (token in {target.token_path}; Ctrl-C to close the tunnel)")
     proc = subprocess.Popen(ssh_tunnel(head_ip, {port: DASHBOARD_PORT}))
     # Job commands reuse this port only while this record names the cluster and ssh lives.

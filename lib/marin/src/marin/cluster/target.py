@@ -32,6 +32,7 @@ from marin.cluster.commands import (
     format_command,
     gcloud_fetch_secret,
     ray_get_head_ip,
+    require_tools,
     run_command,
     ssh_tunnel,
 )
@@ -187,6 +188,7 @@ def dashboard_address(target: Target) -> Iterator[str]:
         return
     result = run_command(ray_get_head_ip(target.config), dry_run=False, capture=True)
     head_ip = result.stdout.strip().splitlines()[-1]
+    require_tools("ssh", purpose=f"Reaching the job API of {target.name} through an SSH tunnel")
     port = _free_port()
     proc = subprocess.Popen(ssh_tunnel(head_ip, {port: DASHBOARD_PORT}), stdin=subprocess.DEVNULL)
     try:
