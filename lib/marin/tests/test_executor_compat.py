@@ -133,8 +133,11 @@ def test_nonblocking_input_counts_in_the_version_but_is_neither_waited_for_nor_r
     assert make(tmp_path).plan([blocking]).steps[-1].output_path != eval_path
     # a step that needs train normally still runs it, before itself
     train = checkpoints(1)
-    both = make(tmp_path).run([evaluate(train), ExecutorStep("report", record, Cfg(logs, input_path=train / "x.txt"))])
-    assert list(both.values()) == ["SKIPPED", "SUCCESS", "SUCCESS"] and os.path.exists(f"{train_path}/x.txt")
+    steps = [evaluate(train), ExecutorStep("report", record, Cfg(logs, input_path=train / "x.txt"))]
+    names = {p.output_path: p.name for p in make(tmp_path).plan(steps).steps}
+    both = make(tmp_path).run(steps)  # (in the order the steps finished)
+    assert {names[path]: state for path, state in both.items()} == {"eval": "SKIPPED", "train": "SUCCESS", "report": "SUCCESS"}
+    assert os.path.exists(f"{train_path}/x.txt")
 
 
 def test_nonblocking_input_does_not_fail_with_a_failed_step(tmp_path, logs):
