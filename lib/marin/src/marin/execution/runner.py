@@ -5,7 +5,8 @@
 For every planned step, in dependency order and at most `max_concurrent` at a time:
 
 1. a step whose status file says SUCCESS is skipped; FAILED raises unless
-   `force_run_failed`; a step whose dependency failed gets DEP_FAILED and does not run;
+   `force_run_failed` (or waits while another executor holds the step's live lease, which
+   may be rerunning it); a step whose dependency failed gets DEP_FAILED and does not run;
 2. otherwise the executor takes the step's lease (see `lease`), waiting while another live
    executor holds it, and re-reads the status under the lease (the other may have finished);
 3. it writes RUNNING and the info file, calls the function with the resolved config (in a
@@ -241,8 +242,8 @@ class Executor:
             heartbeat_interval=self.heartbeat_interval,
             settle=self.settle,
         )
-        initial_epoch = lease.latest_epoch()
-        if self._settled(planned, lease, _status(path), initial_epoch, initial_epoch):
+        since = _first_epoch_of_this_run(lease)
+        if self._settled(planned, lease, _status(path), since, waiting=True):
             return SKIPPED
         announced = False
         while not lease.try_acquire():
@@ -251,13 +252,13 @@ class Executor:
                 logger.info("Step %s is held by %s; waiting", planned.name, holder.get("owner", "another executor"))
                 announced = True
             time.sleep(self.poll_interval)
-            if self._settled(planned, lease, _status(path), initial_epoch, lease.latest_epoch()):
+            if self._settled(planned, lease, _status(path), since, waiting=True):
                 return SKIPPED
         outcome: str | None = None
         error: str | None = None
         try:
-            # under the lease; the epoch before ours is the last one someone else held
-            if self._settled(planned, lease, _status(path), initial_epoch, lease.epoch - 1):
+            # under the lease: the status may come from an executor that held it meanwhile
+            if self._settled(planned, lease, _status(path), since, waiting=False):
                 return SKIPPED
             try:
                 self._execute(plan, planned)
@@ -277,26 +278,38 @@ class Executor:
         finally:
             lease.release(outcome=outcome, error=error)
 
-    def _settled(self, planned: PlannedStep, lease: Lease, status: str | None, initial_epoch: int, epoch: int) -> bool:
+    def _settled(self, planned: PlannedStep, lease: Lease, status: str | None, since: int, waiting: bool) -> bool:
         """True when the step needs no run (succeeded); raises when it failed and must not rerun.
 
-        A FAILED status from before this run raises unless `force_run_failed`; a FAILED
-        status written during this run (by an executor that held a newer epoch of the lease
-        than the newest one at our first look, `initial_epoch`) always raises.
+        Whether a FAILED status belongs to this run is read from the lease, not inferred from
+        epoch numbers: an epoch from `since` on (see `_first_epoch_of_this_run`) that was
+        released with outcome FAILED means another executor failed the step while this one
+        waited, which always raises. Otherwise the FAILED status is from a previous run: while
+        `waiting` and another executor holds a live lease, that holder decides (it may be
+        rerunning the step with --force_run_failed, and not have written RUNNING yet), so
+        this executor keeps waiting; else it raises unless `force_run_failed`.
         """
         if status == StepStatus.SUCCESS.value:
             logger.info("Step %s already succeeded; skipping: %s", planned.name, planned.output_path)
             return True
-        if status == StepStatus.FAILED.value:
-            where = f"{planned.output_path}/{STATUS_FILE}"
-            if epoch > initial_epoch:
-                owner = (lease.record(epoch) or {}).get("owner", "another executor")
-                raise StepFailedError(f"failed in executor {owner} while this one waited (see {where} and {lease.directory})")
-            if not self.force_run_failed:
-                raise StepFailedError(
-                    f"failed in a previous run (see {where}; its error is in {lease.directory}); "
-                    "rerun with --force_run_failed true"
-                )
+        if status != StepStatus.FAILED.value:
+            return False
+        where = f"{planned.output_path}/{STATUS_FILE}"
+        failed = next(
+            (r for r in lease.records_since(since) if r["released"] and r.get("outcome") == StepStatus.FAILED.value), None
+        )
+        if failed is not None:
+            raise StepFailedError(
+                f"failed in executor {failed['owner']} (lease epoch {failed['epoch']}) while this one waited "
+                f"(see {where} and {lease.directory})"
+            )
+        if waiting and Lease.is_live(lease.current()):
+            return False
+        if not self.force_run_failed:
+            raise StepFailedError(
+                f"failed in a previous run (see {where}; its error is in {lease.directory}); "
+                "rerun with --force_run_failed true"
+            )
         return False
 
     def _execute(self, plan: Plan, planned: PlannedStep) -> None:
@@ -354,6 +367,15 @@ class Executor:
                 ],
             },
         )
+
+
+def _first_epoch_of_this_run(lease: Lease) -> int:
+    """The oldest lease epoch whose outcome can belong to this run: the newest epoch when
+    its holder has not released it yet (it may still fail while this executor waits), else
+    the next one."""
+    latest = lease.latest_epoch()
+    record = lease.record(latest) if latest else None
+    return latest if record is not None and not record["released"] else latest + 1
 
 
 def _is_preemption(error: BaseException) -> bool:
