@@ -27,7 +27,7 @@ from zephyr.backends.base import Backend, TaskLost
 from zephyr.errors import PlanError, ShardError
 from zephyr.io.files import expand_glob, remove_temporaries_for, url_to_fs
 from zephyr.ops import WRITE_OPS, callable_name
-from zephyr.plan import Plan, Stage, stage_output_paths
+from zephyr.plan import Plan, Stage, stage_output_path, stage_output_paths
 from zephyr.progress import make_progress
 from zephyr.shard import ShardResult, ShardTask, StageProgram, run_shard
 from zephyr.shuffle import ScatterSink
@@ -144,7 +144,7 @@ class Execution:
         memory = self.backend.task_resources.memory
         if isinstance(stage.input, tuple):
             return [
-                ShardTask(stage.index, i, stage.num_shards, shard.label, shard.items, memory)
+                ShardTask(stage.index, i, stage.num_shards, shard.label, shard.items, memory, shard.path)
                 for i, shard in enumerate(stage.input)
             ]
         return [replace(task, memory=memory) for task in stage.input.tasks(stage, previous)]
@@ -265,7 +265,7 @@ def scratch_dir_for(backend: Backend, plan: Plan) -> str:
     final = plan.stages[-1]
     for record in reversed(final.ops):
         if isinstance(record, WRITE_OPS) and final.num_shards:
-            first = stage_output_paths(final, record)[0]
+            first = stage_output_path(final, record, 0)
             return f"{first.rsplit('/', 1)[0] if '/' in first else '.'}/.zephyr-scratch"
     return os.path.join(tempfile.gettempdir(), "zephyr-scratch")
 

@@ -23,7 +23,6 @@ from zephyr.io.jsonl import write_jsonl_file
 from zephyr.io.parquet import write_parquet_file
 from zephyr.join import BoundJoin, merge_join
 from zephyr.readers import read_path, select_columns
-from zephyr.sources import input_path_of
 
 __all__ = ["ShardResult", "ShardTask", "StageProgram", "run_shard"]
 
@@ -48,6 +47,7 @@ class ShardTask:
     label: str
     items: tuple = ()
     memory: int | None = None  # the task's memory budget in bytes, for sizing buffers
+    input_path: str | None = None  # the from_files input file of a source shard, for {basename}
 
 
 @dataclass
@@ -70,8 +70,7 @@ class _Context:
 def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
     """Run `program` over `task`'s input; user failures become ShardError naming the shard."""
     start = time.perf_counter()
-    single_input = program.reader is None and len(task.items) == 1
-    ctx = _Context(task.shard, task.num_shards, input_path_of(task.items[0]) if single_input else None)
+    ctx = _Context(task.shard, task.num_shards, task.input_path if program.reader is None else None)
     with counters.collecting() as counts:
         try:
             start_at, stream = _resume_point(program.ops, ctx)
