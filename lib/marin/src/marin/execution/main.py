@@ -37,8 +37,8 @@ class ExecutorMainConfig:
     """Rerun steps that failed before instead of stopping with an error."""
     run_only: list[str] | None = None
     """Regexes of step names: run only those steps and the dependencies they need."""
-    max_concurrent: int = 8
-    """At most this many steps run at once."""
+    max_concurrent: int | None = 8
+    """At most this many steps run at once; None (`--max_concurrent null`): every ready step starts."""
     lease_timeout: float = 60.0
     """Seconds without a heartbeat after which another executor takes a step over."""
     heartbeat_interval: float = 10.0

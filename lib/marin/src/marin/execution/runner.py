@@ -86,7 +86,8 @@ class Executor:
 
     Args:
         prefix: where output paths go (local directory or URL such as gs://bucket/dir).
-        max_concurrent: at most this many steps run (or wait on a lease) at once.
+        max_concurrent: at most this many steps run (or wait on a lease) at once; None: no
+            limit, every ready step starts (as Marin's `max_concurrent=None`).
         force_run_failed: rerun steps whose status is FAILED instead of raising.
         lease_timeout, heartbeat_interval: lease parameters (seconds); others take over a
             step whose holder has not heartbeated for `lease_timeout`.
@@ -101,7 +102,7 @@ class Executor:
         self,
         prefix: str,
         *,
-        max_concurrent: int = 8,
+        max_concurrent: int | None = 8,
         force_run_failed: bool = False,
         lease_timeout: float = 60.0,
         heartbeat_interval: float = 10.0,
@@ -113,7 +114,7 @@ class Executor:
     ) -> None:
         if not prefix:
             raise ValueError("Executor needs a prefix: pass --prefix or set MARIN_PREFIX, e.g. --prefix /tmp/marin")
-        if max_concurrent < 1:
+        if max_concurrent is not None and max_concurrent < 1:
             raise ValueError(f"max_concurrent must be at least 1, got {max_concurrent}")
         self.prefix = prefix.rstrip("/")
         self.max_concurrent = max_concurrent
@@ -180,7 +181,8 @@ class Executor:
         states: dict[str, str] = {}
         failed: dict[str, str] = {}
         waiting = list(plan.steps)
-        with ThreadPoolExecutor(max_workers=self.max_concurrent, thread_name_prefix="marin-step") as pool:
+        workers = self.max_concurrent or max(1, len(plan.steps))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="marin-step") as pool:
             running: dict[Future, PlannedStep] = {}
             while waiting or running:
                 for planned in self._ready(waiting, states):
