@@ -358,3 +358,16 @@ def test_failure_in_an_executor_that_held_the_step_at_our_first_look_is_not_reru
         gate.write_text("")
         pool.shutdown(wait=True)
     assert len(runs(logs)) == 1
+
+
+def test_dep_failed_step_runs_without_force_once_its_dependency_succeeded(tmp_path, logs):
+    """The documented choice (docs/executor.md, differs from Marin): DEP_FAILED says the step
+    never ran, so it is not refused like FAILED; it runs when its dependency has succeeded."""
+    a, b, _ = chain(logs, a_fail=True)
+    with pytest.raises(ExecutorError):
+        make(tmp_path).run([b])
+    a_path, b_path = [p.output_path for p in make(tmp_path).plan([b]).steps]
+    assert read_status(b_path) == StepStatus.DEP_FAILED
+    fixed_a, fixed_b, _ = chain(logs)
+    assert make(tmp_path, force_run_failed=True).run([fixed_a]) == {a_path: "SUCCESS"}
+    assert make(tmp_path).run([fixed_b]) == {a_path: SKIPPED, b_path: "SUCCESS"}
