@@ -54,8 +54,10 @@ class Execution:
 
     The plan is compiled and checked on creation (on Ray, every user function must pickle;
     the in-process backends only warn once per function that such a pipeline cannot run on
-    Ray); tasks run as the iterator is consumed. `.counters` and `.stats` are complete (and scratch
-    removed) once every shard has finished, i.e. before the last item is handed out.
+    Ray, and pickle a stage to check it only until it pickled once in this process, by its
+    fingerprint); tasks run as the iterator is consumed. `.counters` and `.stats` are
+    complete (and scratch removed) once every shard has finished, i.e. before the last item
+    is handed out.
     """
 
     def __init__(self, backend: Backend, dataset):
@@ -89,6 +91,9 @@ class Execution:
 
     def _program(self, stage: Stage) -> StageProgram:
         program = StageProgram(stage.index, stage.ops, reader=stage.input if not isinstance(stage.input, tuple) else None, sink=stage.sink)
+        in_process = not self.backend.requires_pickling
+        if in_process and stage.fingerprint in _pickled_in_process:
+            return program  # in-process the check only feeds a warning: pickle a big capture once
         try:
             cloudpickle.dumps(program)
         except Exception as e:
@@ -101,6 +106,8 @@ class Execution:
                 f"{type(e).__name__}: {e}. Define it at module level or avoid capturing locks, open files or clients "
                 "(share large objects with backend.put(name, obj) and zephyr.get_shared(name))."
             ) from e
+        if in_process and stage.fingerprint:
+            _pickled_in_process.add(stage.fingerprint)
         return program
 
     # ---- running -------------------------------------------------------------------------------
@@ -306,6 +313,7 @@ def _final_outputs_exist(stage: Stage) -> bool:
     return wanted <= listed
 
 
+_pickled_in_process: set[str] = set()  # fingerprints of stages an in-process run found picklable
 _warned: weakref.WeakSet = weakref.WeakSet()  # functions warned about in this process
 _warned_names: set[str] = set()  # culprits without a function object to hold on to
 
