@@ -29,6 +29,10 @@ from zephyr.plan import Plan, Stage
 from zephyr.progress import make_progress
 from zephyr.shard import ShardResult, ShardTask, StageProgram, run_shard
 from zephyr.shuffle import ScatterSink
+from zephyr.status import registry as status_registry
+from zephyr.status.model import RunStatus
+from zephyr.status.observe import ObservedBackend
+from zephyr.status.record import record_path_for, write_run_record
 
 __all__ = ["Execution", "StageStats"]
 
@@ -74,7 +78,10 @@ class Execution:
         self.finished = False
         self.elapsed = 0.0
         self._started = time.perf_counter()
-        self._results = self._run()
+        # the live state the status page and the run record show (zephyr.status)
+        self.status = RunStatus(self.plan, backend.describe(), self.counters, record_path_for(self.plan))
+        status_registry.publish(self.status)
+        self._results = self._published(self._run())
 
     def __iter__(self) -> Execution:
         return self
@@ -130,8 +137,28 @@ class Execution:
         _remove_write_temporaries(self.plan.stages[-1])
         self._remove_scratch()
         self.elapsed = time.perf_counter() - self._started
+        self.status.succeeded()
+        self._write_run_record()
         for callback in self.backend.on_finish:
             callback(self)
+
+    def _published(self, results: Iterator[Any]) -> Iterator[Any]:
+        """`results`, telling the status when the run fails or its caller stops early."""
+        try:
+            yield from results
+        except GeneratorExit:
+            self.status.ended_early(None)
+            raise
+        except BaseException as e:
+            self.status.ended_early(e)
+            self._write_run_record()
+            raise
+
+    def _write_run_record(self) -> None:
+        """The final snapshot beside the outputs; a run that did nothing keeps the last one."""
+        path = self.status.record_path
+        if path is not None and (self.status.did_work or not _exists_quietly(path)):
+            write_run_record(self.status.snapshot(), path)
 
     def _tasks(self, stage: Stage, previous: list[ShardResult] | None) -> list[ShardTask]:
         memory = self.backend.task_resources.memory
@@ -176,6 +203,7 @@ class Execution:
             for result in finished.values():
                 self.counters.update(result.counters)
                 progress.update(result)
+        backend = ObservedBackend(backend, self.status, stage.index, list(finished.values()))
         shared = backend.share(program) if len(finished) < len(tasks) else None
         pending: deque[ShardTask] = deque(t for t in tasks if t.shard not in finished)
         in_flight: dict[Any, ShardTask] = {}
@@ -300,6 +328,15 @@ def _final_outputs_exist(stage: Stage) -> bool:
         except FileNotFoundError:
             return False
     return wanted <= listed
+
+
+def _exists_quietly(path: str) -> bool:
+    from zephyr.io.files import exists
+
+    try:
+        return exists(path)
+    except OSError:
+        return False
 
 
 def _attribute(error: Exception, task: ShardTask) -> ShardError:

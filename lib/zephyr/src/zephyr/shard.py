@@ -56,6 +56,7 @@ class ShardResult:
     num_items: int = 0
     elapsed: float = 0.0
     summary: Any = None
+    items_in: int = 0  # records entering the stage's ops (after its loaders); 0 for resumed shards
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,11 @@ def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
     with counters.collecting() as counts:
         try:
             start_at, stream = _resume_point(program.ops, ctx)
+            counted = None
             if stream is None:
                 stream = program.reader.read(task) if program.reader is not None else iter(task.items)
+                start_at, stream = _load(program.ops, stream, ctx)
+                stream = counted = _Counted(stream)
             for record in program.ops[start_at:]:
                 stream = _apply(record, stream, ctx)
             if program.sink is None:
@@ -91,7 +95,38 @@ def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
         num_items=len(items) if items is not None else 0,
         elapsed=time.perf_counter() - start,
         summary=summary,
+        items_in=counted.count if counted is not None else 0,
     )
+
+
+_LOADERS = (op.LoadJsonl, op.LoadParquet, op.LoadFile)
+
+
+def _load(ops: tuple, stream: Iterator, ctx: _Context) -> tuple[int, Iterator]:
+    """Apply the stage's leading loaders: the records they yield are the stage's items in."""
+    start = 0
+    while start < len(ops) and isinstance(ops[start], _LOADERS):
+        stream = _apply(ops[start], stream, ctx)
+        start += 1
+    return start, stream
+
+
+class _Counted:
+    """Counts the items that pass (a shard's items in) at the cost of one call per item."""
+
+    __slots__ = ("_it", "count")
+
+    def __init__(self, iterable: Iterator):
+        self._it = iter(iterable)
+        self.count = 0
+
+    def __iter__(self) -> _Counted:
+        return self
+
+    def __next__(self) -> Any:
+        item = next(self._it)
+        self.count += 1
+        return item
 
 
 def _resume_point(ops: tuple, ctx: _Context) -> tuple[int, Iterator | None]:
