@@ -155,10 +155,9 @@ class Execution:
             raise
 
     def _write_run_record(self) -> None:
-        """The final snapshot beside the outputs; a run that did nothing keeps the last one."""
-        path = self.status.record_path
-        if path is not None and (self.status.did_work or not _exists_quietly(path)):
-            write_run_record(self.status.snapshot(), path)
+        """The final snapshot beside the outputs (`.zephyr-run.json`), for `zephyr status DIR`."""
+        if self.status.record_path is not None:
+            write_run_record(self.status.snapshot(), self.status.record_path)
 
     def _tasks(self, stage: Stage, previous: list[ShardResult] | None) -> list[ShardTask]:
         memory = self.backend.task_resources.memory
@@ -328,15 +327,6 @@ def _final_outputs_exist(stage: Stage) -> bool:
         except FileNotFoundError:
             return False
     return wanted <= listed
-
-
-def _exists_quietly(path: str) -> bool:
-    from zephyr.io.files import exists
-
-    try:
-        return exists(path)
-    except OSError:
-        return False
 
 
 def _attribute(error: Exception, task: ShardTask) -> ShardError:

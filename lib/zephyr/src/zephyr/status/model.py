@@ -225,11 +225,6 @@ class RunStatus:
                 st.running.clear()
                 self._sample(st, now, force=True)
 
-    @property
-    def did_work(self) -> bool:
-        """Whether any stage ran (a run whose every output existed did nothing)."""
-        return any(st.state != StageState.SKIPPED and st.started is not None for st in self._stages)
-
     # ---- reading -----------------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:

@@ -38,8 +38,8 @@ def write_run_record(snapshot: dict, path: str) -> bool:
         with atomic_write(path, remove_stale=False) as f:
             f.write(orjson.dumps(snapshot, option=orjson.OPT_INDENT_2))
         return True
-    except OSError as e:
-        logger.warning("zephyr: could not write the run record %s: %s", path, e)
+    except Exception as e:  # noqa: BLE001 - the record is a report; losing it must not fail a finished run
+        logger.warning("zephyr: could not write the run record %s: %s: %s", path, type(e).__name__, e)
         return False
 
 
