@@ -20,6 +20,7 @@ import pytest
 
 from zephyr import Dataset, ShardError, counters, create_backend
 from zephyr.cli import main as zephyr_main
+from zephyr.progress import format_summary
 from zephyr.status import RECORD_NAME, read_run_record, start_dashboard
 from zephyr.status.model import MAX_FAILURES, MAX_SAMPLES, RunStatus
 from zephyr.status.server import FileSource, is_loopback
@@ -136,6 +137,7 @@ def test_final_snapshot_is_complete_and_matches_the_runner(tmp_path, backend_nam
     # the record beside the outputs is this final snapshot
     assert s["record_path"] == str(tmp_path / "out" / RECORD_NAME)
     assert read_run_record(str(tmp_path / "out")) == s
+    assert f"run record: {s['record_path']}" in format_summary(execution)
 
 
 def test_failed_attempts_keep_their_error_and_the_fatal_one_ends_the_run(tmp_path):

@@ -66,4 +66,7 @@ def format_summary(execution: Execution) -> str:
         width = max(len(k) for k in execution.counters)
         for name in sorted(execution.counters):
             lines.append(f"    {name:<{width}}  {execution.counters[name]:,}")
+    status = getattr(execution, "status", None)
+    if status is not None and status.record_path:
+        lines.append(f"  run record: {status.record_path} (zephyr status / zephyr dashboard DIR)")
     return "\n".join(lines)
