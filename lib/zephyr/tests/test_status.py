@@ -11,10 +11,8 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -24,34 +22,6 @@ from zephyr.progress import format_summary
 from zephyr.status import RECORD_NAME, read_run_record, start_dashboard
 from zephyr.status.model import MAX_FAILURES, MAX_SAMPLES, RunStatus
 from zephyr.status.server import FileSource, is_loopback
-
-DEADLINE = 60.0
-
-
-def wait_for(condition, timeout=DEADLINE, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def gated(item):
-    """Waits until the test opens this item's gate; fails once (then passes) if told to."""
-    gates, i, fail_once = item
-    counters.increment("docs/seen")
-    counters.increment("docs/weight", i)
-    if fail_once and not os.path.exists(f"{gates}/failed-{i}"):
-        open(f"{gates}/failed-{i}", "w").close()
-        raise ValueError(f"bad record in item {i}")
-    deadline = time.monotonic() + DEADLINE
-    while not os.path.exists(f"{gates}/{i}"):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"gate {i} never opened")
-        time.sleep(0.01)
-    return {"i": i}
 
 
 def always_fails_at_4(x):
@@ -66,16 +36,6 @@ def fails_once_at_2(item):
         open(f"{gates}/failed", "w").close()
         raise ValueError("flaky item 2")
     return {"x": x}
-
-
-def open_gates(gates: Path, *items: int) -> None:
-    for i in items:
-        (gates / str(i)).touch()
-
-
-def get_json(url: str, headers: dict | None = None):
-    with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=30) as response:
-        return json.loads(response.read())
 
 
 def stable(snapshot: dict) -> dict:
@@ -95,13 +55,6 @@ def dashboard():
     d = start_dashboard()
     yield d
     d.stop()
-
-
-@pytest.fixture
-def gates(tmp_path):
-    path = tmp_path / "gates"
-    path.mkdir()
-    return path
 
 
 # ---- the model, at the end of a run ---------------------------------------------------------------
@@ -233,40 +186,40 @@ def test_wildcards_do_not_take_the_run_record_for_an_input(tmp_path, local_backe
 # ---- the page server, live ------------------------------------------------------------------------
 
 
-def test_page_serves_the_live_snapshot_of_a_running_pipeline(tmp_path, gates, dashboard):
+def test_page_serves_the_live_snapshot_of_a_running_pipeline(tmp_path, gates, dashboard, wait_until, http_json):
     backend = create_backend("threadpool", max_parallelism=3, progress=False, max_user_retries=1)
-    items = [(str(gates), i, i == 1) for i in range(6)]
-    execution = backend.execute(Dataset.from_list(items).map(gated).write_jsonl(str(tmp_path / "out" / "{shard}.jsonl")))
+    items = gates.items(6, {1: "raise"})
+    execution = backend.execute(Dataset.from_list(items).map(gates.fn).write_jsonl(str(tmp_path / "out" / "{shard}.jsonl")))
     runner = threading.Thread(target=lambda: list(execution), daemon=True)
     runner.start()
     try:
-        open_gates(gates, 0, 1)
+        gates.open(0, 1)
         api = dashboard.url + "api/snapshot"
         # settled: 2 shards done and counted, and the 3 slots refilled; nothing moves until more gates open
-        s = wait_for(lambda: (lambda s: s if s["run_id"] == execution.status.run_id and s["stages"][0]["shards"]["done"] == 2
+        s = wait_until(lambda: (lambda s: s if s["run_id"] == execution.status.run_id and s["stages"][0]["shards"]["done"] == 2
                               and s["stages"][0]["shards"]["running"] == 3 and s["counters"].get("docs/weight") == 1
-                              else None)(get_json(api)), what="2 shards done, 3 running")
+                              else None)(http_json(api)), "2 shards done, 3 running")
         st = s["stages"][0]
         # shards 0 and 1 done (1 after a retried failure); 2, 3, 4 held at their gates; 5 waits for a slot
         assert st["state"] == "running" and s["state"] == "running"
         assert st["shards"]["running"] == 3 and st["shards"]["queued"] == 1
         assert sorted(g["shard"] for g in st["stragglers"]) == [2, 3, 4]
-        assert st["shards"]["retried_user"] == 1 and s["failures"][0]["message"] == "bad record in item 1"
+        assert st["shards"]["retried_user"] == 1 and s["failures"][0]["message"] == "bad record in item 1: unterminated string"
         # the failed attempt's counts are dropped, as the runner drops them
         assert s["counters"] == dict(execution.counters) == {"docs/seen": 2, "docs/weight": 1, "zephyr/records_written": 2,
                                                              "zephyr/bytes_written": s["counters"]["zephyr/bytes_written"]}
         assert stable(s) == stable(execution.status.snapshot())
-        runs = get_json(dashboard.url + "api/runs")
+        runs = http_json(dashboard.url + "api/runs")
         assert runs["latest"] == execution.status.run_id and execution.status.run_id in [r["run_id"] for r in runs["runs"]]
         with pytest.raises(urllib.error.HTTPError) as missing:
-            get_json(dashboard.url + "api/snapshot?run=no-such-run")
+            http_json(dashboard.url + "api/snapshot?run=no-such-run")
         assert missing.value.code == 404
         with urllib.request.urlopen(dashboard.url, timeout=30) as response:
             assert b'id="zephyr-snapshot"' in response.read()
     finally:
-        open_gates(gates, *range(6))
-        runner.join(timeout=DEADLINE)
-    final = get_json(dashboard.url + f"api/snapshot?run={execution.status.run_id}")
+        gates.open(*range(6))
+        runner.join(timeout=120)
+    final = http_json(dashboard.url + f"api/snapshot?run={execution.status.run_id}")
     assert final["state"] == "succeeded" and final == read_run_record(str(tmp_path / "out"))
 
 
@@ -292,13 +245,13 @@ def test_zephyr_status_prints_the_page_or_the_record(tmp_path, dashboard, capsys
     assert "no run record at" in capsys.readouterr().err
 
 
-def test_a_record_is_served_again_or_saved_as_one_page(tmp_path, capsys):
+def test_a_record_is_served_again_or_saved_as_one_page(tmp_path, capsys, http_json):
     list(create_backend("sync", progress=False).execute(
         Dataset.from_list([1, 2]).map(always_fails_at_4).write_jsonl(str(tmp_path / "out" / "{shard}.jsonl"))))
     record = read_run_record(str(tmp_path / "out"))
     with start_dashboard(source=FileSource(record)) as served:
-        assert get_json(served.url + "api/snapshot") == record
-        assert get_json(served.url + "api/runs")["latest"] == record["run_id"]
+        assert http_json(served.url + "api/snapshot") == record
+        assert http_json(served.url + "api/runs")["latest"] == record["run_id"]
     assert zephyr_main(["dashboard", str(tmp_path / "out"), "--html", str(tmp_path / "run.html")]) == 0
     html = (tmp_path / "run.html").read_text()
     embedded = html.split('<script id="zephyr-snapshot" type="application/json">', 1)[1].split("</script>", 1)[0]
@@ -319,7 +272,7 @@ while True:
 """
 
 
-def test_off_loopback_every_request_needs_the_token_and_the_token_is_never_logged(tmp_path):
+def test_off_loopback_every_request_needs_the_token_and_the_token_is_never_logged(tmp_path, http_json):
     script = tmp_path / "serve.py"
     script.write_text(SERVE_SCRIPT)
     stderr_path = tmp_path / "stderr.txt"
@@ -340,8 +293,8 @@ def test_off_loopback_every_request_needs_the_token_and_the_token_is_never_logge
                 urllib.request.urlopen(urllib.request.Request(base + path, headers=headers), timeout=30)
             assert refused.value.code == 401, path
             assert token not in refused.value.read().decode()
-        assert get_json(base + "api/snapshot", {"Authorization": f"Bearer {token}"})["state"] == "succeeded"
-        assert get_json(base + f"api/snapshot?token={token}")["state"] == "succeeded"
+        assert http_json(base + "api/snapshot", {"Authorization": f"Bearer {token}"})["state"] == "succeeded"
+        assert http_json(base + f"api/snapshot?token={token}")["state"] == "succeeded"
         with urllib.request.urlopen(base + f"?token={token}", timeout=30) as page:
             assert page.status == 200
         assert zephyr_main(["status", "--json", url]) == 0  # the printed URL carries the token
@@ -354,12 +307,12 @@ def test_off_loopback_every_request_needs_the_token_and_the_token_is_never_logge
     assert "DEBUG:probe:logging is on" in log  # every logger wrote to stderr while the requests came in
 
 
-def test_loopback_needs_no_token_and_other_addresses_do():
+def test_loopback_needs_no_token_and_other_addresses_do(http_json):
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3") and not is_loopback("head-node")
     with start_dashboard("127.0.0.1") as local:
         assert not local.requires_token and "token" not in local.url
-        assert get_json(local.url + "api/runs")["runs"] is not None
+        assert http_json(local.url + "api/runs")["runs"] is not None
     with start_dashboard("0.0.0.0") as open_to_all:
         assert open_to_all.requires_token and "token=" in open_to_all.url
         assert open_to_all.url.split("token=")[1] not in repr(open_to_all)

@@ -7,24 +7,20 @@ browser is never a silent pass there.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import threading
-import time
-import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
-from zephyr import Dataset, counters, create_backend
+from zephyr import Dataset, create_backend
 from zephyr.status import start_dashboard
 
 pytestmark = pytest.mark.slow
 
-DEADLINE = 60.0
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
@@ -83,43 +79,11 @@ class Elements(HTMLParser):
         return ["".join(text).strip() for _, a, text in self.all if name in a.get("class", "").split()]
 
 
-def gated(item):
-    gates, i = item
-    counters.increment("docs/seen")
-    counters.increment("docs/chars", 10 * i)
-    if i == 3 and not os.path.exists(f"{gates}/failed-once"):
-        open(f"{gates}/failed-once", "w").close()
-        raise ValueError(f"bad record in item {i}: unterminated string")
-    deadline = time.monotonic() + DEADLINE
-    while not os.path.exists(f"{gates}/{i}"):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"gate {i} never opened")
-        time.sleep(0.01)
-    return {"i": i}
-
-
-def get_json(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=30) as response:
-        return json.loads(response.read())
-
-
-def wait_for(condition, what: str):
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {DEADLINE}s waiting for {what}")
-
-
 @pytest.fixture
-def running_pipeline(tmp_path):
+def running_pipeline(tmp_path, gates, wait_until, http_json):
     """A two-stage pipeline held mid-run: 6 of 10 map shards done (one after a failed attempt), 4 in flight."""
-    gates = tmp_path / "gates"
-    gates.mkdir()
     backend = create_backend("threadpool", max_parallelism=4, progress=False, max_user_retries=1)
-    ds = (Dataset.from_list([(str(gates), i) for i in range(10)]).map(gated)
+    ds = (Dataset.from_list(gates.items(10, {3: "raise"})).map(gates.fn)
           .group_by(lambda r: r["i"] % 3, lambda k, rs: {"k": k, "n": sum(1 for _ in rs)})
           .write_jsonl(str(tmp_path / "out" / "part-{shard:02d}.jsonl")))
     dashboard = start_dashboard()
@@ -127,27 +91,25 @@ def running_pipeline(tmp_path):
     driver = threading.Thread(target=lambda: list(execution), daemon=True)
     driver.start()
     try:
-        for i in range(6):
-            (gates / str(i)).touch()
+        gates.open(*range(6))
 
         def settled():
-            s = get_json(dashboard.url + "api/snapshot")
+            s = http_json(dashboard.url + "api/snapshot")
             sh = s["stages"][0]["shards"] if s["run_id"] == execution.status.run_id else None
             return s if sh and sh["done"] == 6 and sh["running"] == 4 and s["counters"].get("docs/seen") == 6 else None
 
-        wait_for(settled, "6 shards done, 4 in flight")
+        wait_until(settled, "6 shards done, 4 in flight")
         yield dashboard, execution
     finally:
-        for i in range(10):
-            (gates / str(i)).touch()
-        driver.join(timeout=DEADLINE)
+        gates.open(*range(10))
+        driver.join(timeout=120)
         dashboard.stop()
 
 
-def test_the_page_shows_the_running_pipeline_as_the_json_says(chromium, running_pipeline, tmp_path):
+def test_the_page_shows_the_running_pipeline_as_the_json_says(chromium, running_pipeline, tmp_path, http_json):
     dashboard, execution = running_pipeline
     dom = Elements(browse(chromium, dashboard.url, tmp_path / "profile", "--dump-dom", "--virtual-time-budget=5000"))
-    s = get_json(dashboard.url + "api/snapshot")  # nothing moves while the gates are closed
+    s = http_json(dashboard.url + "api/snapshot")  # nothing moves while the gates are closed
 
     assert s["state"] == "running" and dom.find(id="state") == ["running"]
     assert dom.classes("stage-name") == [st["name"] for st in s["stages"]] == ["stage 0", "stage 1"]
@@ -159,7 +121,7 @@ def test_the_page_shows_the_running_pipeline_as_the_json_says(chromium, running_
         assert " → ".join(st["ops"]) in dom.classes("ops")
     assert dom.find(data_stage=0, data_field="progress") == ["6 / 10 done"]
     assert dom.find(data_stage=0, data_field="retried") == ["0 lost, 1 user error"]
-    assert s["counters"]["docs/chars"] == 150
+    assert s["counters"]["docs/weight"] == sum(range(6))
     assert len([a for _, a, _ in dom.all if "data-total" in a]) == len(s["counters"])
     for name, value in s["counters"].items():
         assert dom.find(data_total=name) == [f"{value:,}"], name

@@ -7,60 +7,18 @@ taken in a known state with every kind of shard in it.
 
 from __future__ import annotations
 
-import json
-import os
 import threading
-import time
-import urllib.request
 
 import pytest
 
-from zephyr import Dataset, counters, create_backend
+from zephyr import Dataset, create_backend
 from zephyr.status import read_run_record, start_dashboard
 
-pytestmark = pytest.mark.ray
-
-DEADLINE = 120.0
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
-def gated(item):
-    gates, i, mishap = item
-    counters.increment("docs/seen")
-    counters.increment("docs/weight", i)
-    marker = f"{gates}/{mishap}-{i}"
-    if mishap and not os.path.exists(marker):
-        open(marker, "w").close()
-        if mishap == "die":
-            os._exit(1)  # the worker process dies, as on a preempted node
-        raise ValueError(f"bad record in item {i}")
-    deadline = time.monotonic() + DEADLINE
-    while not os.path.exists(f"{gates}/{i}"):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"gate {i} never opened")
-        time.sleep(0.02)
-    return {"i": i, "parity": i % 2}
-
-
-def get_json(url: str):
-    with urllib.request.urlopen(url, timeout=30) as response:
-        return json.loads(response.read())
-
-
-def wait_for(condition, what: str):
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {DEADLINE}s waiting for {what}")
-
-
-def test_snapshot_during_a_ray_run_matches_the_runner_and_is_final_at_the_end(ray_shared, tmp_path):
-    gates = tmp_path / "gates"
-    gates.mkdir()
-    items = [(str(gates), i, {1: "die", 3: "raise"}.get(i, "")) for i in range(8)]
-    ds = (Dataset.from_list(items).map(gated)
+def test_snapshot_during_a_ray_run_matches_the_runner_and_is_final_at_the_end(ray_shared, tmp_path, gates, wait_until, http_json):
+    ds = (Dataset.from_list(gates.items(8, {1: "die", 3: "raise"})).map(gates.fn)
           .group_by(lambda r: r["parity"], lambda k, rs: {"parity": k, "n": sum(1 for _ in rs)}, num_output_shards=2)
           .write_jsonl(str(tmp_path / "out" / "part-{shard}.jsonl")))
     backend = create_backend("ray", max_parallelism=3, progress=False, ray_task_retries=0)  # a dead worker reaches the runner
@@ -70,17 +28,16 @@ def test_snapshot_during_a_ray_run_matches_the_runner_and_is_final_at_the_end(ra
     driver = threading.Thread(target=lambda: results.extend(execution), daemon=True)
     driver.start()
     try:
-        for i in range(4):
-            (gates / str(i)).touch()
+        gates.open(*range(4))
         api = dashboard.url + "api/snapshot"
 
         def settled():  # shards 0-3 done and counted, 4-6 fill the window, 7 waits
-            s = get_json(api)
+            s = http_json(api)
             st = s["stages"][0] if s["run_id"] == execution.status.run_id else None
             ok = st and st["shards"]["done"] == 4 and st["shards"]["running"] == 3 and s["counters"].get("docs/weight") == 6
             return s if ok else None
 
-        s = wait_for(settled, "4 shards done and 3 in flight")
+        s = wait_until(settled, "4 shards done and 3 in flight")
         assert s["state"] == "running"
         first, second = s["stages"]
         stats = execution.stats[0]
@@ -100,14 +57,13 @@ def test_snapshot_during_a_ray_run_matches_the_runner_and_is_final_at_the_end(ra
         assert failures["lost"]["shard"] == 1 and failures["lost"]["outcome"] == "retried"
         assert "WorkerCrashedError" in failures["lost"]["message"] or "died" in failures["lost"]["message"]
         assert failures["user_error"]["shard"] == 3 and failures["user_error"]["error_type"] == "ValueError"
-        assert failures["user_error"]["message"] == "bad record in item 3" and "in gated" in failures["user_error"]["traceback"]
+        assert failures["user_error"]["message"] == "bad record in item 3: unterminated string" and "in gated" in failures["user_error"]["traceback"]
 
-        for i in range(4, 8):
-            (gates / str(i)).touch()
-        driver.join(timeout=DEADLINE)
+        gates.open(*range(4, 8))
+        driver.join(timeout=120)
         assert not driver.is_alive() and len(results) == 2
 
-        final = get_json(api + f"?run={execution.status.run_id}")
+        final = http_json(api + f"?run={execution.status.run_id}")
         assert final["state"] == "succeeded" and final["error"] is None
         for st, stats in zip(final["stages"], execution.stats):
             assert st["state"] == "done"
@@ -120,7 +76,6 @@ def test_snapshot_during_a_ray_run_matches_the_runner_and_is_final_at_the_end(ra
         assert final["stages"][1]["items_out"] == 2 == final["counters"]["zephyr/records_written"]
         assert read_run_record(str(tmp_path / "out")) == final
     finally:
-        for i in range(8):
-            (gates / str(i)).touch()
-        driver.join(timeout=DEADLINE)
+        gates.open(*range(8))
+        driver.join(timeout=120)
         dashboard.stop()

@@ -73,13 +73,12 @@ def _non_negative_float(text: str) -> float:
 
 
 def _port(text: str) -> int:
+    from zephyr.status import port_number
+
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}; write --dashboard=8270, or --dashboard alone for a free port") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number 0-65535 (0: a free one), got {value}")
-    return value
+        return port_number(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{e}; write --dashboard=8270, or --dashboard alone for a free port") from None
 
 
 def _bare_dashboard(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:

@@ -16,8 +16,19 @@ from zephyr.status.model import RunStatus
 from zephyr.status.record import RECORD_NAME, read_run_record
 from zephyr.status.registry import latest, runs
 
-__all__ = ["RECORD_NAME", "RunStatus", "fetch_snapshot", "format_snapshot", "latest", "read_run_record", "runs",
-           "start_dashboard"]
+__all__ = ["RECORD_NAME", "RunStatus", "fetch_snapshot", "format_snapshot", "latest", "port_number", "read_run_record",
+           "runs", "start_dashboard"]
+
+
+def port_number(text: str) -> int:
+    """A command-line port (0: any free one); raises ValueError saying what is expected."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"expected a port number 0-65535 (0: a free one), got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise ValueError(f"expected a port number 0-65535 (0: a free one), got {value}")
+    return value
 
 
 def start_dashboard(host: str = "127.0.0.1", port: int = 0, source=None):

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import orjson
 
+from zephyr.status import port_number
 from zephyr.status.record import read_run_record
 from zephyr.status.server import FileSource, page_html, start_dashboard
 from zephyr.status.terminal import fetch_snapshot, format_snapshot
@@ -24,12 +25,9 @@ __all__ = ["dashboard_main", "status_main"]
 
 def _port(text: str) -> int:
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number (0-65535; 0 picks a free one), got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number (0-65535; 0 picks a free one), got {value}")
-    return value
+        return port_number(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def status_main(argv: Sequence[str]) -> int:
