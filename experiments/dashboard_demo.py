@@ -52,7 +52,7 @@ def normalize(doc: dict, flaky_dir: str, straggler: str, delay: float, fail_once
     if fail_once and doc["id"] == "5-0" and not os.path.exists(os.path.join(flaky_dir, "failed")):
         open(os.path.join(flaky_dir, "failed"), "w").close()
         raise ValueError(f"bad record {doc['id']}: unexpected control character in 'text'")
-    time.sleep(delay * (6 if doc["id"].startswith(straggler) else 1))
+    time.sleep(delay * (15 if doc["id"].startswith(straggler) else 1))
     return {**doc, "text": " ".join(doc["text"].split())}
 
 
