@@ -13,7 +13,7 @@ on the same warm local Ray and the same corpus:
 
 Part 2 isolates the per-shard and per-item costs that the end-to-end medians cannot resolve:
 2,000 one-item shards on a 2-thread threadpool (driver-side hooks per shard, off vs on), and
-the per-item counter of `items_in` (`zephyr.shard._Counted`) against a bare iterator.
+the per-item counter of `items_in` (`zephyr.shard._counted`) against a bare iterator.
 
     RAY_ENABLE_UV_RUN_RUNTIME_ENV=0 uv run python benchmarks/bench_status.py --json out.json
 """
@@ -129,12 +129,12 @@ def per_shard_cost(num_shards: int, repeats: int) -> dict:
 
 
 def per_item_cost() -> dict:
-    """ns per item of `_Counted` (the items_in count) over a bare iterator."""
-    from zephyr.shard import _Counted
+    """ns per item of `_counted` (the items_in count) over a bare iterator."""
+    from zephyr.shard import _counted
 
     items = list(range(1_000_000))
     bare = min(timeit.repeat(lambda: sum(1 for _ in iter(items)), number=1, repeat=5))
-    counted = min(timeit.repeat(lambda: sum(1 for _ in _Counted(items)), number=1, repeat=5))
+    counted = min(timeit.repeat(lambda: sum(1 for _ in _counted(iter(items))[0]), number=1, repeat=5))
     return {"ns_per_item_bare": round(bare / len(items) * 1e9, 1), "ns_per_item_counted": round(counted / len(items) * 1e9, 1),
             "counted_ns_per_item": round((counted - bare) / len(items) * 1e9, 1)}
 

@@ -66,7 +66,6 @@ def format_summary(execution: Execution) -> str:
         width = max(len(k) for k in execution.counters)
         for name in sorted(execution.counters):
             lines.append(f"    {name:<{width}}  {execution.counters[name]:,}")
-    status = getattr(execution, "status", None)
-    if status is not None and status.record_path:
-        lines.append(f"  run record: {status.record_path} (zephyr status / zephyr dashboard DIR)")
+    if getattr(execution, "run_record", None):
+        lines.append(f"  run record: {execution.run_record} (zephyr status / zephyr dashboard DIR)")
     return "\n".join(lines)

@@ -52,7 +52,9 @@ class StageStats:
 
 
 class Execution:
-    """An iterator over a run's results in shard order, with `.counters` and `.stats`.
+    """An iterator over a run's results in shard order, with `.counters` and `.stats`, and
+    `.status` (its live state: `status.snapshot()`, see `zephyr.status`) and `.run_record`
+    (the path of the `.zephyr-run.json` written when it ended, if any).
 
     The plan is compiled and checked (picklability of every user function) on creation;
     tasks run as the iterator is consumed. `.counters` and `.stats` are complete (and scratch
@@ -80,6 +82,7 @@ class Execution:
         self._started = time.perf_counter()
         # the live state the status page and the run record show (zephyr.status)
         self.status = RunStatus(self.plan, backend.describe(), self.counters, record_path_for(self.plan))
+        self.run_record: str | None = None  # the record's path, once written
         status_registry.publish(self.status)
         self._results = self._published(self._run())
 
@@ -156,8 +159,9 @@ class Execution:
 
     def _write_run_record(self) -> None:
         """The final snapshot beside the outputs (`.zephyr-run.json`), for `zephyr status DIR`."""
-        if self.status.record_path is not None:
-            write_run_record(self.status.snapshot(), self.status.record_path)
+        path = self.status.record_path
+        if path is not None and write_run_record(self.status.snapshot(), path):
+            self.run_record = path
 
     def _tasks(self, stage: Stage, previous: list[ShardResult] | None) -> list[ShardTask]:
         memory = self.backend.task_resources.memory

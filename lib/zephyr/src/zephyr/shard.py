@@ -7,6 +7,7 @@ it reads only its inputs, writes only its outputs (atomically), and returns a sm
 from __future__ import annotations
 
 import itertools
+import operator
 import time
 import traceback
 from collections.abc import Iterable, Iterator
@@ -76,7 +77,7 @@ def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
             if stream is None:
                 stream = program.reader.read(task) if program.reader is not None else iter(task.items)
                 start_at, stream = _load(program.ops, stream, ctx)
-                stream = counted = _Counted(stream)
+                stream, counted = _counted(stream)
             for record in program.ops[start_at:]:
                 stream = _apply(record, stream, ctx)
             if program.sink is None:
@@ -95,7 +96,7 @@ def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
         num_items=len(items) if items is not None else 0,
         elapsed=time.perf_counter() - start,
         summary=summary,
-        items_in=counted.count if counted is not None else 0,
+        items_in=next(counted) if counted is not None else 0,
     )
 
 
@@ -111,22 +112,17 @@ def _load(ops: tuple, stream: Iterator, ctx: _Context) -> tuple[int, Iterator]:
     return start, stream
 
 
-class _Counted:
-    """Counts the items that pass (a shard's items in) at the cost of one call per item."""
+def _counted(stream: Iterator) -> tuple[Iterator, Iterator[int]]:
+    """`stream` unchanged, and a counter whose next value is how many items it has yielded.
 
-    __slots__ = ("_it", "count")
+    Zipped with `itertools.count` in C: ~40 ns per item, where a Python-level wrapper costs
+    three times that (benchmarks/bench_status.py).
+    """
+    counter = itertools.count()
+    return map(_first, zip(stream, counter)), counter
 
-    def __init__(self, iterable: Iterator):
-        self._it = iter(iterable)
-        self.count = 0
 
-    def __iter__(self) -> _Counted:
-        return self
-
-    def __next__(self) -> Any:
-        item = next(self._it)
-        self.count += 1
-        return item
+_first = operator.itemgetter(0)
 
 
 def _resume_point(ops: tuple, ctx: _Context) -> tuple[int, Iterator | None]:
