@@ -93,19 +93,37 @@ def watched(poll: float):
         dashboard.stop()
 
 
-def timed_run(variant: str, backend, paths, out_dir: str, poll: float) -> tuple[float, float, int]:
-    """(wall seconds, driver CPU seconds, snapshots fetched) of one W1 run."""
-    cpu = time.process_time()
+def cpu_seconds() -> float:
+    """User + system CPU of this process and all its descendants (Ray's GCS, raylet and workers).
+
+    Far less sensitive than wall time to other work on a shared machine: what the run itself burnt.
+    """
+    import psutil
+
+    total = 0.0
+    me = psutil.Process()
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:  # a process that ended takes its (small) count with it
+            pass
+    return total
+
+
+def timed_run(variant: str, backend, paths, out_dir: str, poll: float) -> tuple[float, float, float, int]:
+    """(wall seconds, driver CPU seconds, CPU seconds of everything, snapshots fetched) of one W1 run."""
+    cpu, everything = time.process_time(), cpu_seconds()
+    fetched = [0]
     if variant == "off":
         with publishing_off():
             wall = run_zephyr(backend, paths, out_dir)
-        return wall, time.process_time() - cpu, 0
-    if variant == "watched":
+    elif variant == "watched":
         with watched(poll) as fetched:
             wall = run_zephyr(backend, paths, out_dir)
-        return wall, time.process_time() - cpu, fetched[0]
-    wall = run_zephyr(backend, paths, out_dir)
-    return wall, time.process_time() - cpu, 0
+    else:
+        wall = run_zephyr(backend, paths, out_dir)
+    return wall, time.process_time() - cpu, cpu_seconds() - everything, fetched[0]
 
 
 def per_shard_cost(num_shards: int, repeats: int) -> dict:
@@ -199,6 +217,7 @@ def _bench(args: argparse.Namespace, work: str) -> dict:
 
     med = {v: statistics.median(r[0] for r in runs[v]) for v in variants}
     best = {v: min(r[0] for r in runs[v]) for v in variants}
+    cpu = {v: statistics.median(r[2] for r in runs[v]) for v in variants}
     result = {
         "benchmark": "status",
         "machine": machine(),
@@ -208,11 +227,14 @@ def _bench(args: argparse.Namespace, work: str) -> dict:
         "params": vars(args) | {"docs": info.num_docs, "input_mb": round(info.bytes_uncompressed / 1e6, 1)},
         "w1": {v: {"runs_s": [round(r[0], 3) for r in runs[v]], "median_s": round(med[v], 3), "best_s": round(best[v], 3),
                    "driver_cpu_s_median": round(statistics.median(r[1] for r in runs[v]), 3),
-                   "snapshots_fetched": sum(r[2] for r in runs[v])} for v in variants},
+                   "cpu_s": [round(r[2], 3) for r in runs[v]], "cpu_s_median": round(cpu[v], 3),
+                   "snapshots_fetched": sum(r[3] for r in runs[v])} for v in variants},
         "on_vs_off_median": round(med["on"] / med["off"], 4),
         "on_vs_off_best": round(best["on"] / best["off"], 4),
         "watched_vs_off_median": round(med["watched"] / med["off"], 4),
         "watched_vs_off_best": round(best["watched"] / best["off"], 4),
+        "on_vs_off_cpu": round(cpu["on"] / cpu["off"], 4),
+        "watched_vs_off_cpu": round(cpu["watched"] / cpu["off"], 4),
         "record_bytes": record_bytes,
         "per_shard": tiny,
         "per_item": item,
@@ -235,14 +257,16 @@ def print_table(r: dict) -> None:
     print(f"machine: {m['cores']} cores, {m['ram_gib']} GiB, Python {m['python']}, Ray {m['ray']}; "
           f"load avg before {r['load_avg_before']}, after {r['load_avg_after']}")
     print()
-    print("| variant | runs (s) | median (s) | best (s) | vs off (median) | vs off (best) | driver CPU (s, median) |")
-    print("|---|---|---|---|---|---|---|")
-    ratios = {"off": (1.0, 1.0), "on": (r["on_vs_off_median"], r["on_vs_off_best"]),
-              "watched": (r["watched_vs_off_median"], r["watched_vs_off_best"])}
+    print("| variant | wall, runs (s) | wall median (s) | wall best (s) | vs off (median) | vs off (best) | "
+          "CPU, runs (s) | CPU median (s) | CPU vs off | driver CPU (s, median) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    ratios = {"off": (1.0, 1.0, 1.0), "on": (r["on_vs_off_median"], r["on_vs_off_best"], r["on_vs_off_cpu"]),
+              "watched": (r["watched_vs_off_median"], r["watched_vs_off_best"], r["watched_vs_off_cpu"])}
     for v in ("off", "on", "watched"):
         w = r["w1"][v]
         print(f"| {v} | {', '.join(f'{x:.2f}' for x in w['runs_s'])} | {w['median_s']:.3f} | {w['best_s']:.3f} | "
-              f"{ratios[v][0]:.4f} | {ratios[v][1]:.4f} | {w['driver_cpu_s_median']:.3f} |")
+              f"{ratios[v][0]:.4f} | {ratios[v][1]:.4f} | {', '.join(f'{x:.2f}' for x in w['cpu_s'])} | "
+              f"{w['cpu_s_median']:.3f} | {ratios[v][2]:.4f} | {w['driver_cpu_s_median']:.3f} |")
     print(f"\nwatched: {r['w1']['watched']['snapshots_fetched']} snapshots fetched in all; run record {r['record_bytes']:,} bytes")
     print(f"1-minute load average at the start of each round: {', '.join(str(x) for x in r['load_avg_1min_per_round'])}")
     if r["per_shard"]:

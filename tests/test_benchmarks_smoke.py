@@ -40,3 +40,12 @@ def test_ray_backend_benchmark_runs(tmp_path):
                tmp_path=tmp_path)
     assert "| runner | runs (s) | median (s) | best (s) |" in out
     assert "| zephyr on Ray (warm) |" in out and "| runner | ms per shard |" in out
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_status_benchmark_runs(tmp_path):
+    out = _run("bench_status.py", "--shards", "2", "--docs-per-shard", "100", "--repeats", "1", "--tiny-shards", "50",
+               tmp_path=tmp_path)
+    assert "| variant | wall, runs (s) |" in out
+    assert "| off |" in out and "| on |" in out and "| watched |" in out and "hooks" in out

@@ -298,6 +298,7 @@ def test_off_loopback_every_request_needs_the_token_and_the_token_is_never_logge
         with urllib.request.urlopen(base + f"?token={token}", timeout=30) as page:
             assert page.status == 200
         assert zephyr_main(["status", "--json", url]) == 0  # the printed URL carries the token
+        assert zephyr_main(["status", base, "--token", token]) == 0
         assert zephyr_main(["status", base]) == 1  # without it: refused
     finally:
         proc.terminate()
@@ -327,3 +328,39 @@ def test_dashboard_option_errors_are_clear(tmp_path, capsys):
     with start_dashboard() as taken, pytest.raises(SystemExit):
         zephyr_main(["--backend=sync", f"--dashboard={taken.port}", str(script)])
     assert "--dashboard: cannot serve the dashboard on 127.0.0.1" in capsys.readouterr().err
+
+
+def test_zephyr_status_watch_follows_a_run_until_it_ends(tmp_path, gates, dashboard, wait_until, capsys):
+    backend = create_backend("threadpool", max_parallelism=2, progress=False)
+    execution = backend.execute(Dataset.from_list(gates.items(3)).map(gates.fn))
+    driver = threading.Thread(target=lambda: list(execution), daemon=True)
+    driver.start()
+    run = execution.status.run_id
+    watcher = threading.Thread(target=lambda: zephyr_main(["status", "--watch", "0.05", dashboard.url, "--run", run]), daemon=True)
+    printed: list[str] = []
+    try:
+        watcher.start()
+        # held at the gates, the run is printed again and again
+        wait_until(lambda: printed.append(capsys.readouterr().out) or "".join(printed).count(f"zephyr run {run}: running") >= 2,
+                   "two prints of the running run")
+    finally:
+        gates.open(0, 1, 2)
+        driver.join(timeout=120)
+        watcher.join(timeout=120)
+    assert not watcher.is_alive()  # it stopped by itself once the run ended
+    printed.append(capsys.readouterr().out)
+    assert f"zephyr run {run}: succeeded" in "".join(printed).split("\n\n")[-1]
+
+
+def test_zephyr_dashboard_serves_a_record_until_stopped(tmp_path, http_json):
+    list(create_backend("sync", progress=False).execute(
+        Dataset.from_list([1, 2]).map(lambda x: {"x": x}).write_jsonl(str(tmp_path / "out" / "{shard}.jsonl"))))
+    proc = subprocess.Popen([sys.executable, "-m", "zephyr", "dashboard", str(tmp_path / "out")], stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        assert "zephyr: status page of run" in line, line
+        url = line.split(" at ", 1)[1].split()[0]
+        assert http_json(url + "api/snapshot") == read_run_record(str(tmp_path / "out"))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
