@@ -43,6 +43,14 @@ def test_ray_backend_benchmark_runs(tmp_path):
 
 
 @pytest.mark.slow
+def test_parquet_pushdown_benchmark_runs(tmp_path):
+    out = _run("bench_parquet_pushdown.py", "--files", "2", "--rows-per-file", "4000", "--rows-per-group", "1000",
+               "--repeats", "1", tmp_path=tmp_path)
+    assert "| runner | bytes read | of the files |" in out
+    assert "| zephyr, pushdown |" in out and "| hand-written pyarrow.dataset scan |" in out
+
+
+@pytest.mark.slow
 @pytest.mark.ray
 def test_status_benchmark_runs(tmp_path):
     out = _run("bench_status.py", "--shards", "2", "--docs-per-shard", "100", "--repeats", "1", "--tiny-shards", "50",

@@ -1,6 +1,6 @@
 """The run record: a finished run's final snapshot, written beside its outputs.
 
-`<output directory>/.zephyr-run.json` (the directory of the final writer's pattern), so that
+`<output directory>/.zephyr-run.json` (the directory of the final writer's first output), so that
 `zephyr status DIR` or `zephyr dashboard DIR` shows the run after its driver is gone. A run
 that returns its results to the driver instead of writing files has no record.
 """
@@ -12,22 +12,31 @@ import posixpath
 
 import orjson
 
-from zephyr.ops import WriteJsonl, WriteParquet
+from zephyr.ops import WRITE_OPS
 
-__all__ = ["RECORD_NAME", "read_run_record", "record_path_for", "write_run_record"]
+__all__ = ["RECORD_NAME", "final_output_dir", "read_run_record", "record_path_for", "write_run_record"]
 
 RECORD_NAME = ".zephyr-run.json"
 logger = logging.getLogger("zephyr")
 
 
+def final_output_dir(plan) -> str | None:
+    """The directory of the first output file of the plan's final writer, or None (no writer,
+    or no shards). Scratch (`.zephyr-scratch`) and the run record go there."""
+    from zephyr.plan import stage_output_paths
+
+    final = plan.stages[-1]
+    for record in reversed(final.ops):
+        if isinstance(record, WRITE_OPS) and final.num_shards:
+            first = stage_output_paths(final, record)[0]
+            return first.rsplit("/", 1)[0] if "/" in first else "."
+    return None
+
+
 def record_path_for(plan) -> str | None:
     """Where a run of `plan` leaves its record: beside its final writer's outputs, or None."""
-    for record in reversed(plan.stages[-1].ops):
-        if isinstance(record, (WriteJsonl, WriteParquet)):
-            directory = record.pattern.split("{", 1)[0]  # the part no shard changes
-            directory = directory if directory.endswith("/") else posixpath.dirname(directory)
-            return posixpath.join(directory or ".", RECORD_NAME)
-    return None
+    directory = final_output_dir(plan)
+    return None if directory is None else f"{directory}/{RECORD_NAME}"
 
 
 def write_run_record(snapshot: dict, path: str) -> bool:
