@@ -144,6 +144,17 @@ def test_rerun_counts_map_shards_finished_by_the_earlier_run_as_resumed(tmp_path
     assert st["counters"]["zephyr/shuffle_records"] == 6
 
 
+def test_a_run_is_pending_until_iterated_and_the_page_prefers_running_ones(tmp_path, local_backend):
+    from zephyr.status import latest
+
+    started = local_backend.execute(Dataset.from_list([1, 2]).map(lambda x: x))
+    next(started)  # running: the second shard is not handed out yet
+    never = local_backend.execute(Dataset.from_list([1]).map(lambda x: x))
+    assert never.status.snapshot()["state"] == "pending" and started.status.snapshot()["state"] == "running"
+    assert latest() is started.status
+    assert list(started) == [2] and started.status.snapshot()["state"] == "succeeded"
+
+
 def test_a_caller_that_stops_early_leaves_the_run_stopped(tmp_path):
     import gc
 

@@ -55,7 +55,7 @@ def status_main(argv: Sequence[str]) -> int:
             sys.stdout.write(orjson.dumps(snapshot, option=orjson.OPT_INDENT_2).decode() + "\n")
         else:
             print(format_snapshot(snapshot), flush=True)
-        if args.watch is None or snapshot.get("state") not in ("running", "waiting"):
+        if args.watch is None or snapshot.get("state") not in ("pending", "running", "waiting"):
             return 0
         time.sleep(args.watch)
         print()

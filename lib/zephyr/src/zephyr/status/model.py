@@ -37,6 +37,7 @@ _run_ids = itertools.count(1)
 
 
 class RunState:
+    PENDING = "pending"  # created, not iterated yet: no task has been submitted
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -111,7 +112,7 @@ class RunStatus:
         self.run_id = str(next(_run_ids))
         self.backend = backend
         self.record_path = record_path
-        self.state = RunState.RUNNING
+        self.state = RunState.PENDING
         self.error: dict | None = None
         self.started_at = time.time()
         self._t0 = time.monotonic()
@@ -128,6 +129,7 @@ class RunStatus:
     def stage_started(self, index: int, resumed: list[ShardResult]) -> None:
         """A stage begins; `resumed` are its shards finished by an earlier run (scatter manifests)."""
         with self._lock:
+            self.state = RunState.RUNNING
             st = self._stages[index]
             st.state = StageState.RUNNING
             st.started = time.monotonic()
@@ -193,7 +195,7 @@ class RunStatus:
     def ended_early(self, error: BaseException | None) -> None:
         """The run raised `error`, or (None) its caller stopped iterating."""
         with self._lock:
-            if self.state != RunState.RUNNING:
+            if self.state not in (RunState.PENDING, RunState.RUNNING):
                 return
             if error is not None:
                 self.error = {"type": type(error).__name__, "message": _short(str(error), 4000)}

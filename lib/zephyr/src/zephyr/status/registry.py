@@ -33,7 +33,10 @@ def find(run_id: str) -> RunStatus | None:
 
 
 def latest() -> RunStatus | None:
-    """The newest run still running, else the newest run (None before the first)."""
+    """The newest run still running, else the newest run (None before the first).
+
+    A run that was created but never iterated ("pending") is not preferred: it may never start.
+    """
     all_runs = runs()
     running = [r for r in all_runs if r.state == RunState.RUNNING]
     return (running or all_runs or [None])[-1]
