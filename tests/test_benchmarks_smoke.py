@@ -51,6 +51,14 @@ def test_parquet_pushdown_benchmark_runs(tmp_path):
 
 
 @pytest.mark.slow
+def test_train_benchmark_runs(tmp_path):
+    out = _run("bench_train.py", "--devices", "1", "2", "--steps", "12", "--repeats", "1", "--batch-size", "4",
+               "--seq-len", "16", "--embed", "16", "--hidden", "32", "--shards", "2", tmp_path=tmp_path)
+    assert "| devices | adapter | hand-written | preloaded |" in out
+    assert out.count("x |") >= 2  # one row per device count
+
+
+@pytest.mark.slow
 @pytest.mark.ray
 def test_status_benchmark_runs(tmp_path):
     out = _run("bench_status.py", "--shards", "2", "--docs-per-shard", "100", "--repeats", "1", "--tiny-shards", "50",
