@@ -37,8 +37,7 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_ray_backend import run_tiny, run_zephyr  # noqa: E402  (the W1 pipeline, verbatim)
-from corpus import ensure_corpus  # noqa: E402
+from bench_ray_backend import run_tiny, run_zephyr, w1_corpus  # noqa: E402  (the W1 pipeline and its input, verbatim)
 from machine import load_average, machine  # noqa: E402
 
 
@@ -192,8 +191,7 @@ def _bench(args: argparse.Namespace, work: str) -> dict:
     from zephyr import create_backend
 
     load_before = load_average()
-    info = ensure_corpus(os.path.join(work, "corpus"), num_shards=args.shards, docs_per_shard=args.docs_per_shard,
-                         dup_fraction=0.0, min_chars=200, max_chars=2000, seed=3)
+    info = w1_corpus(os.path.join(work, "corpus"), args.shards, args.docs_per_shard)
     paths = list(info.paths)
     ray.init(address="local", num_cpus=args.cores, include_dashboard=False, log_to_driver=False, configure_logging=False)
     backend = create_backend("ray", progress=False)
