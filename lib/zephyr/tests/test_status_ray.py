@@ -21,7 +21,9 @@ def test_snapshot_during_a_ray_run_matches_the_runner_and_is_final_at_the_end(ra
     ds = (Dataset.from_list(gates.items(8, {1: "die", 3: "raise"})).map(gates.fn)
           .group_by(lambda r: r["parity"], lambda k, rs: {"parity": k, "n": sum(1 for _ in rs)}, num_output_shards=2)
           .write_jsonl(str(tmp_path / "out" / "part-{shard}.jsonl")))
-    backend = create_backend("ray", max_parallelism=3, progress=False, ray_task_retries=0)  # a dead worker reaches the runner
+    # half a CPU per task: the 3 tasks in flight all run on the 2 CPUs, so shards held at their gates can
+    # never keep a retried shard (whose gate is open) from a CPU. ray_task_retries=0: a dead worker reaches the runner.
+    backend = create_backend("ray", max_parallelism=3, num_cpus=0.5, progress=False, ray_task_retries=0)
     dashboard = start_dashboard()
     execution = backend.execute(ds)
     results: list = []
