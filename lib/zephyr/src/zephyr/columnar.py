@@ -65,7 +65,7 @@ def columns_of(items: Sequence[Any]) -> tuple[list[pa.Array], dict] | None:
     if type(first) is not dict:
         return None
     names = tuple(first)
-    if not all(type(name) is str for name in names):
+    if not names or not all(type(name) is str for name in names):  # empty dicts: no column to count rows
         return None
     if set(map(type, items)) != {dict} or set(map(tuple, items)) != {names}:
         return None
@@ -80,8 +80,6 @@ def columns_of(items: Sequence[Any]) -> tuple[list[pa.Array], dict] | None:
 def records_of(columns: Sequence[pa.Array], description: dict) -> list:
     """The records back from payload columns: equal values, identical types, same key order."""
     names, encodings = description["names"], description["encodings"]
-    if not names:
-        return [{} for _ in range(len(columns[0]) if columns else 0)]
     if _PICKLE not in encodings:
         return pa.StructArray.from_arrays(list(columns), names=names).to_pylist()
     values = [

@@ -15,6 +15,7 @@ only the rows they hand to Python (`columnar.records_of`).
 
 from __future__ import annotations
 
+import bisect
 import inspect
 import itertools
 from collections.abc import Callable, Iterator
@@ -26,7 +27,7 @@ import pyarrow.compute as pc
 
 from zephyr.columnar import FIELDS_META, key_of, records_of
 
-__all__ = ["concatenate", "first_per_key", "first_per_key_mask", "merge_sorted", "reduce_groups", "sort_order", "with_shard"]
+__all__ = ["Chunk", "concatenate", "first_per_key", "group_starts", "merge_sorted", "payload_records", "reduce_groups", "sort_order", "with_shard"]
 
 
 def with_shard(batch: pa.RecordBatch, shard: int) -> pa.RecordBatch:
@@ -96,7 +97,7 @@ class _Cursor:
         h = np.uint64(frontier[0])
         lo = self.start + int(np.searchsorted(self.h[self.start :], h, side="left"))
         hi = self.start + int(np.searchsorted(self.h[self.start :], h, side="right"))
-        cut = lo + sum(1 for row in range(lo, hi) if self.key(row) <= frontier)
+        cut = bisect.bisect_right(range(lo, hi), frontier, key=self.key) + lo  # rows with equal hashes
         piece = self.batch.slice(self.start, cut - self.start)
         self.start = cut
         if self.start == self.batch.num_rows:
@@ -108,92 +109,100 @@ def _key_columns(batch) -> tuple[str, ...]:
     return tuple(c for c in ("h", "kb", "sv", "s", "pos") if c in batch.schema.names)
 
 
-def merge_sorted(sources: list[Iterator[pa.RecordBatch]], schema: pa.Schema) -> Iterator[pa.Table]:
+def merge_sorted(sources: list[Iterator[pa.RecordBatch]], schema: pa.Schema) -> Iterator[Chunk]:
     """Sorted chunks of the union of sorted sources that share `schema` (see the module doc)."""
     cursors = [c for c in (_Cursor(s) for s in sources) if c.batch is not None]
     while cursors:
         if len(cursors) == 1:  # one source left: its batches are already in order
             cursor = cursors[0]
-            yield pa.Table.from_batches([cursor.batch.slice(cursor.start)], schema=schema)
+            piece = cursor.batch.slice(cursor.start)
+            yield Chunk(pa.Table.from_batches([piece], schema=schema), np.arange(piece.num_rows))
             cursor.advance()
             cursors = [c for c in cursors if c.batch is not None]
             continue
         frontier = min(c.key(c.batch.num_rows - 1) for c in cursors)
         pieces = [c.take_until(frontier) for c in cursors]
         cursors = [c for c in cursors if c.batch is not None]
-        table = pa.Table.from_batches([p for p in pieces if p.num_rows], schema=schema)
-        yield table.take(pa.array(sort_order(table)))
+        table = pa.Table.from_batches([p for p in pieces if p.num_rows], schema=schema).combine_chunks()
+        yield Chunk(table, sort_order(table))
 
 
-def _group_starts(table: pa.Table, previous: tuple | None) -> np.ndarray:
-    """A boolean per row: does it start a new key (vs the row before, or the last chunk's)?"""
-    h = _numpy(table, "h")
+class Chunk:
+    """Rows of a merge round (`table`, one chunk per column) and their sorted `order`."""
+
+    def __init__(self, table: pa.Table, order: np.ndarray):
+        self.table, self.order = table, order
+
+    def sorted(self, rows: np.ndarray | None = None) -> pa.Table:
+        """The table in sorted order (or just the sorted positions `rows`)."""
+        order = self.order if rows is None else self.order[rows]
+        if rows is None and len(order) and (order[1:] > order[:-1]).all() and order[0] == 0:
+            return self.table
+        return self.table.take(pa.array(order))
+
+    def starts(self, previous: tuple | None) -> np.ndarray:
+        """Per sorted row: does it start a new key (vs the row before, or the last chunk's key)?"""
+        return group_starts(_numpy(self.table, "h")[self.order], self.table.column("kb"), self.order, previous)
+
+    def last_key(self) -> tuple:
+        row = int(self.order[-1])
+        return int(self.table.column("h")[row].as_py()), self.table.column("kb")[row].as_py()
+
+    def records(self, rows: np.ndarray | None = None) -> list:
+        return payload_records(self.sorted(rows))
+
+
+def group_starts(h: np.ndarray, kb, order: np.ndarray, previous: tuple | None) -> np.ndarray:
+    """For rows in sorted order (hashes `h`; key bytes `kb[order[i]]`): does row i start a key?"""
     if not len(h):
         return np.zeros(0, dtype=bool)
     starts = np.empty(len(h), dtype=bool)
     starts[1:] = h[1:] != h[:-1]
-    kb = table.column("kb")
     same = np.flatnonzero(~starts[1:]) + 1
-    if len(same):  # equal hashes: a new key only if the key bytes differ
-        differ = pc.not_equal(kb.take(pa.array(same)), kb.take(pa.array(same - 1))).to_numpy(zero_copy_only=False)
-        starts[same[differ]] = True
-    starts[0] = previous is None or (int(h[0]), kb[0].as_py()) != previous
+    if len(same):  # equal hashes: a new key only if the key bytes differ (a collision)
+        differ = pc.not_equal(kb.take(pa.array(order[same])), kb.take(pa.array(order[same - 1])))
+        starts[same[differ.to_numpy(zero_copy_only=False)]] = True
+    starts[0] = previous is None or (int(h[0]), kb[int(order[0])].as_py()) != previous
     return starts
 
 
-def first_per_key_mask(table: pa.Table) -> np.ndarray:
-    """True for the first row of each key in a sorted table."""
-    return _group_starts(table, None)
+def payload_records(table: pa.Table) -> list:
+    """The records of a shuffle table's payload columns (`c0, c1, ...`)."""
+    import orjson
 
-
-def _last_key(table: pa.Table) -> tuple:
-    n = table.num_rows - 1
-    return int(table.column("h")[n].as_py()), table.column("kb")[n].as_py()
-
-
-def _payload_records(table: pa.Table) -> list:
-    description = _description(table.schema)
+    description = orjson.loads(table.schema.metadata[FIELDS_META])
     columns = [table.column(f"c{i}") for i in range(len(description["names"]))]
     return records_of([c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns], description)
 
 
-def _description(schema: pa.Schema) -> dict:
-    import orjson
-
-    return orjson.loads(schema.metadata[FIELDS_META])
-
-
-def first_per_key(chunks: Iterator[pa.Table]) -> Iterator[Any]:
+def first_per_key(chunks: Iterator[Chunk]) -> Iterator[Any]:
     """Deduplicate: the first row of each key (rows arrive by shard and position within a key)."""
     previous = None
-    for table in chunks:
-        starts = _group_starts(table, previous)
-        previous = _last_key(table)
-        if starts.all():
-            yield from _payload_records(table)
-        elif starts.any():
-            yield from _payload_records(table.take(pa.array(np.flatnonzero(starts))))
+    for chunk in chunks:
+        starts = chunk.starts(previous)
+        previous = chunk.last_key()
+        yield from chunk.records(None if starts.all() else np.flatnonzero(starts))
 
 
-def concatenate(chunks: Iterator[pa.Table]) -> Iterator[Any]:
-    for table in chunks:
-        yield from _payload_records(table)
+def concatenate(chunks: Iterator[Chunk]) -> Iterator[Any]:
+    for chunk in chunks:
+        yield from chunk.records()
 
 
-def reduce_groups(chunks: Iterator[pa.Table], reducer: Callable[..., Any]) -> Iterator[Any]:
+def reduce_groups(chunks: Iterator[Chunk], reducer: Callable[..., Any]) -> Iterator[Any]:
     """`reducer(key, items)` per key; a key's items stream across chunks, never held whole."""
     yields_many = inspect.isgeneratorfunction(reducer)
 
     def rows() -> Iterator[tuple[int, Any, Any]]:
         previous, group = None, 0
-        for table in chunks:
-            starts = _group_starts(table, previous)
-            previous = _last_key(table)
-            kb = table.column("kb")
-            for i, (start, item) in enumerate(zip(starts.tolist(), _payload_records(table))):
+        for chunk in chunks:
+            starts = chunk.starts(previous)
+            previous = chunk.last_key()
+            kb = chunk.table.column("kb")
+            for i, (start, item) in enumerate(zip(starts.tolist(), chunk.records())):
                 if start:
                     group += 1
-                    key = key_of(kb[i].as_py())
+                    key = key_of(kb[int(chunk.order[i])].as_py())
                 yield group, key, item
 
     for _, members in itertools.groupby(rows(), key=lambda r: r[0]):

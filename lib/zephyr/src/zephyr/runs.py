@@ -6,7 +6,10 @@ a reduce task reads only its own ranges (ranged requests: no file kept open, so 
 runs never hold thousands of descriptors). Two formats:
 
 - **Arrow** (`.arrow`, columnar records): each partition is a self-contained Arrow IPC stream
-  (schema message, record batches of about `BATCH_BYTES`, end marker) with compressed buffers.
+  (schema message, record batches of about `BATCH_BYTES`, end marker). Buffers are LZ4
+  compressed when the scratch is on an object store (fewer bytes over the network) and left
+  uncompressed on a local disk, where compressing costs more CPU than it saves I/O;
+  `ZEPHYR_SHUFFLE_COMPRESSION=lz4|zstd|none` overrides.
   Columns: `h` (uint64 hash), `kb` (key bytes), optionally `sv` (sort value), `pos`, then the
   payload `c0, c1, ...` (see `columnar.py`). For a partition written as several batches the
   writer reports each batch's first hash, rows and offset, so a reduce task that owns only a
@@ -18,6 +21,7 @@ runs never hold thousands of descriptors). Two formats:
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import struct
 from collections.abc import Iterable, Iterator
@@ -29,26 +33,39 @@ import zstandard
 
 from zephyr.io.files import url_to_fs
 
-__all__ = ["ArrowRunWriter", "read_arrow_range", "read_pickle_range", "write_pickle_frames"]
+__all__ = ["ArrowRunWriter", "compression_for", "read_arrow_range", "read_pickle_range", "write_pickle_frames"]
 
 BATCH_BYTES = 512 * 1024  # uncompressed bytes per Arrow record batch in a run
-COMPRESSION = "lz4"
 FRAME_TARGET = 256 * 1024  # uncompressed bytes of pickled records per zstd frame
 READ_CHUNK = 256 * 1024
 _LEN = struct.Struct("<I")
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
 
+def compression_for(path: str) -> str | None:
+    """The IPC buffer codec for a run at `path` (see the module doc)."""
+    choice = os.environ.get("ZEPHYR_SHUFFLE_COMPRESSION", "").lower()
+    if choice:
+        if choice not in ("lz4", "zstd", "none"):
+            raise ValueError(f"ZEPHYR_SHUFFLE_COMPRESSION must be lz4, zstd or none, got {choice!r}")
+        return None if choice == "none" else choice
+    return None if _is_local(path) else "lz4"
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
 class ArrowRunWriter:
     """Writes a sorted table partition by partition; collects offsets and the batch index."""
 
-    def __init__(self, f, schema: pa.Schema, num_partitions: int):
+    def __init__(self, f, path: str, schema: pa.Schema, num_partitions: int):
         self.f = f
         self.schema = schema
         self.schema_len = len(schema.serialize())
         self.offsets = np.zeros(num_partitions + 1, dtype=np.int64)
         self.batches: list[tuple[int, int, int, int]] = []  # (partition, first hash, rows, offset)
-        self._options = pa.ipc.IpcWriteOptions(compression=COMPRESSION)
+        self._options = pa.ipc.IpcWriteOptions(compression=compression_for(path))
         self._start = f.tell()
 
     def write(self, table: pa.Table, bounds: np.ndarray) -> None:
@@ -117,6 +134,11 @@ def read_arrow_range(path: str, head: int, start: int, end: int, schema_len: int
     `start` (a batch boundary; `head` itself to read it all) to `end`, one batch at a time."""
     if start == end:
         return
+    if start == head and _is_local(path):  # native reads; the stream stops at its end marker
+        with pa.OSFile(path.removeprefix("file://"), "rb") as f:
+            f.seek(start)
+            yield from pa.ipc.open_stream(f)
+        return
     if start == head:
         segments: list = [(path, start, end)]
     else:  # a key range of a skewed partition: the stream's schema, then only its batches
@@ -125,9 +147,11 @@ def read_arrow_range(path: str, head: int, start: int, end: int, schema_len: int
     yield from reader
 
 
-def write_pickle_frames(f, records: Iterable[tuple], compressor=None) -> int:
-    """Write sorted records as zstd frames of about FRAME_TARGET bytes; returns bytes written."""
-    compressor = compressor or zstandard.ZstdCompressor(level=1)
+def write_pickle_frames(f, records: Iterable[tuple], frames: list | None = None) -> int:
+    """Write sorted records as zstd frames of about FRAME_TARGET bytes; returns bytes written.
+    With `frames`, appends (first hash, records, offset) per frame: frames are self-contained,
+    so a key range can be read from any frame boundary."""
+    compressor = zstandard.ZstdCompressor(level=1)
     length = 0
     frame: list[tuple] = []
     size = 0
@@ -135,9 +159,13 @@ def write_pickle_frames(f, records: Iterable[tuple], compressor=None) -> int:
         frame.append(record)
         size += len(record[5]) + len(record[1])
         if size >= FRAME_TARGET:
+            if frames is not None:
+                frames.append((frame[0][0], len(frame), length))
             length += _write_frame(f, compressor, frame)
             frame, size = [], 0
     if frame:
+        if frames is not None:
+            frames.append((frame[0][0], len(frame), length))
         length += _write_frame(f, compressor, frame)
     return length
 

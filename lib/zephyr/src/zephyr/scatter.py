@@ -27,7 +27,7 @@ import pyarrow as pa
 from zephyr import counters
 from zephyr.columnar import FIELDS_META, batch_rows, columns_of, conform, dumps, key_column, sort_value_column, unify_schemas
 from zephyr.io.files import atomic_write
-from zephyr.merge import first_per_key_mask, sort_order
+from zephyr.merge import group_starts, sort_order
 from zephyr.ops import callable_name
 from zephyr.run_index import BATCH_DTYPE, pack
 from zephyr.runs import ArrowRunWriter, write_pickle_frames
@@ -39,6 +39,11 @@ DEFAULT_BUFFER = 256 * 1024 * 1024  # without a task memory budget
 MIN_BUFFER = 1024 * 1024
 CHUNK_BYTES = 1024 * 1024
 _RECORD_OVERHEAD = 300  # bytes of tuple/list/bytes bookkeeping per pickled record (measured ~700 B/record in all)
+
+
+def _columnar_enabled() -> bool:
+    """`ZEPHYR_SHUFFLE_COLUMNAR=0` forces the pickled path (to compare the two, or to debug)."""
+    return os.environ.get("ZEPHYR_SHUFFLE_COLUMNAR", "1").lower() not in ("0", "false", "no", "off")
 
 
 def keep_first(key: Any, items: Iterator[Any]) -> Any:
@@ -114,7 +119,8 @@ class _Buffer:
         self.hashed = isinstance(self.part, HashPartition)
         self.batches: list[pa.RecordBatch] = []
         self.schema: pa.Schema | None = None
-        self.pickled: list[tuple] | None = None  # (p, h, kb, sort value, pos, payload)
+        # (p, h, kb, sort value, pos, payload) once the buffer holds pickles
+        self.pickled: list[tuple] | None = None if _columnar_enabled() else []
         self.used = 0
         self.rows = 0
         self._bytes_per_row = 512.0
@@ -207,16 +213,19 @@ class _Buffer:
 
     def _spill_arrow(self, stem: str, combiner) -> dict:
         table = pa.Table.from_batches([conform(b, self.schema) for b in self.batches], schema=self.schema)
-        table = table.take(pa.array(sort_order(table, leading="p")))
-        if combiner is keep_first:
-            table = table.filter(pa.array(first_per_key_mask(table)))
-            counters.increment("zephyr/combined_records", table.num_rows)  # what crosses the shuffle
+        table = table.combine_chunks()  # Arrow's take is several times faster on one chunk
+        self.batches = []
+        order = sort_order(table, leading="p")
+        if combiner is keep_first:  # keep the first row per key without moving the others
+            order = order[group_starts(table.column("h").to_numpy()[order], table.column("kb"), order, None)]
+            counters.increment("zephyr/combined_records", len(order))  # what crosses the shuffle
+        table = table.take(pa.array(order))
         p = table.column("p").to_numpy()
         bounds = np.searchsorted(p, np.arange(self.sink.num_partitions + 1, dtype=np.uint32), side="left")
         table = table.drop_columns(["p"])
         path = stem + ".arrow"
         with atomic_write(path, remove_stale=False) as f:
-            writer = ArrowRunWriter(f, table.schema, self.sink.num_partitions)
+            writer = ArrowRunWriter(f, path, table.schema, self.sink.num_partitions)
             writer.write(table, bounds)
         batches = np.array(writer.batches, dtype=BATCH_DTYPE)
         return {"path": path, "format": "arrow", "schema_len": writer.schema_len,
@@ -232,12 +241,17 @@ class _Buffer:
         offsets = np.zeros(self.sink.num_partitions + 1, dtype=np.int64)
         path = stem + ".bin"
         length = 0
+        index: list[tuple] = []  # (partition, first hash, records, offset) of partitions of several frames
         with atomic_write(path, remove_stale=False) as f:
             for p, group in itertools.groupby(records, key=lambda r: r[0]):
                 offsets[p] = length
-                length += write_pickle_frames(f, ((h, kb, sv, self.shard, pos, pl) for _, h, kb, sv, pos, pl in group))
+                frames: list[tuple] = []
+                length += write_pickle_frames(f, ((h, kb, sv, self.shard, pos, pl) for _, h, kb, sv, pos, pl in group), frames)
+                if len(frames) > 1:
+                    index += [(p, h, n, offsets[p] + at) for h, n, at in frames]
                 offsets[p + 1 :] = length
-        return {"path": path, "format": "pickle", "offsets": pack(offsets), "batches": ""}
+        batches = np.array(index, dtype=BATCH_DTYPE)
+        return {"path": path, "format": "pickle", "offsets": pack(offsets), "batches": pack(batches) if index else ""}
 
     def _combine(self, records: list[tuple], combiner) -> Iterator[tuple]:
         import pickle

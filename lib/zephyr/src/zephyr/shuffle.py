@@ -85,7 +85,7 @@ class ReduceGroups(GroupMode):
             else:
                 yield result
 
-    def apply_columnar(self, chunks: Iterator[pa.Table]) -> Iterator[Any]:
+    def apply_columnar(self, chunks: Iterator[columnar_merge.Chunk]) -> Iterator[Any]:
         return columnar_merge.reduce_groups(chunks, self.reducer)
 
 
@@ -95,7 +95,7 @@ class FirstPerKey(GroupMode):
         for _, group in itertools.groupby(merged, key=lambda r: r[1]):
             yield pickle.loads(next(group)[5])[1]
 
-    def apply_columnar(self, chunks: Iterator[pa.Table]) -> Iterator[Any]:
+    def apply_columnar(self, chunks: Iterator[columnar_merge.Chunk]) -> Iterator[Any]:
         return columnar_merge.first_per_key(chunks)
 
 
@@ -107,7 +107,7 @@ class Concatenate(GroupMode):
         for record in merged:
             yield pickle.loads(record[5])[1]
 
-    def apply_columnar(self, chunks: Iterator[pa.Table]) -> Iterator[Any]:
+    def apply_columnar(self, chunks: Iterator[columnar_merge.Chunk]) -> Iterator[Any]:
         return columnar_merge.concatenate(chunks)
 
 
@@ -238,7 +238,7 @@ class _ColumnarMerge:
             opened.append(itertools.chain([first], source))
         return opened, schema
 
-    def _merged(self, sources: list[Iterator[pa.RecordBatch]]) -> Iterator[pa.Table] | None:
+    def _merged(self, sources: list[Iterator[pa.RecordBatch]]) -> Iterator[columnar_merge.Chunk] | None:
         opened = self._open(sources)
         if opened is None:
             return None
@@ -248,13 +248,13 @@ class _ColumnarMerge:
         conformed = [(conform(b, schema) for b in stream) for stream in streams]
         return columnar_merge.merge_sorted(conformed, schema)
 
-    def chunks(self, ranges: list) -> Iterator[pa.Table] | None:
+    def chunks(self, ranges: list) -> Iterator[columnar_merge.Chunk] | None:
         sources = [lambda r=r: self._source(r) for r in ranges]
         if len(sources) <= self.fan_in:
             return self._merged([s() for s in sources])
         return self._in_passes(sources)
 
-    def _in_passes(self, sources: list) -> Iterator[pa.Table] | None:
+    def _in_passes(self, sources: list) -> Iterator[columnar_merge.Chunk] | None:
         workdir = tempfile.mkdtemp(prefix="zephyr-merge-")
         try:
             passes = 0
@@ -280,11 +280,12 @@ class _ColumnarMerge:
         return _removing(final, workdir)
 
 
-def _write_local_run(path: str, chunks: Iterator[pa.Table]) -> Callable[[], Iterator[pa.RecordBatch]]:
+def _write_local_run(path: str, chunks: Iterator[columnar_merge.Chunk]) -> Callable[[], Iterator[pa.RecordBatch]]:
     """An intermediate run (one sorted stream with its `s` column); returns how to read it back."""
     writer = None
     with open(path, "wb") as f:
-        for table in chunks:
+        for chunk in chunks:
+            table = chunk.sorted()
             if writer is None:
                 writer = pa.ipc.new_stream(f, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4"))
             for batch in table.to_batches(max_chunksize=8192):
@@ -300,7 +301,7 @@ def _write_local_run(path: str, chunks: Iterator[pa.Table]) -> Callable[[], Iter
     return read
 
 
-def _removing(chunks: Iterator[pa.Table], workdir: str) -> Iterator[pa.Table]:
+def _removing(chunks: Iterator[columnar_merge.Chunk], workdir: str) -> Iterator[columnar_merge.Chunk]:
     try:
         yield from chunks
     finally:
