@@ -35,7 +35,7 @@ from zephyr.io.files import url_to_fs
 
 __all__ = ["ArrowRunWriter", "compression_for", "read_arrow_range", "read_pickle_range", "write_pickle_frames"]
 
-BATCH_BYTES = 512 * 1024  # uncompressed bytes per Arrow record batch in a run
+BATCH_BYTES = 1024 * 1024  # uncompressed bytes per Arrow record batch in a run
 FRAME_TARGET = 256 * 1024  # uncompressed bytes of pickled records per zstd frame
 READ_CHUNK = 256 * 1024
 _LEN = struct.Struct("<I")

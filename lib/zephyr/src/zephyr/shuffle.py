@@ -58,7 +58,7 @@ __all__ = [
     "partition_of",
 ]
 
-_MEMORY_PER_OPEN_RUN = 1024 * 1024  # one decoded batch or frame per run being merged, plus read buffers
+_MEMORY_PER_OPEN_RUN = 2 * 1024 * 1024  # one decoded batch (<= BATCH_BYTES) or frame per run being merged, plus read buffers
 MIN_FAN_IN = 4
 
 
