@@ -27,6 +27,8 @@ import pyarrow.compute as pc
 
 from zephyr.columnar import FIELDS_META, key_of, records_of
 
+_RECORD_SLICE = 4096
+
 __all__ = ["Chunk", "concatenate", "first_per_key", "group_starts", "merge_sorted", "payload_records", "reduce_groups", "sort_order", "with_shard"]
 
 
@@ -148,8 +150,16 @@ class Chunk:
         row = int(self.order[-1])
         return int(self.table.column("h")[row].as_py()), self.table.column("kb")[row].as_py()
 
-    def records(self, rows: np.ndarray | None = None) -> list:
-        return payload_records(self.sorted(rows))
+    def records(self, rows: np.ndarray | None = None) -> Iterator[Any]:
+        """Python records of the sorted rows (or of `rows`), converted a slice at a time so a big
+        round never holds all its rows as Python objects at once."""
+        order = self.order if rows is None else self.order[rows]
+        if len(order) and order[0] == 0 and (np.diff(order) == 1).all():
+            for start in range(0, len(order), _RECORD_SLICE):
+                yield from payload_records(self.table.slice(start, min(_RECORD_SLICE, len(order) - start)))
+            return
+        for start in range(0, len(order), _RECORD_SLICE):
+            yield from payload_records(self.table.take(pa.array(order[start : start + _RECORD_SLICE])))
 
 
 def group_starts(h: np.ndarray, kb, order: np.ndarray, previous: tuple | None) -> np.ndarray:

@@ -3,10 +3,10 @@
 Items arrive one at a time and are gathered into chunks of about a MiB. Each chunk's keys
 (and `sort_by` values) are computed, encoded and hashed as a batch (`shuffle_keys`), and the
 chunk becomes an Arrow record batch when its records convert exactly (`columnar`), else a list
-of pickled records. A buffer of a quarter of the task's `memory` (256 MiB without a budget)
-holds chunks; when full it is sorted by (partition, hash, key bytes, sort value, position)
-with NumPy/Arrow, combined (deduplicate's keep-first is vectorized), and spilled as one run
-(`runs.py`). A buffer is columnar while every chunk converts with one schema; the first chunk
+of pickled records. A buffer of a quarter of the task's `memory` (256 MiB without a budget;
+an eighth for Arrow data, which the sort holds twice) holds chunks; when full it is sorted by
+(partition, hash, key bytes, sort value, position) with NumPy/Arrow, combined (deduplicate's
+keep-first is vectorized), and spilled as one run (`runs.py`). A buffer is columnar while every chunk converts with one schema; the first chunk
 that does not turns it (and what it holds) into pickles, so mixed data always shuffles exactly.
 When the shard is done its manifest (`map-NNNNN.json`, the run list with packed offsets) is
 written atomically: its existence marks the map shard finished for a resumed run.
@@ -85,6 +85,8 @@ class ScatterSink:
 
     def write(self, stream: Iterator[Any], task) -> dict:
         budget = max(MIN_BUFFER, task.memory // 4) if task.memory else DEFAULT_BUFFER
+        # sorting an Arrow buffer holds it twice (the buffer, then its sorted copy): budget half
+        arrow_budget = budget // 2
         attempt = os.urandom(4).hex()  # a zombie attempt never overwrites runs another manifest names
         buffer = _Buffer(self, task.shard)
         runs: list[dict] = []
@@ -94,7 +96,7 @@ class ScatterSink:
             buffer.add(chunk, records)
             records += len(chunk)
             rows = buffer.chunk_rows()
-            if buffer.used >= budget:
+            if buffer.used >= (budget if buffer.pickled is not None else arrow_budget):
                 runs.append(buffer.spill(f"{self.root}/map-{task.shard:05d}-run-{attempt}-{len(runs):03d}"))
                 buffer = _Buffer(self, task.shard)
         if buffer.rows:
@@ -227,6 +229,8 @@ class _Buffer:
         with atomic_write(path, remove_stale=False) as f:
             writer = ArrowRunWriter(f, path, table.schema, self.sink.num_partitions)
             writer.write(table, bounds)
+        del table
+        pa.default_memory_pool().release_unused()  # hand the sort's copies back before the next buffer fills
         batches = np.array(writer.batches, dtype=BATCH_DTYPE)
         return {"path": path, "format": "arrow", "schema_len": writer.schema_len,
                 "offsets": pack(writer.offsets), "batches": pack(batches) if len(batches) else ""}
