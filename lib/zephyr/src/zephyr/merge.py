@@ -41,15 +41,18 @@ def with_shard(batch: pa.RecordBatch, shard: int) -> pa.RecordBatch:
 
 
 def sort_order(table: pa.Table, leading: str | None = None) -> np.ndarray:
-    """Row order by ([leading,] h, kb, sv, s, pos). NumPy's lexsort on ([leading,] h, s, pos)
-    when no sort value is involved and equal hashes only ever mean equal key bytes; Arrow's
-    multi-column sort otherwise."""
+    """Row order by ([leading,] h, kb, sv, s, pos) of rows already in (s, pos) order.
+
+    Rows arrive in (map shard, position) order: a spill buffer in position order, a merge
+    round's pieces concatenated in run order (runs are listed by map shard, then run number,
+    and each piece is sorted). So without a sort value a *stable* sort on ([leading,] h) is
+    the full order, as long as equal hashes only ever mean equal key bytes (checked; Arrow's
+    multi-column sort handles a collision, and any sort value).
+    """
     names = table.schema.names
     h = _numpy(table, "h")
     if "sv" not in names:
-        minor = [_numpy(table, c) for c in ("pos", "s") if c in names]
-        major = [_numpy(table, leading)] if leading else []
-        order = np.lexsort((*minor, h, *major))
+        order = np.lexsort((h, _numpy(table, leading))) if leading else np.argsort(h, kind="stable")
         if not _has_collisions(table, h, order):
             return order
     keys = [(c, "ascending") for c in ((leading,) if leading else ()) + ("h", "kb", "sv", "s", "pos") if c in names]
@@ -150,16 +153,17 @@ class Chunk:
         row = int(self.order[-1])
         return int(self.table.column("h")[row].as_py()), self.table.column("kb")[row].as_py()
 
-    def records(self, rows: np.ndarray | None = None) -> Iterator[Any]:
-        """Python records of the sorted rows (or of `rows`), converted a slice at a time so a big
+    def record_lists(self, rows: np.ndarray | None = None) -> Iterator[list]:
+        """Python records of the sorted rows (or of `rows`), a list per slice of rows, so a big
         round never holds all its rows as Python objects at once."""
         order = self.order if rows is None else self.order[rows]
-        if len(order) and order[0] == 0 and (np.diff(order) == 1).all():
-            for start in range(0, len(order), _RECORD_SLICE):
-                yield from payload_records(self.table.slice(start, min(_RECORD_SLICE, len(order) - start)))
-            return
+        contiguous = len(order) and order[0] == 0 and (np.diff(order) == 1).all()
         for start in range(0, len(order), _RECORD_SLICE):
-            yield from payload_records(self.table.take(pa.array(order[start : start + _RECORD_SLICE])))
+            if contiguous:
+                part = self.table.slice(start, min(_RECORD_SLICE, len(order) - start))
+            else:
+                part = self.table.take(pa.array(order[start : start + _RECORD_SLICE]))
+            yield payload_records(part)
 
 
 def group_starts(h: np.ndarray, kb, order: np.ndarray, previous: tuple | None) -> np.ndarray:
@@ -186,17 +190,21 @@ def payload_records(table: pa.Table) -> list:
 
 
 def first_per_key(chunks: Iterator[Chunk]) -> Iterator[Any]:
-    """Deduplicate: the first row of each key (rows arrive by shard and position within a key)."""
+    """Deduplicate: the first row of each key (rows arrive by shard and position within a key).
+    Records are handed on through `chain` (no Python frame per record)."""
+    return itertools.chain.from_iterable(_first_lists(chunks))
+
+
+def _first_lists(chunks: Iterator[Chunk]) -> Iterator[list]:
     previous = None
     for chunk in chunks:
         starts = chunk.starts(previous)
         previous = chunk.last_key()
-        yield from chunk.records(None if starts.all() else np.flatnonzero(starts))
+        yield from chunk.record_lists(None if starts.all() else np.flatnonzero(starts))
 
 
 def concatenate(chunks: Iterator[Chunk]) -> Iterator[Any]:
-    for chunk in chunks:
-        yield from chunk.records()
+    return itertools.chain.from_iterable(records for chunk in chunks for records in chunk.record_lists())
 
 
 def reduce_groups(chunks: Iterator[Chunk], reducer: Callable[..., Any]) -> Iterator[Any]:
@@ -209,7 +217,8 @@ def reduce_groups(chunks: Iterator[Chunk], reducer: Callable[..., Any]) -> Itera
             starts = chunk.starts(previous)
             previous = chunk.last_key()
             kb = chunk.table.column("kb")
-            for i, (start, item) in enumerate(zip(starts.tolist(), chunk.records())):
+            records = itertools.chain.from_iterable(chunk.record_lists())
+            for i, (start, item) in enumerate(zip(starts.tolist(), records)):
                 if start:
                     group += 1
                     key = key_of(kb[int(chunk.order[i])].as_py())
