@@ -104,6 +104,7 @@ def mixed_records(seed: int, n: int, keys: int):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
 def test_columnar_and_pickled_paths_give_identical_outputs(seed, monkeypatch, tmp_path):
     records = mixed_records(seed, 3000, keys=200)
@@ -171,6 +172,7 @@ def skewed_records(n: int, partitions: int, hot_keys: int = 2000):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columnar", [True, False])
 def test_skewed_partition_is_split_by_key_range_and_groups_stay_whole(columnar, monkeypatch, tmp_path):
     records = skewed_records(60_000, partitions=4)
@@ -192,6 +194,7 @@ def test_skewed_partition_is_split_by_key_range_and_groups_stay_whole(columnar, 
     assert dict(split) == {k: sorted(v) for k, v in expected.items()}
 
 
+@pytest.mark.slow
 def test_skew_split_outputs_are_deterministic_files(monkeypatch, tmp_path):
     records = skewed_records(40_000, partitions=3, hot_keys=30_000)
     ds = Dataset.from_list([records[:20_000], records[20_000:]]).flat_map(list).deduplicate(lambda r: r["key"], num_output_shards=3)
@@ -233,6 +236,7 @@ RESUME_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_resume_between_scatter_and_reduce_with_columnar_runs(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(RESUME_SCRIPT)
