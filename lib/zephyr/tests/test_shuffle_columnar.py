@@ -12,6 +12,7 @@ import pytest
 
 from zephyr import Dataset, create_backend
 from zephyr.columnar import columns_of, key_column, records_of
+from zephyr.progress import format_summary
 from zephyr.shuffle_keys import key_bytes, partition_of
 
 
@@ -185,6 +186,8 @@ def test_skewed_partition_is_split_by_key_range_and_groups_stay_whole(columnar, 
     assert reduce_stage.num_shards > 4  # partition 0 became several reduce tasks
     largest = reduce_stage.largest_partitions[0]
     assert largest.partition == 0 and largest.pieces > 1
+    summary = format_summary(execution)  # what the CLI prints at the end of a run
+    assert "largest partitions: partition 0: " in summary and f"in {largest.pieces} key ranges" in summary
     keys = [k for k, _ in split]
     assert len(keys) == len(set(keys))  # every group whole: each key reduced exactly once
     assert split == unsplit  # same groups, same order, across the output shards in order
@@ -251,3 +254,11 @@ def test_resume_between_scatter_and_reduce_with_columnar_runs(tmp_path):
     fresh = subprocess.run([sys.executable, str(script), str(tmp_path / "clean"), str(tmp_path / "s2")], capture_output=True, text=True)
     assert "resumed 0 columnar 6 calls 6" in fresh.stdout
     assert [p.read_bytes() for p in sorted((tmp_path / "clean").iterdir())] == [p.read_bytes() for p in sorted(out.iterdir())]
+
+
+def test_progress_bar_names_the_largest_partition(capsys):
+    backend = create_backend("sync", progress=True)
+    ds = Dataset.from_list([[{"k": "a"}] * 50 + [{"k": "b"}]]).flat_map(list)
+    assert sorted(backend.execute(ds.group_by(lambda r: r["k"], lambda k, items: (k, sum(1 for _ in items))))) == [("a", 50), ("b", 1)]
+    err = capsys.readouterr().err
+    assert "largest partition " in err  # on the reduce stage's bar: the biggest partition and its size
