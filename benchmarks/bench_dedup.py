@@ -12,7 +12,7 @@ Every variant runs in its own fresh Python process, on the same corpus:
     times that much data.
   - optionally (`--ray`), the budgeted zephyr dedup on a warm local Ray with all cores, for
     throughput; there each Ray worker's RSS is sampled every 50 ms instead (a lower bound).
-The one-core variants run at niceness 15 (`--niceness`), the niceness Ray gives its workers,
+Every variant runs at niceness 15 (`--niceness`; Ray's workers through `RAY_worker_niceness`),
 so that other work on a shared machine slows every variant alike.
 
 Peak memory per task: zephyr's tasks run through a small backend defined here that forks a
@@ -280,7 +280,9 @@ def child_main(spec: dict) -> None:
     import pyarrow as pa
 
     pa.array(["x"])  # pyarrow imports pandas (when installed) on first use: do it before forking tasks
-    if spec["variant"] not in ("zephyr-ray", "raydata"):  # Ray gives its workers niceness 15 itself
+    if spec["variant"] in ("zephyr-ray", "raydata"):  # Ray sets its workers' niceness (15 unless told)
+        os.environ["RAY_worker_niceness"] = str(spec["niceness"])
+    else:
         os.nice(spec["niceness"])
 
     idle = rss_mib()
@@ -357,8 +359,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="also run the same dedup in Ray Data and datatrove on all cores "
                              "(needs the bench group: uv run --group bench ...)")
     parser.add_argument("--niceness", type=int, default=15,
-                        help="niceness increment of the one-core variants "
-                             "(default 15, what Ray gives its workers; 0: default priority)")
+                        help="niceness of every variant: the one-core ones and the peers' processes, and Ray's "
+                             "workers through RAY_worker_niceness (default 15, Ray's own default; 0: default "
+                             "priority, which competes fairly with other work on a shared machine)")
     parser.add_argument("--work-dir", default=None, help="where the corpus and outputs go (default: a temp dir, removed after)")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -445,7 +448,7 @@ def print_table(r: dict) -> None:
           f"{c['mb_jsonl']} MB JSONL ({c['mb_jsonl_per_shard']} MB per shard), {c['mb_zst']} MB zst, {r['params']['shards']} shards")
     print(f"machine: {m['cores']} cores, {m['ram_gib']} GiB, Python {m['python']}, Ray {m['ray']}; "
           f"load avg before {r['load_avg_before']}, after {r['load_avg_after']}; one core and tasks one at a time unless on Ray; "
-          f"niceness +{r['params']['niceness']} (Ray's workers run at 15)")
+          f"niceness +{r['params']['niceness']} for every variant, Ray's workers included")
     print()
     print("| variant | seconds | docs/s | vs baseline | kept | same ids | RSS at start (MiB) "
           "| peak RSS per map task (MiB) | peak RSS per reduce task (MiB) |")

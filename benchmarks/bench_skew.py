@@ -98,8 +98,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--cores", type=int, default=2, help="num_cpus of the local Ray (default 2)")
     parser.add_argument("--memory", default="512MiB", help="task memory budget (default 512MiB)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per variant, alternating (default 3)")
+    parser.add_argument("--niceness", type=int, default=15,
+                        help="niceness of Ray's workers (RAY_worker_niceness; default 15, Ray's own default)")
     parser.add_argument("--json", default=None, help="write the results to this JSON file")
     args = parser.parse_args(argv)
+    os.environ["RAY_worker_niceness"] = str(args.niceness)
 
     import ray
     from zephyr import Dataset, create_backend
