@@ -85,5 +85,10 @@ def run_datatrove(paths: list[str], out_dir: str, work: str, cores: int) -> dict
     return {"seconds": time.perf_counter() - start, "cores": cores}
 
 
-def _text_getter(doc) -> str:
-    return doc.text
+def _text_getter(doc) -> bytes:
+    return doc.text.encode()
+
+
+# datatrove picks its hash function from the getter's return annotation, which must be the type
+# itself (this module's `from __future__ import annotations` would make it the string "bytes")
+_text_getter.__annotations__["return"] = bytes
