@@ -9,13 +9,14 @@ Counters of failed attempts are dropped, so totals count each shard exactly once
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import tempfile
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import cloudpickle
@@ -45,7 +46,7 @@ class StageStats:
     retries_user: int = 0
     retries_lost: int = 0
     resumed: int = 0
-    largest_partitions: list = field(default_factory=list)  # after a shuffle: the biggest inputs (run_index.PartitionInfo)
+    largest_partitions: list = dataclasses.field(default_factory=list)  # after a shuffle: the biggest inputs (run_index.PartitionInfo)
 
 
 class Execution:

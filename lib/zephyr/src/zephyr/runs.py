@@ -134,10 +134,20 @@ def read_arrow_range(path: str, head: int, start: int, end: int, schema_len: int
     `start` (a batch boundary; `head` itself to read it all) to `end`, one batch at a time."""
     if start == end:
         return
-    if start == head and _is_local(path):  # native reads; the stream stops at its end marker
+    if _is_local(path):  # native reads
         with pa.OSFile(path.removeprefix("file://"), "rb") as f:
+            f.seek(head)
+            if start == head:  # the whole stream: it stops at its end marker
+                yield from pa.ipc.open_stream(f)
+                return
+            schema = pa.ipc.read_schema(f)  # a key range: the stream's schema, then only its batches
             f.seek(start)
-            yield from pa.ipc.open_stream(f)
+            while f.tell() < end:
+                try:
+                    message = pa.ipc.read_message(f)
+                except EOFError:  # the stream's end marker
+                    return
+                yield pa.ipc.read_record_batch(message, schema)
         return
     if start == head:
         segments: list = [(path, start, end)]
