@@ -1,7 +1,8 @@
 """Key skew: a group_by where one partition holds 80% of the records vs the same bytes with uniform keys.
 
-Both jobs group the same number of records of the same sizes (`{"key", "i", "text"}`, text of
-100-400 chars) into `--partitions` output shards on a warm local Ray with `--cores` CPUs:
+Both jobs read the same number of records of the same sizes (`{"key", "i", "text"}`, text of
+100-400 chars; JSONL.zst files written before timing) and group them into `--partitions`
+output shards on a warm local Ray with `--cores` CPUs:
 
 - uniform: keys drawn uniformly from `--keys` distinct keys;
 - skewed: 80% of the records take one of `--keys` distinct keys that all hash to partition 0,
@@ -9,8 +10,10 @@ Both jobs group the same number of records of the same sizes (`{"key", "i", "tex
 - skewed, splitting off (`ZEPHYR_SKEW_MAX_PIECES=1`): what the skewed job costs without
   cutting partition 0 into key ranges.
 
-The reducer sums text lengths per key; outputs are written as JSONL. Each variant runs
-`--repeats` times, alternating; the table reports medians and their ratio to uniform.
+The reducer hashes every text of its group (some real per-item work, as a dedup or a
+clustering reducer has); outputs are written as JSONL. Each variant runs `--repeats` times,
+alternating; the table reports medians of the whole job and of its reduce stage, and their
+ratios to uniform.
 
     uv run python benchmarks/bench_skew.py --json benchmarks/results/skew.json
 """
@@ -63,20 +66,33 @@ def make_records(spec: tuple) -> list[dict]:
     return out
 
 
-def total_length(key, items):
-    n = length = 0
+def digest_group(key, items):
+    import hashlib
+
+    n, digest = 0, hashlib.blake2b(digest_size=16)
     for item in items:
         n += 1
-        length += len(item["text"])
-    return {"key": key, "n": n, "length": length}
+        digest.update(hashlib.blake2b(item["text"].encode(), digest_size=16).digest())
+    return {"key": key, "n": n, "digest": digest.hexdigest()}
 
 
-def run_once(backend, specs: list, partitions: int, out_dir: str) -> dict:
+def write_inputs(backend, specs: list, directory: str) -> list[str]:
+    from zephyr import Dataset
+
+    return list(backend.execute(Dataset.from_list(specs).flat_map(make_records).write_jsonl(
+        os.path.join(directory, "part-{shard:05d}.jsonl.zst"))))
+
+
+def _key(record):
+    return record["key"]
+
+
+def run_once(backend, paths: list, partitions: int, out_dir: str) -> dict:
     from zephyr import Dataset
 
     shutil.rmtree(out_dir, ignore_errors=True)
-    ds = (Dataset.from_list(specs).flat_map(make_records)
-          .group_by(lambda r: r["key"], total_length, num_output_shards=partitions)
+    ds = (Dataset.from_files(paths).load_jsonl()
+          .group_by(_key, digest_group, num_output_shards=partitions)
           .write_jsonl(os.path.join(out_dir, "part-{shard:05d}.jsonl")))
     start = time.perf_counter()
     execution = backend.execute(ds)
@@ -118,12 +134,13 @@ def main(argv=None) -> dict:
     runs: dict[str, list] = {name: [] for name, _ in variants}
     try:
         backend = create_backend("ray", memory=args.memory, progress=False, scratch_dir=os.path.join(work, "scratch"))
-        list(backend.execute(Dataset.from_list(list(range(4 * args.cores))).map(str)))  # warm the workers
+        inputs = {kind: write_inputs(backend, spec, os.path.join(work, kind)) for kind, spec in specs.items()}  # also warms
+        run_once(backend, inputs["uniform"], args.partitions, os.path.join(work, "out"))  # untimed: imports in workers
         for _ in range(args.repeats):
             for name, env in variants:
                 os.environ.pop("ZEPHYR_SKEW_MAX_PIECES", None)
                 os.environ.update(env)
-                runs[name].append(run_once(backend, specs[name.split(",")[0]], args.partitions, os.path.join(work, "out")))
+                runs[name].append(run_once(backend, inputs[name.split(",")[0]], args.partitions, os.path.join(work, "out")))
                 print(name, runs[name][-1], flush=True)
         os.environ.pop("ZEPHYR_SKEW_MAX_PIECES", None)
     finally:
@@ -132,16 +149,19 @@ def main(argv=None) -> dict:
     uniform = statistics.median(r["seconds"] for r in runs["uniform"])
     result = {"benchmark": "skew", "machine": machine(), "load_avg_before": load_before, "load_avg_after": load_average(),
               "params": vars(args), "runs": runs,
-              "medians": {name: round(statistics.median(r["seconds"] for r in rs), 2) for name, rs in runs.items()}}
+              "medians": {name: round(statistics.median(r["seconds"] for r in rs), 2) for name, rs in runs.items()},
+              "reduce_medians": {name: round(statistics.median(r["reduce_s"] for r in rs), 2) for name, rs in runs.items()}}
+    uniform_reduce = result["reduce_medians"]["uniform"]
     print(f"\nSkew: {args.records:,} records, {args.shards} input shards -> {args.partitions} partitions, {args.cores} CPUs on Ray; "
           f"load avg before {load_before}, after {result['load_avg_after']}\n")
-    print("| keys | runs (s) | median (s) | vs uniform | reduce tasks | largest partition |")
-    print("|---|---|---|---|---|---|")
+    print("| keys | job runs (s) | job median (s) | vs uniform | reduce stage median (s) | vs uniform | reduce tasks | largest partition |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, rs in runs.items():
         median = result["medians"][name]
         top = rs[-1]["largest"][0] if rs[-1]["largest"] else {}
         seconds = ", ".join(f"{r['seconds']:.1f}" for r in rs)
-        print(f"| {name} | {seconds} | {median:.1f} | {median / uniform:.2f}x | "
+        reduce = result["reduce_medians"][name]
+        print(f"| {name} | {seconds} | {median:.1f} | {median / uniform:.2f}x | {reduce:.1f} | {reduce / uniform_reduce:.2f}x | "
               f"{rs[-1]['reduce_tasks']} | {top.get('mb', 0)} MB in {top.get('pieces', 1)} piece(s) |")
     if args.json:
         with open(args.json, "w") as f:
