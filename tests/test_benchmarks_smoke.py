@@ -54,3 +54,19 @@ def test_ray_backend_benchmark_runs(tmp_path):
                tmp_path=tmp_path)
     assert "| runner | runs (s) | median (s) | best (s) |" in out
     assert "| zephyr on Ray (warm) |" in out and "| runner | ms per shard |" in out
+
+
+@pytest.mark.slow
+def test_parquet_pushdown_benchmark_runs(tmp_path):
+    out = _run("bench_parquet_pushdown.py", "--files", "2", "--rows-per-file", "4000", "--rows-per-group", "1000",
+               "--repeats", "1", tmp_path=tmp_path)
+    assert "| runner | bytes read | of the files |" in out
+    assert "| zephyr, pushdown |" in out and "| hand-written pyarrow.dataset scan |" in out
+
+
+@pytest.mark.slow
+def test_train_benchmark_runs(tmp_path):
+    out = _run("bench_train.py", "--devices", "1", "2", "--steps", "12", "--repeats", "1", "--batch-size", "4",
+               "--seq-len", "16", "--embed", "16", "--hidden", "32", "--shards", "2", tmp_path=tmp_path)
+    assert "| devices | adapter | hand-written | preloaded |" in out
+    assert out.count("x |") >= 2  # one row per device count
