@@ -70,3 +70,12 @@ def test_train_benchmark_runs(tmp_path):
                "--seq-len", "16", "--embed", "16", "--hidden", "32", "--shards", "2", tmp_path=tmp_path)
     assert "| devices | adapter | hand-written | preloaded |" in out
     assert out.count("x |") >= 2  # one row per device count
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_status_benchmark_runs(tmp_path):
+    out = _run("bench_status.py", "--shards", "2", "--docs-per-shard", "100", "--repeats", "1", "--tiny-shards", "50",
+               tmp_path=tmp_path)
+    assert "| variant | wall, runs (s) |" in out
+    assert "| off |" in out and "| on |" in out and "| watched |" in out and "hooks" in out

@@ -84,4 +84,6 @@ def format_summary(execution: Execution) -> str:
         width = max(len(k) for k in execution.counters)
         for name in sorted(execution.counters):
             lines.append(f"    {name:<{width}}  {execution.counters[name]:,}")
+    if getattr(execution, "run_record", None):
+        lines.append(f"  run record: {execution.run_record} (zephyr status / zephyr dashboard DIR)")
     return "\n".join(lines)

@@ -32,6 +32,10 @@ from zephyr.plan import Plan, Stage, stage_output_paths
 from zephyr.progress import make_progress
 from zephyr.shard import ShardResult, ShardTask, StageProgram, run_shard
 from zephyr.shuffle import ScatterSink
+from zephyr.status import registry as status_registry
+from zephyr.status.model import RunStatus
+from zephyr.status.observe import ObservedBackend
+from zephyr.status.record import final_output_dir, record_path_for, write_run_record
 
 __all__ = ["Execution", "NotPicklableWarning", "StageStats"]
 
@@ -52,7 +56,9 @@ class StageStats:
 
 
 class Execution:
-    """An iterator over a run's results in shard order, with `.counters` and `.stats`.
+    """An iterator over a run's results in shard order, with `.counters` and `.stats`, and
+    `.status` (its live state: `status.snapshot()`, see `zephyr.status`) and `.run_record`
+    (the path of the `.zephyr-run.json` written when it ended, if any).
 
     The plan is compiled and checked on creation (on Ray, every user function must pickle;
     the in-process backends only warn once per function that such a pipeline cannot run on
@@ -79,7 +85,11 @@ class Execution:
         self.finished = False
         self.elapsed = 0.0
         self._started = time.perf_counter()
-        self._results = self._run()
+        # the live state the status page and the run record show (zephyr.status)
+        self.status = RunStatus(self.plan, backend.describe(), self.counters, record_path_for(self.plan))
+        self.run_record: str | None = None  # the record's path, once written
+        status_registry.publish(self.status)
+        self._results = self._published(self._run())
 
     def __iter__(self) -> Execution:
         return self
@@ -147,8 +157,28 @@ class Execution:
         _remove_write_temporaries(self.plan.stages[-1])
         self._remove_scratch()
         self.elapsed = time.perf_counter() - self._started
+        self.status.succeeded()
+        self._write_run_record()
         for callback in self.backend.on_finish:
             callback(self)
+
+    def _published(self, results: Iterator[Any]) -> Iterator[Any]:
+        """`results`, telling the status when the run fails or its caller stops early."""
+        try:
+            yield from results
+        except GeneratorExit:
+            self.status.ended_early(None)
+            raise
+        except BaseException as e:
+            self.status.ended_early(e)
+            self._write_run_record()
+            raise
+
+    def _write_run_record(self) -> None:
+        """The final snapshot beside the outputs (`.zephyr-run.json`), for `zephyr status DIR`."""
+        path = self.status.record_path
+        if path is not None and write_run_record(self.status.snapshot(), path):
+            self.run_record = path
 
     def _tasks(self, stage: Stage, previous: list[ShardResult] | None) -> list[ShardTask]:
         memory = self.backend.task_resources.memory
@@ -207,6 +237,7 @@ class Execution:
             for result in finished.values():
                 self.counters.update(result.counters)
                 progress.update(result)
+        backend = ObservedBackend(backend, self.status, stage.index, list(finished.values()))
         shared = backend.share(program) if len(finished) < len(tasks) else None
         pending: deque[ShardTask] = deque(t for t in tasks if t.shard not in finished)
         in_flight: dict[Any, ShardTask] = {}
@@ -286,11 +317,9 @@ def scratch_dir_for(backend: Backend, plan: Plan) -> str:
         return backend.scratch_dir.rstrip("/")
     if os.environ.get("ZEPHYR_SCRATCH_DIR"):
         return os.environ["ZEPHYR_SCRATCH_DIR"].rstrip("/")
-    final = plan.stages[-1]
-    for record in reversed(final.ops):
-        if isinstance(record, WRITE_OPS) and final.num_shards:
-            first = stage_output_paths(final, record)[0]
-            return f"{first.rsplit('/', 1)[0] if '/' in first else '.'}/.zephyr-scratch"
+    directory = final_output_dir(plan)
+    if directory is not None:
+        return f"{directory}/.zephyr-scratch"
     return os.path.join(tempfile.gettempdir(), "zephyr-scratch")
 
 
