@@ -253,7 +253,8 @@ def test_resume_between_scatter_and_reduce_with_columnar_runs(tmp_path):
     assert "resumed 6 columnar 6 calls 6" in rerun.stdout
     fresh = subprocess.run([sys.executable, str(script), str(tmp_path / "clean"), str(tmp_path / "s2")], capture_output=True, text=True)
     assert "resumed 0 columnar 6 calls 6" in fresh.stdout
-    assert [p.read_bytes() for p in sorted((tmp_path / "clean").iterdir())] == [p.read_bytes() for p in sorted(out.iterdir())]
+    assert [p.read_bytes() for p in sorted((tmp_path / "clean").glob("part-*"))] == [p.read_bytes() for p in sorted(out.glob("part-*"))]
+    assert len(list(out.glob("part-*"))) == 2
 
 
 def test_progress_bar_names_the_largest_partition(capsys):
