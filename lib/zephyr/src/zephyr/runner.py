@@ -9,6 +9,7 @@ Counters of failed attempts are dropped, so totals count each shard exactly once
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import tempfile
@@ -51,6 +52,7 @@ class StageStats:
     retries_user: int = 0
     retries_lost: int = 0
     resumed: int = 0
+    largest_partitions: list = dataclasses.field(default_factory=list)  # after a shuffle: the biggest inputs (run_index.PartitionInfo)
 
 
 class Execution:
@@ -126,13 +128,16 @@ class Execution:
         started = time.perf_counter()
         previous: list[ShardResult] | None = None
         first = 0
-        if len(self.plan.stages) > 1 and _final_outputs_exist(self.plan.stages[-1]):
+        if len(self.plan.stages) > 1 and _final_outputs_exist(self.plan.stages[-1]) and not self._scratch_exists():
             # every output of a skip_existing writer is there: nothing upstream needs to run
             first = len(self.plan.stages) - 1
             self.counters["zephyr/stages_skipped_outputs_exist"] += first
         self._started = started
         for stage, program in list(zip(self.plan.stages, self.programs))[first:]:
             tasks = self._tasks(stage, previous)
+            previous = None  # the map summaries are in the reduce tasks now; free them
+            if len(tasks) != stage.num_shards:  # a skewed partition was cut into key ranges
+                stage = self._resize(stage, len(tasks))
             final = stage.index == len(self.plan.stages) - 1
             ordered = self._run_stage(stage, program, tasks)
             if not final:
@@ -146,6 +151,11 @@ class Execution:
                     self._finish()
                 yield from result.items or ()
         self._finish()
+
+    def _resize(self, stage: Stage, num_shards: int) -> Stage:
+        resized = replace(stage, num_shards=num_shards)
+        self.plan = replace(self.plan, stages=tuple(resized if s.index == stage.index else s for s in self.plan.stages))
+        return resized
 
     def _finish(self) -> None:
         if self.finished:
@@ -184,7 +194,10 @@ class Execution:
                 ShardTask(stage.index, i, stage.num_shards, shard.label, shard.items, memory, shard.path)
                 for i, shard in enumerate(stage.input)
             ]
-        return [replace(task, memory=memory) for task in stage.input.tasks(stage, previous)]
+        tasks = stage.input.tasks(stage, previous)  # a list that may carry `largest` (partitions)
+        for i, task in enumerate(tasks):
+            tasks[i] = replace(task, memory=memory)
+        return tasks
 
     def _completed_scatter(self, stage: Stage) -> dict[int, ShardResult]:
         """Map shards of a scatter stage whose manifest exists: finished by an earlier run."""
@@ -197,6 +210,16 @@ class Execution:
             shard = summary["map_shard"]
             done[shard] = ShardResult(shard=shard, items=None, counters=summary.get("counters", {}), summary=summary)
         return done
+
+    def _scratch_exists(self) -> bool:
+        """An unfinished earlier run left scratch: its outputs may be incomplete (a stage whose
+        partitions were split writes more shards than the plan says), so resume it instead."""
+        for stage in self.plan.stages:
+            if isinstance(stage.sink, ScatterSink):
+                fs, root = url_to_fs(stage.sink.root)
+                if fs.exists(root):
+                    return True
+        return False
 
     def _remove_scratch(self) -> None:
         for stage in self.plan.stages:
@@ -211,8 +234,9 @@ class Execution:
     def _run_stage(self, stage: Stage, program: StageProgram, tasks: list[ShardTask]) -> Iterator[ShardResult]:
         backend = self.backend
         stats = StageStats(stage.index, stage.describe(), stage.num_shards)
+        stats.largest_partitions = list(getattr(tasks, "largest", ()))
         self.stats.append(stats)
-        progress = make_progress(backend.progress, stage)
+        progress = make_progress(backend.progress, stage, stats.largest_partitions)
         finished: dict[int, ShardResult] = self._completed_scatter(stage)
         if finished:
             self.counters["zephyr/map_shards_resumed"] += len(finished)
