@@ -3,6 +3,11 @@
 Real components only: a local GCS API server (`gcp-storage-emulator`) for `gs://` paths and
 a real local Ray for the Ray backend. Environment variables are set before anything imports
 gcsfs or starts Ray, so Ray workers started from this process inherit them.
+
+Built for a shared, loaded 2-core CI machine: every wait has a deadline sized for it and says
+what it waited for (`wait_until`), every Ray this session starts uses ports chosen free (never
+Ray's defaults, which another user's Ray may hold), and clusters are torn down in finalizers
+(`ray_cluster`) even when a test fails.
 """
 
 from __future__ import annotations
@@ -24,6 +29,14 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 os.environ.setdefault("FSSPEC_GCS_TOKEN", "anon")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Ray gives a starting raylet 30 s to register and a starting worker 60 s: on a loaded 2-core
+# machine both take longer, and the node (or `ray start`) dies. Inherited by every Ray started
+# from this session, `ray start` subprocesses included.
+os.environ.setdefault("RAY_raylet_start_wait_time_s", "60")
+os.environ.setdefault("RAY_worker_register_timeout_seconds", "300")
+
+# Deadlines for waits in tests: generous, because a loaded CI machine is slow, never a hang.
+WAIT_TIMEOUT = 300.0
 
 
 def free_port() -> int:
@@ -33,14 +46,22 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _wait_for_port(port: int, timeout: float) -> None:
+def wait_until(condition, what: str, timeout: float = WAIT_TIMEOUT, interval: float = 0.05):
+    """Poll `condition()` until it returns something truthy (returned); TimeoutError naming
+    `what` after `timeout` seconds. Exceptions from `condition` propagate."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listened on 127.0.0.1:{port} after {timeout}s")
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout:.0f}s for {what}")
+        time.sleep(interval)
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 @pytest.fixture(scope="session")
@@ -56,11 +77,15 @@ def gcs_emulator():
     previous = os.environ.get("STORAGE_EMULATOR_HOST")
     os.environ["STORAGE_EMULATOR_HOST"] = endpoint
     try:
-        _wait_for_port(port, timeout=30)
+        wait_until(lambda: _port_open(port), f"the GCS emulator to listen on 127.0.0.1:{port}", timeout=120)
         yield endpoint
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         if previous is None:
             os.environ.pop("STORAGE_EMULATOR_HOST", None)
         else:
@@ -91,7 +116,10 @@ def ray_local(gcs_emulator):
 
     def ensure():
         if not ray.is_initialized():
-            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            # a port chosen free, not Ray's default 8265 (which another user's Ray may hold)
+            start_ray_node(lambda: ray.init(address="local", num_cpus=2, include_dashboard=False, dashboard_port=free_port(),
+                                            log_to_driver=False, configure_logging=False),
+                           "the session's local Ray", cleanup=ray.shutdown)
         return ray
 
     ensure()
@@ -103,3 +131,128 @@ def ray_local(gcs_emulator):
 def ray_shared(ray_local):
     """Function-scoped handle on the shared local Ray (restarted if a test shut it down)."""
     return ray_local()
+
+
+# pytest-timeout (signal method: the test fails with a traceback and its finalizers still run).
+# A Ray test that is not marked slow takes seconds; one that hangs fails after this, not after
+# the 600 s that every other test gets.
+QUICK_RAY_TEST_TIMEOUT = 300
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("ray") and not item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(QUICK_RAY_TEST_TIMEOUT))
+
+
+RAY_ADDRESS_FILE = "/tmp/ray/ray_current_cluster"
+NODE_START_ATTEMPTS = 3
+
+
+def start_ray_node(start, what: str, cleanup=None):
+    """`start()` a Ray node, again (up to NODE_START_ATTEMPTS) if it died while starting.
+
+    On a loaded machine a raylet gives up when its dashboard agent has not written its port
+    within ~15 s (hard-coded in Ray), and the node never registers ("The current node timed
+    out during startup"). A fresh attempt usually makes it; anything else is raised at once.
+    """
+    for attempt in range(1, NODE_START_ATTEMPTS + 1):
+        try:
+            return start()
+        except Exception as e:
+            if "timed out during startup" not in str(e) or attempt == NODE_START_ATTEMPTS:
+                raise
+            print(f"{what} did not start (attempt {attempt}): {e}; retrying", file=sys.stderr)
+            if cleanup is not None:
+                cleanup()
+
+
+class LocalRayCluster:
+    """A multi-node Ray on this machine (`ray.cluster_utils.Cluster`) that leaves no trace.
+
+    The head gets free ports for its dashboard and agent, so that another Ray on Ray's default
+    ports does not matter; `close()` removes every node this test added and restores the
+    machine-wide `ray_current_cluster` file, which `Cluster` overwrites and `Cluster.shutdown()`
+    deletes even when it belongs to someone else's Ray.
+    """
+
+    def __init__(self, head_args: dict):
+        from ray.cluster_utils import Cluster
+
+        self._previous_address = _read_file(RAY_ADDRESS_FILE)
+        self.cluster = Cluster(initialize_head=False)
+        args = {"num_cpus": 0, "include_dashboard": False, "dashboard_port": free_port(),
+                "dashboard_agent_listen_port": free_port(), **head_args}
+        start_ray_node(lambda: self.cluster.add_node(**args), "the head node")
+        self.address = self.cluster.address
+
+    def add_node(self, **args):
+        return start_ray_node(lambda: self.cluster.add_node(**args), "a worker node")
+
+    def kill(self, node) -> None:
+        """Remove `node` the way a preemption does: its processes are SIGKILLed."""
+        self.cluster.remove_node(node, allow_graceful=False)
+
+    def connect(self, **init_args):
+        import ray
+
+        ray.init(address=self.address, log_to_driver=False, **init_args)
+        self.cluster.wait_for_nodes()
+        return ray
+
+    def close(self) -> None:
+        import ray
+
+        ray.shutdown()
+        for node in list(self.cluster.worker_nodes):
+            self.cluster.remove_node(node, allow_graceful=False)
+        if self.cluster.head_node is not None:
+            self.cluster.remove_node(self.cluster.head_node, allow_graceful=False)
+        if _read_file(RAY_ADDRESS_FILE) == self.address:  # still ours: put back what was there
+            _restore_file(RAY_ADDRESS_FILE, self._previous_address)
+
+
+def _read_file(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _restore_file(path: str, content: str | None) -> None:
+    try:
+        if content is None:
+            os.remove(path)
+        else:
+            with open(path, "w") as f:
+                f.write(content)
+    except OSError:
+        pass
+
+
+@pytest.fixture
+def ray_cluster():
+    """Start a multi-node Ray: `ray_cluster(**head_args)` -> LocalRayCluster (head: 0 CPUs by default).
+
+    The session's shared local Ray is shut down first (the next test that wants it restarts
+    it); every cluster started here is torn down after the test, pass or fail.
+    """
+    import ray
+
+    started: list[LocalRayCluster] = []
+
+    def start(**head_args) -> LocalRayCluster:
+        ray.shutdown()
+        started.append(LocalRayCluster(head_args))
+        return started[-1]
+
+    yield start
+    for cluster in reversed(started):
+        cluster.close()
+
+
+@pytest.fixture(name="wait_until")
+def wait_until_fixture():
+    """`wait_until(condition, what, timeout=WAIT_TIMEOUT)`: poll until truthy, else TimeoutError naming `what`."""
+    return wait_until
