@@ -34,6 +34,9 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # from this session, `ray start` subprocesses included.
 os.environ.setdefault("RAY_raylet_start_wait_time_s", "60")
 os.environ.setdefault("RAY_worker_register_timeout_seconds", "300")
+# Ray runs its workers at niceness 15, so other CPU-bound work on a shared CI machine starves
+# them (tasks crawl at a few percent of a core); tests want their fair share.
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 # Deadlines for waits in tests: generous, because a loaded CI machine is slow, never a hang.
 WAIT_TIMEOUT = 300.0

@@ -23,7 +23,8 @@ import orjson
 
 from zephyr.backends.base import Backend, TaskLost
 from zephyr.errors import PlanError, ShardError
-from zephyr.io.files import expand_glob, remove_temporaries_for, url_to_fs
+from zephyr.io.files import expand_glob, remove_empty_dir, remove_temporaries_for, url_to_fs
+from zephyr.io.temporaries import sweep_dead_temporaries
 from zephyr.ops import WriteJsonl, WriteParquet, callable_name
 from zephyr.plan import Plan, Stage
 from zephyr.progress import make_progress
@@ -59,6 +60,7 @@ class Execution:
         self.backend = backend
         plan: Plan = dataset if isinstance(dataset, Plan) else dataset.plan()
         self.scratch_dir = scratch_dir_for(backend, plan)
+        self._scratch_is_ours = not getattr(backend, "scratch_dir", None) and not os.environ.get("ZEPHYR_SCRATCH_DIR")
         self.plan = _bind_scratch(plan, self.scratch_dir)
         if "://" not in self.scratch_dir and any(isinstance(s.sink, ScatterSink) for s in self.plan.stages):
             if backend.spans_machines():
@@ -100,6 +102,7 @@ class Execution:
 
     def _run(self) -> Iterator[Any]:
         started = time.perf_counter()
+        sweep_dead_temporaries()  # what killed runs left in this machine's temp dir
         previous: list[ShardResult] | None = None
         first = 0
         if len(self.plan.stages) > 1 and _final_outputs_exist(self.plan.stages[-1]):
@@ -163,6 +166,8 @@ class Execution:
                         fs.rm(root, recursive=True)
                 except OSError as e:  # leftover scratch is harmless; say so and go on
                     logger.warning("could not remove scratch %s: %s", stage.sink.root, e)
+        if self._scratch_is_ours:  # the default folder beside the output: gone once empty
+            remove_empty_dir(self.scratch_dir)
 
     def _run_stage(self, stage: Stage, program: StageProgram, tasks: list[ShardTask]) -> Iterator[ShardResult]:
         backend = self.backend

@@ -12,7 +12,8 @@ Reduce side (`ShuffleReader`): partition p's task reads p's byte range from ever
 k-way merges them (`heapq.merge`), holding one frame per run, then streams groups to the
 reducer (or keeps the first item per key, or concatenates for reshard). When there are more
 runs than half the task's memory allows open at once, groups of them are first merged into
-intermediate runs in a task-local temporary directory, as many passes as needed. No side
+intermediate runs in a task-local temporary directory (`zephyr-merge-<pid>@<host>-*`, swept
+by a later run if the task is killed), as many passes as needed. No side
 holds a whole shard or a whole group. Everything lives under `<scratch>/<stage fingerprint>/` and is removed
 after a successful run.
 """
@@ -27,7 +28,6 @@ import os
 import pickle
 import shutil
 import struct
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +38,7 @@ import zstandard
 
 from zephyr import counters
 from zephyr.io.files import atomic_write, url_to_fs
+from zephyr.io.temporaries import make_temp_dir
 from zephyr.ops import callable_name
 
 __all__ = ["HashPartition", "RoundRobin", "ScatterSink", "ShuffleReader", "keep_first", "key_bytes", "partition_of"]
@@ -309,7 +310,7 @@ class ShuffleReader:
 
     def _read_in_passes(self, ranges: list[tuple], fan_in: int) -> Iterator[Any]:
         """Merge `fan_in` runs at a time into local intermediate runs until few enough remain."""
-        workdir = tempfile.mkdtemp(prefix="zephyr-merge-")
+        workdir = make_temp_dir("merge")  # named for this process: a later run sweeps it if we are killed
         try:
             passes = 0
             while len(ranges) > fan_in:
