@@ -12,12 +12,16 @@ Ray's defaults, which another user's Ray may hold), and clusters are torn down i
 
 from __future__ import annotations
 
+import http.client
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -105,6 +109,118 @@ def gcs_bucket(gcs_emulator) -> str:
     fs.mkdir(name)
     fs.invalidate_cache()
     return f"gs://{name}"
+
+
+DROP = -1  # FaultyGcs: drop the connection instead of answering
+
+
+class FaultyGcs:
+    """Forwards GCS JSON API requests to the emulator, failing some of them on purpose.
+
+    - every `transient_every`-th request is answered 503 once (a retry of it then goes through);
+    - any request whose URL contains one of `forbidden` is answered 403, always;
+    - `outage(token, times, status)`: the next `times` requests whose URL or body contains
+      `token` (uploads name their object in the body) are answered `status`, or with
+      `status=None` their connection is dropped without an answer. Six in a row outlast
+      gcsfs's own retries (six attempts, ~30 s of backoff) for one request.
+    Every request's method and path is kept in `log`.
+    """
+
+    def __init__(self, upstream: str, transient_every: int = 0, forbidden: tuple[str, ...] = ()):
+        self.upstream = urlsplit(upstream)
+        self.transient_every = transient_every
+        self.forbidden = forbidden
+        self.outages: dict[str, list] = {}  # token -> [requests left to fail, status or None]
+        self.requests = 0
+        self.injected_transient = 0
+        self.injected_permanent = 0
+        self.injected_outage = 0
+        self.log: list[str] = []
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _handle(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                status = proxy._fault_for(f"{self.command} {self.path}", body or b"")
+                if status == DROP:  # the connection dies before any answer
+                    self.close_connection = True
+                    return
+                if status:
+                    payload = b'{"error": {"code": %d, "message": "injected fault"}}' % status
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                conn = http.client.HTTPConnection(proxy.upstream.hostname, proxy.upstream.port, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                conn.request(self.command, self.path, body=body, headers=headers)
+                response = conn.getresponse()
+                data = response.read()
+                self.send_response(response.status)
+                for key, value in response.getheaders():
+                    if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _handle
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def outage(self, token: str, times: int, status: int | None = 503) -> None:
+        with self._lock:
+            self.outages[token] = [times, DROP if status is None else status]
+
+    def _fault_for(self, request: str, body: bytes) -> int:
+        with self._lock:
+            self.requests += 1
+            self.log.append(request)
+            path = request.split(" ", 1)[1]
+            for token, outage in self.outages.items():
+                if (token in path or token.encode() in body) and outage[0] > 0:
+                    outage[0] -= 1
+                    self.injected_outage += 1
+                    return outage[1]
+            if any(token in path for token in self.forbidden):
+                self.injected_permanent += 1
+                return 403
+            if self.transient_every and self.requests % self.transient_every == 0:
+                self.injected_transient += 1
+                return 503
+            return 0
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def faulty_gcs(gcs_emulator):
+    """`faulty_gcs(transient_every=..., forbidden=...)` -> a FaultyGcs (its `.url` is the endpoint
+    to use as STORAGE_EMULATOR_HOST); every proxy is shut down after the test."""
+    proxies = []
+
+    def make(**kwargs) -> FaultyGcs:
+        proxy = FaultyGcs(gcs_emulator, **kwargs)
+        proxies.append(proxy)
+        return proxy
+
+    yield make
+    for proxy in proxies:
+        proxy.close()
 
 
 @pytest.fixture(scope="session")

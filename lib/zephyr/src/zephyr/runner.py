@@ -1,9 +1,10 @@
 """Drives a plan on a backend: bounded windows, retries, shard-order results, counters, progress.
 
 One implementation for every backend. Per stage: keep at most `max_parallelism` tasks in
-flight, resubmit a task whose worker was lost (without charging the user's retry budget),
-retry a user failure at most `max_user_retries` times and then fail the run with the shard's
-error (other in-flight tasks are cancelled), and hand results on in shard order.
+flight, resubmit a task whose worker was lost (without charging the user's retry budget), and
+one that hit a transient storage error likewise but after a backoff, retry a user failure at
+most `max_user_retries` times and then fail the run with the shard's error (other in-flight
+tasks are cancelled), and hand results on in shard order.
 Counters of failed attempts are dropped, so totals count each shard exactly once.
 """
 
@@ -28,6 +29,7 @@ from zephyr.io.temporaries import sweep_dead_temporaries
 from zephyr.ops import WriteJsonl, WriteParquet, callable_name
 from zephyr.plan import Plan, Stage
 from zephyr.progress import make_progress
+from zephyr.retry import BackoffQueue, backoff_delay
 from zephyr.shard import ShardResult, ShardTask, StageProgram, run_shard
 from zephyr.shuffle import ScatterSink
 
@@ -184,6 +186,7 @@ class Execution:
         shared = backend.share(program) if len(finished) < len(tasks) else None
         pending: deque[ShardTask] = deque(t for t in tasks if t.shard not in finished)
         in_flight: dict[Any, ShardTask] = {}
+        backing_off = BackoffQueue()
         user_failures: Counter = Counter()
         losses: Counter = Counter()
         next_shard = 0
@@ -203,11 +206,15 @@ class Execution:
                 if next_shard == stage.num_shards:
                     close_stage()
                 yield finished.pop(next_shard - 1)
-            while pending or in_flight:
+            while pending or in_flight or backing_off:
+                pending.extendleft(reversed(backing_off.due()))
                 while pending and len(in_flight) < backend.max_parallelism:
                     task = pending.popleft()
                     in_flight[backend.submit(run_shard, shared, task)] = task
-                for handle in backend.wait(list(in_flight)):
+                if not in_flight:  # only shards backing off after a storage error
+                    time.sleep(backing_off.seconds_to_next())
+                    continue
+                for handle in backend.wait(list(in_flight), timeout=backing_off.seconds_to_next()):
                     task = in_flight.pop(handle)
                     try:
                         result = backend.result(handle)
@@ -224,6 +231,19 @@ class Execution:
                         continue
                     except Exception as e:
                         error = e if isinstance(e, ShardError) else _attribute(e, task)
+                        if error.transient:  # storage trouble, not the user's: a lost attempt, with backoff
+                            losses[task.shard] += 1
+                            stats.retries_lost += 1
+                            self.counters["zephyr/storage_retries"] += 1
+                            if losses[task.shard] > backend.max_infra_retries:
+                                if error is e:
+                                    raise
+                                raise error from e
+                            delay = backoff_delay(losses[task.shard], backend.retry_backoff)
+                            logger.warning("stage %d shard %d: transient storage error (%s: %s); retrying in %.1fs",
+                                           stage.index, task.shard, error.error_type, error.error_message[:200], delay)
+                            backing_off.push(task, delay)
+                            continue
                         user_failures[task.shard] += 1
                         if user_failures[task.shard] > backend.max_user_retries:
                             if error is e:

@@ -113,7 +113,11 @@ def atomic_write(path: str, mode: str = "wb", *, remove_stale: bool = True) -> I
             if remove_stale:
                 _remove_stale_temporaries(directory, name)
         else:
-            fs.put_file(tmp, fs_path)
+            try:
+                fs.put_file(tmp, fs_path)
+            except Exception as e:  # the storage client's message may not name the object
+                e.add_note(f"while uploading {path}")
+                raise
             fs.invalidate_cache(fs._parent(fs_path))
     finally:
         with contextlib.suppress(FileNotFoundError):
