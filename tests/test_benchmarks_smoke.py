@@ -19,7 +19,7 @@ def _run(script: str, *args: str, tmp_path: Path) -> str:
     env = dict(os.environ, RAY_ENABLE_UV_RUN_RUNTIME_ENV="0", RAY_USAGE_STATS_ENABLED="0")
     proc = subprocess.run(
         [sys.executable, str(BENCHMARKS / script), "--work-dir", str(tmp_path / "work"), "--json", str(tmp_path / "out.json"), *args],
-        capture_output=True, text=True, env=env, timeout=180, check=False,
+        capture_output=True, text=True, env=env, timeout=300, check=False,
     )
     assert proc.returncode == 0, f"{script} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     assert (tmp_path / "out.json").exists()

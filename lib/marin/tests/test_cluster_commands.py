@@ -220,14 +220,14 @@ def test_local_cleanup_matches_only_the_marker_not_a_reused_session_id(tmp_path)
     processes were then SIGKILLed. Only the cluster's marker env var counts now."""
     from marin.cluster import local
 
-    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     env = {**os.environ, local.MARKER_ENV: "test-marker-123"}
-    tagged = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
+    tagged = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env=env)
     try:
         # the recorded head pid is now the stranger's pid, which leads the stranger's session
         cluster = local.LocalCluster(str(tmp_path), str(tmp_path / "tmp"), 1,
                                      local.LocalNode(stranger.pid, {}, {}), marker="test-marker-123")
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 120
         while tagged.pid not in (members := local._members(cluster)) and time.monotonic() < deadline:
             time.sleep(0.05)  # until the child's environ is readable
         assert tagged.pid in members
