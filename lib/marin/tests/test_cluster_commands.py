@@ -236,3 +236,16 @@ def test_local_cleanup_matches_only_the_marker_not_a_reused_session_id(tmp_path)
         for proc in (stranger, tagged):
             proc.kill()
             proc.wait()
+
+
+def test_local_ports_are_drawn_below_the_ephemeral_range_and_never_rays_defaults():
+    from marin.cluster import local
+
+    for _ in range(20):
+        ports = local._free_ports()
+        values = sorted(ports[name] for name in ports if name != "max_worker") + [ports["max_worker"]]
+        assert values == list(range(values[0], values[0] + len(values) - 1)) + [ports["max_worker"]]
+        assert ports["max_worker"] - ports["min_worker"] == local._WORKER_PORTS - 1
+        low, high = local._quiet_range()
+        assert low <= values[0] and ports["max_worker"] < high
+        assert not {6379, 8265, 10001, 52365} & set(range(values[0], ports["max_worker"] + 1))

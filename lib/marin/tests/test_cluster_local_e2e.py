@@ -366,3 +366,35 @@ def _wait_until(condition, what: str, timeout: float = COMMAND_TIMEOUT) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"waited {timeout:.0f}s for {what}")
         time.sleep(0.5)
+
+
+def test_a_head_whose_port_was_taken_meanwhile_is_restarted_on_new_ports(tmp_path, monkeypatch, capfd):
+    """Another process binds the dashboard port between choosing and `ray start`: the head exits
+    and start() tries again on a fresh block of ports instead of failing."""
+    blocker = socket.socket()
+    blocker.bind(("", 0))
+    blocker.listen()
+    taken = blocker.getsockname()[1]
+    choices = []
+
+    def ports_with_one_taken():
+        ports = real_free_ports()
+        if not choices:  # the first attempt's dashboard port is the one someone else holds
+            ports["dashboard"] = taken
+        choices.append(ports)
+        return ports
+
+    real_free_ports = local._free_ports
+    monkeypatch.setattr(local, "_free_ports", ports_with_one_taken)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    state = tmp_path / "state"
+    try:
+        cluster = local.start(state)
+        assert len(choices) == 2 and cluster.head.ports == choices[1]
+        assert "retrying on new ports" in capfd.readouterr().err
+        assert local.load(state) is not None
+    finally:
+        blocker.close()
+        local.stop(state)
+    assert local.load(state) is None
+
