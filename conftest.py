@@ -32,6 +32,11 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 # Anonymous credentials for gs:// in tests: fsspec reads FSSPEC_<PROTOCOL>_<KWARG>.
 os.environ.setdefault("FSSPEC_GCS_TOKEN", "anon")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# JAX in tests: 8 simulated CPU devices per process (set before any test touches a backend),
+# so meshes and sharded checkpoints are exercised for real.
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # Ray gives a starting raylet 30 s to register and a starting worker 60 s: on a loaded 2-core
 # machine both take longer, and the node (or `ray start`) dies. Inherited by every Ray started
@@ -71,18 +76,25 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+EMULATOR = os.path.join(os.path.dirname(__file__), "tests", "gcs_emulator.py")  # with generation semantics
+
+
 @pytest.fixture(scope="session")
 def gcs_emulator():
     """A GCS JSON API server on localhost; yields its endpoint and sets STORAGE_EMULATOR_HOST."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
+        [sys.executable, EMULATOR, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     endpoint = f"http://127.0.0.1:{port}"
-    previous = os.environ.get("STORAGE_EMULATOR_HOST")
-    os.environ["STORAGE_EMULATOR_HOST"] = endpoint
+    # gcsfs reads STORAGE_EMULATOR_HOST; tensorstore (orbax's array storage) has its own
+    # endpoint and test-token variables.
+    settings = {"STORAGE_EMULATOR_HOST": endpoint, "TENSORSTORE_GCS_HTTP_URL": endpoint,
+                "GOOGLE_AUTH_TOKEN_FOR_TESTING": "anonymous"}
+    previous = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
     try:
         wait_until(lambda: _port_open(port), f"the GCS emulator to listen on 127.0.0.1:{port}", timeout=120)
         yield endpoint
@@ -93,10 +105,11 @@ def gcs_emulator():
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        if previous is None:
-            os.environ.pop("STORAGE_EMULATOR_HOST", None)
-        else:
-            os.environ["STORAGE_EMULATOR_HOST"] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import fsspec
 
-from marin.execution import ExecutorStep, executor_main, output_path_of, this_output_path, versioned
+from marin.execution.executor import ExecutorStep, executor_main, output_path_of, this_output_path, versioned
 
 
 @dataclass(frozen=True)
@@ -56,12 +56,14 @@ def compute_stats(config: StatsConfig) -> None:
 
 numbers = ExecutorStep(
     name="hello_world/numbers",
+    description="Random integers in [0, 100].",
     fn=generate_numbers,
     config=GenerateConfig(n=versioned(100), seed=versioned(0), output_path=this_output_path()),
 )
 
 stats = ExecutorStep(
     name="hello_world/stats",
+    description="Count, mean, min and max of the numbers.",
     fn=compute_stats,
     config=StatsConfig(
         input_path=output_path_of(numbers, "numbers.json"),

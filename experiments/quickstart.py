@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import random
 import re
@@ -244,7 +245,8 @@ def train(config: TrainConfig) -> None:
         seed=config.seed,
         log_every=10,
     )
-    record = {"steps": result.step, "seconds": time.perf_counter() - start, "final": result.metrics, "history": result.history}
+    record = {"steps": result.step, "seconds": time.perf_counter() - start, "final": result.metrics,
+              "history": result.history, "mesh": result.mesh, "processes": result.num_processes}
     with fsspec.open(f"{config.output_path}/train.json", "wb") as f:
         f.write(orjson.dumps(record, option=orjson.OPT_INDENT_2))
 
@@ -277,7 +279,8 @@ def summarize(config: SummaryConfig) -> None:
         "dedup_rate": (kept - docs_out) / kept if kept else 0.0,
         "clean_docs_per_second": docs_in / clean_stats["seconds"] if clean_stats["seconds"] else None,
         "tokens": token_stats["counters"].get("tokens", 0),
-        "train": {"steps": training["steps"], "final_loss": training["final"].get("loss"), "seconds": training["seconds"]},
+        "train": {"steps": training["steps"], "final_loss": training["final"].get("loss"), "seconds": training["seconds"],
+                  "devices": math.prod(training.get("mesh", {}).values()) if training.get("mesh") else None},
         "loss_curve": [(h["step"], h["loss"]) for h in training["history"]],
     }
     with fsspec.open(f"{config.output_path}/summary.json", "wb") as f:
@@ -318,7 +321,8 @@ def format_summary(summary: dict) -> str:
         "  dropped     " + ", ".join(f"{k} {v:,}" for k, v in summary["dropped_by_filter"].items()),
         f"  dedup rate  {summary['dedup_rate']:.1%}   clean throughput {summary['clean_docs_per_second'] or 0:,.0f} docs/s",
         f"  tokens      {summary['tokens']:,}",
-        f"  training    {summary['train']['steps']} steps, final loss {summary['train']['final_loss']:.3f} "
+        f"  training    {summary['train']['steps']} steps on {summary['train'].get('devices') or '?'} devices, "
+        f"final loss {summary['train']['final_loss']:.3f} "
         f"(loss {summary['loss_curve'][0][1]:.3f} at step {summary['loss_curve'][0][0]})" if summary["loss_curve"] else "",
     ]
     return "\n".join(line for line in lines if line)
@@ -364,15 +368,14 @@ def start_ray() -> None:
     """Join RAY_ADDRESS, or start an embedded Ray whose node looks like one v4-8 TPU host."""
     import ray
 
-    from marin.tpu import parse_tpu_type
+    from marin.tpu import simulated_host
     from zephyr import create_backend, set_flow_backend
 
     if not ray.is_initialized():
         if os.environ.get("RAY_ADDRESS"):
             ray.init()
-        else:
-            spec = parse_tpu_type(TPU_TYPE)
-            ray.init(address="local", resources={"TPU": spec.chips_per_host, spec.head_resource: 1}, log_to_driver=False)
+        else:  # JAX in the workers sees 4 CPU devices, as on a v4-8 host's 4 chips
+            ray.init(address="local", log_to_driver=False, **simulated_host(TPU_TYPE))
     set_flow_backend(create_backend("ray", max_parallelism=32, memory="512MiB"))
 
 

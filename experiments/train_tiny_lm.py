@@ -20,7 +20,7 @@ import logging
 import os
 
 from marin.execution import ExecutorStep, executor_main, output_path_of, this_output_path, versioned
-from marin.tpu import parse_tpu_type
+from marin.tpu import simulated_host
 from marin.tpu.tiny_lm import TokenizeConfig, TrainConfig, tokenize_corpus, train
 
 TPU_TYPE = "v4-8"
@@ -70,13 +70,10 @@ def _connect_or_simulate() -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init()
         return
-    spec = parse_tpu_type(TPU_TYPE)
     logging.getLogger(__name__).info("no RAY_ADDRESS: simulating one %s host on this machine (JAX on CPU)", TPU_TYPE)
-    ray.init(
-        address="local",  # a new Ray of our own, not one some other process started here
-        resources={"TPU": spec.chips_per_host, spec.head_resource: 1},
-        runtime_env={"env_vars": {"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}},
-    )
+    # a new Ray of our own (not one some other process started here); its workers' JAX sees
+    # one CPU device per chip of the host, so training runs data-parallel over 4 devices
+    ray.init(address="local", **simulated_host(TPU_TYPE))
 
 
 if __name__ == "__main__":

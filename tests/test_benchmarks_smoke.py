@@ -40,3 +40,11 @@ def test_ray_backend_benchmark_runs(tmp_path):
                tmp_path=tmp_path)
     assert "| runner | runs (s) | median (s) | best (s) |" in out
     assert "| zephyr on Ray (warm) |" in out and "| runner | ms per shard |" in out
+
+
+@pytest.mark.slow
+def test_parquet_pushdown_benchmark_runs(tmp_path):
+    out = _run("bench_parquet_pushdown.py", "--files", "2", "--rows-per-file", "4000", "--rows-per-group", "1000",
+               "--repeats", "1", tmp_path=tmp_path)
+    assert "| runner | bytes read | of the files |" in out
+    assert "| zephyr, pushdown |" in out and "| hand-written pyarrow.dataset scan |" in out

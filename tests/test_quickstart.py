@@ -34,6 +34,7 @@ def test_quickstart_end_to_end_then_skip_then_partial_rerun(tmp_path):
     assert 0.05 < summary["dedup_rate"] < 0.5
     losses = [loss for _, loss in summary["loss_curve"]]
     assert summary["train"]["steps"] == 300 and losses[-1] < losses[0] - 0.5  # it learned
+    assert summary["train"]["devices"] == 4  # data-parallel over the simulated v4-8 host's 4 chips
     assert (summary_dir / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     outputs = {p.name: p.stat().st_mtime_ns for p in (prefix / "quickstart").iterdir()}
 

@@ -41,10 +41,13 @@ def test_cluster_table_lists_the_seeded_clusters():
         "us-east5": "v6e",
         "us-east1": "v6e",
         "us-central1": "v6e",
+        "us-central2-staging": "v4",
         "big-run": "v4",
     }
     assert {name: spec.tpu_generation for name, spec in CLUSTERS.items()} == expected
     assert CLUSTERS["big-run"].capacity is Capacity.RESERVED
+    # staging has its own token; every other cluster shares the production one
+    assert {name for name, spec in CLUSTERS.items() if spec.auth_secret != "RAY_AUTH_TOKEN"} == {"us-central2-staging"}
     assert CLUSTERS["eu-west4"].region == "europe-west4"
 
 
@@ -62,7 +65,9 @@ def test_generated_config_keeps_its_promises(name):
     assert head["node_config"]["disks"][0]["initializeParams"]["diskSizeGb"] == 200
     assert head["node_config"]["scheduling"]["preemptible"] is False
     worker = data["available_node_types"]["tpu_worker"]
-    assert (worker["min_workers"], worker["max_workers"]) == (4, 1024)
+    assert (worker["min_workers"], worker["max_workers"]) == (spec.min_workers, spec.max_workers)
+    if name != "us-central2-staging":  # staging keeps no standing workers
+        assert (spec.min_workers, spec.max_workers) == (4, 1024)
     assert worker["resources"] == {"CPU": 120}
     assert worker["node_config"]["acceleratorType"] == spec.worker_tpu_type
     scheduling = worker["node_config"]["schedulingConfig"]

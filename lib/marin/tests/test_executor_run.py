@@ -22,6 +22,7 @@ from marin.execution import (
     output_path_of,
     read_info,
     read_status,
+    read_step_record,
     this_output_path,
     versioned,
 )
@@ -127,7 +128,7 @@ def test_failure_marks_dependents_and_lists_failed_steps(tmp_path, logs):
     a_path, b_path, c_path, other_path = (p.output_path for p in plan.steps)
     assert list(info.value.failed) == [a_path] and "boom" in str(info.value) and a_path in str(info.value)
     assert info.value.dep_failed == [b_path, c_path]
-    assert read_status(a_path) == StepStatus.FAILED and "RuntimeError" in json.load(open(f"{a_path}/.executor_status"))["error"]
+    assert read_status(a_path) == StepStatus.FAILED and "RuntimeError" in read_step_record(a_path)["error"]
     assert read_status(b_path) == read_status(c_path) == StepStatus.DEP_FAILED
     assert read_status(other_path) == StepStatus.SUCCESS  # independent work still finished
 
@@ -261,7 +262,7 @@ def test_dep_failed_not_written_over_a_live_holder(tmp_path, logs):
     try:
         from marin.execution.status import write_status
 
-        write_status(b_path, StepStatus.RUNNING, "other:1")
+        write_status(b_path, StepStatus.RUNNING)
         with pytest.raises(ExecutorError):
             executor.run([b])
         assert read_status(b_path) == StepStatus.RUNNING

@@ -2,8 +2,9 @@
 
 Worker nodes carry the resources and labels Ray gives real TPU VMs: two v4-8 hosts
 (``TPU: 4`` + ``TPU-v4-8-head``) and one v4-16 slice of two hosts that share the slice-name
-resource, the head resource on host 0 only. Node loss is a real `remove_node(...,
-allow_graceful=False)`. One cluster serves the whole module.
+resource, the head resource on host 0 only. Each host's JAX sees 4 simulated CPU devices
+(its 4 chips). Node loss is a real `remove_node(..., allow_graceful=False)`. One cluster
+serves the whole module.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from jax.sharding import Mesh
 
 ray = pytest.importorskip("ray")
 jax = pytest.importorskip("jax")
@@ -50,6 +52,7 @@ FAST_FAILURE_DETECTION = {
     "health_check_initial_delay_ms": 0,
 }
 RAY_ADDRESS_FILE = "/tmp/ray/ray_current_cluster"
+CHIPS_PER_HOST = 4
 
 
 @dataclass
@@ -87,7 +90,8 @@ def sim(tmp_path_factory):
             resources = {"TPU": 4, SLICE: 1, **({"TPU-v4-16-head": 1} if host == 0 else {})}
             node = cluster.add_node(num_cpus=1, resources=resources, labels={SLICE_NAME_LABEL: SLICE})
             sim.v4_16[node.node_id] = node
-        env = {"JAX_PLATFORMS": "cpu", "MARIN_LIBTPU_LOCKFILE": sim.lockfile, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+        env = {"JAX_PLATFORMS": "cpu", "MARIN_LIBTPU_LOCKFILE": sim.lockfile, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+               "XLA_FLAGS": f"--xla_force_host_platform_device_count={CHIPS_PER_HOST}"}
         os.environ["MARIN_LIBTPU_LOCKFILE"] = sim.lockfile
         ray.init(address=cluster.address, runtime_env={"env_vars": env}, log_to_driver=False)
         yield sim
@@ -154,11 +158,28 @@ def crash_worker_then_succeed(counter_dir: str, crashes: int):
     return "done"
 
 
-def fail_on_slice_0_else_sleep(done_dir: str):
+def fail_on_slice_0_else_heartbeat(directory: str):
+    """Slice 0 fails at once; slice 1 touches a heartbeat file for two minutes, then finishes."""
     if os.environ["MARIN_TPU_SLICE_ID"] == "0":
         raise RuntimeError("slice 0 broke")
-    time.sleep(4)
-    open(os.path.join(done_dir, "slice-1-finished"), "w").close()
+    for _ in range(600):
+        with open(os.path.join(directory, "slice-1-heartbeat"), "w") as f:
+            f.write(str(time.time()))
+        time.sleep(0.2)
+    open(os.path.join(directory, "slice-1-finished"), "w").close()
+
+
+def joint_sum():
+    """What one host of a multi-host JAX program sees, and a sum over every process's devices."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = jax.make_mesh((jax.device_count(),), ("d",))
+    local = np.full((jax.local_device_count(),), jax.process_index() + 1, np.float32)
+    array = jax.make_array_from_process_local_data(NamedSharding(mesh, P("d")), local, (jax.device_count(),))
+    total = jax.jit(lambda x: x.sum(), out_shardings=NamedSharding(mesh, P()))(array)
+    return (jax.process_count(), jax.process_index(), jax.device_count(), jax.local_device_count(),
+            float(total.addressable_data(0)), ray.get_runtime_context().get_node_id())
 
 
 def slow_step(marker: str, state, batch):
@@ -221,11 +242,16 @@ def test_multislice_sets_megascale_env(sim):
 
 
 def test_a_failing_slice_stops_the_others(sim, tmp_path):
-    done = str(tmp_path)
+    directory = str(tmp_path)
     with pytest.raises(RuntimeError, match="slice 0 broke"):
-        run_on_tpu(lambda: fail_on_slice_0_else_sleep(done), "v4-8", num_slices=2, max_retries_failure=0)
-    time.sleep(5)
-    assert os.listdir(tmp_path) == []  # slice 1's fn was stopped, not left running
+        run_on_tpu(lambda: fail_on_slice_0_else_heartbeat(directory), "v4-8", num_slices=2, max_retries_failure=0)
+    beat = tmp_path / "slice-1-heartbeat"
+
+    def stopped():  # slice 1's fn never started, or its heartbeat went quiet: it was killed
+        return not beat.exists() or time.time() - beat.stat().st_mtime > 5
+
+    _wait_for(stopped, timeout=90, what="slice 1's fn to be stopped after slice 0 failed")
+    assert not (tmp_path / "slice-1-finished").exists()
 
 
 def test_user_exception_exhausts_failure_budget_with_traceback(sim, tmp_path):
@@ -282,20 +308,22 @@ def test_training_survives_repeated_node_kills_and_matches_uninterrupted_run(sim
         def reached(step=kill_after_step):
             return (latest_step(ckpt) or 0) >= step and _read(marker + ".node")
 
-        node = _wait_for(reached, timeout=120)
+        node = _wait_for(reached, timeout=240, what=f"a checkpoint at step >= {kill_after_step}")
         assert latest_step(ckpt) < config["num_steps"], "training finished before the node was killed"
         sim.kill(node)
         os.remove(marker + ".node")
         killed.append(node)
         sim.add_v4_8()  # the autoscaler's replacement
-    thread.join(timeout=180)
+    thread.join(timeout=400)
     assert not thread.is_alive()
     assert "error" not in outcome, outcome.get("error")
     result = outcome["result"]
     assert result.step == config["num_steps"] and result.resumed_from is not None
 
+    # the uninterrupted run, on a mesh of 4 devices like the simulated v4-8 host's
     reference = train_loop(tiny_lm.train_step, tiny_lm.init_state, token_shards,
-                           checkpoint_path=str(tmp_path / "reference"), **config)
+                           checkpoint_path=str(tmp_path / "reference"), mesh=_mesh(CHIPS_PER_HOST), **config)
+    assert result.mesh == reference.mesh == {"data": CHIPS_PER_HOST}
     template = jax.eval_shape(tiny_lm.init_state, jax.random.key(config["seed"]))
     resumed, uninterrupted = load_checkpoint(ckpt, template), load_checkpoint(reference.checkpoint_path, template)
     assert resumed.data_position == uninterrupted.data_position
@@ -304,23 +332,48 @@ def test_training_survives_repeated_node_kills_and_matches_uninterrupted_run(sim
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def _wait_for(predicate, timeout: float):
+def _wait_for(predicate, timeout: float, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(0.05)
-    raise TimeoutError(f"condition not met within {timeout}s")
+    raise TimeoutError(f"gave up waiting for {what} after {timeout}s")
 
 
-def test_training_on_a_multi_host_slice_writes_checkpoints_from_host_0(sim, token_shards, tmp_path):
-    ckpt = str(tmp_path / "ckpt")
+def _mesh(devices: int) -> Mesh:
+    return Mesh(np.array(jax.devices()[:devices]), ("data",))
+
+
+def test_run_on_tpu_joins_the_hosts_of_a_slice_into_one_jax_program(sim):
+    results = run_on_tpu(joint_sum, "v4-16")
+    assert sorted(node for *_, node in results) == sorted(sim.v4_16)
+    assert sorted(index for _, index, *_ in results) == [0, 1]
+    for count, _, devices, local, total, _ in results:
+        # 2 processes x 4 devices, one program: the sum covers both hosts' devices (4 x 1 + 4 x 2)
+        assert (count, devices, local, total) == (2, 2 * CHIPS_PER_HOST, CHIPS_PER_HOST, 12.0)
+    # opting out: each host runs JAX on its own
+    alone = run_on_tpu(joint_sum, "v4-16", jax_distributed=False)
+    assert {(count, devices, total) for count, _, devices, _, total, _ in alone} == {(1, CHIPS_PER_HOST, 4.0)}
+
+
+def test_training_on_a_multi_host_slice_uses_every_chip_of_both_hosts(sim, token_shards, tmp_path):
+    ckpt, config = str(tmp_path / "ckpt"), dict(batch_size=8, seq_len=16, num_steps=8, checkpoint_every=4, seed=2)
     result = train_on_tpu(tiny_lm.train_step, tiny_lm.init_state, token_shards, tpu_type="v4-16",
-                          batch_size=2, seq_len=16, num_steps=8, checkpoint_every=4, checkpoint_path=ckpt,
-                          fresh_process=False)
-    assert result.step == 8 and latest_step(ckpt) == 8
-    assert sorted(os.listdir(ckpt)) == ["latest.json", "step-00000004.npz", "step-00000008.npz"]
+                          checkpoint_path=ckpt, **config)
+    assert result.step == 8 and latest_step(ckpt) == 8 and sorted(os.listdir(ckpt)) == ["4", "8"]
+    assert result.num_processes == 2 and result.mesh == {"data": 2 * CHIPS_PER_HOST}
+    # the same job in this process on 8 devices gives the same parameters
+    reference = train_loop(tiny_lm.train_step, tiny_lm.init_state, token_shards,
+                           checkpoint_path=str(tmp_path / "reference"), mesh=_mesh(8), **config)
+    np.testing.assert_allclose(result.metrics["loss"], reference.metrics["loss"], rtol=1e-5)
+    template = jax.eval_shape(tiny_lm.init_state, jax.random.key(2))
+    two_hosts, one_host = load_checkpoint(ckpt, template), load_checkpoint(reference.checkpoint_path, template)
+    assert two_hosts.data_position == one_host.data_position
+    for a, b in zip(jax.tree_util.tree_leaves(two_hosts.state["params"]),
+                    jax.tree_util.tree_leaves(one_host.state["params"]), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-6)
 
 
 def test_training_runs_as_an_executor_step(sim, tmp_path):
@@ -334,7 +387,7 @@ def test_training_runs_as_an_executor_step(sim, tmp_path):
     train = ExecutorStep(
         name="tiny/train", fn=tiny_lm.train,
         config=tiny_lm.TrainConfig(tokens=execution.output_path_of(tokens), output_path=execution.this_output_path(),
-                                   tpu_type="v4-8", batch_size=2, seq_len=16, num_steps=12, checkpoint_every=5),
+                                   tpu_type="v4-8", batch_size=4, seq_len=16, num_steps=12, checkpoint_every=5),
     )
     config = execution.ExecutorMainConfig(prefix=str(tmp_path), poll_interval=0.2, heartbeat_interval=1.0)
     first = executor_main([tokens, train], config=config)

@@ -1,5 +1,6 @@
 """Fast tests of marin.tpu that start no Ray: slice table, parsing, resources, lockfile,
-token batching, checkpoints and the in-process training loop (JAX on CPU)."""
+token batching, preemption classification and which host reports (JAX on CPU).
+Checkpoints: test_tpu_checkpoint.py; the loop on a mesh: test_tpu_mesh.py."""
 
 from __future__ import annotations
 
@@ -15,12 +16,9 @@ from marin.tpu import (
     TokenBatches,
     host_resources,
     is_preemption,
-    latest_step,
-    load_checkpoint,
     parse_tpu_type,
     remove_tpu_lockfile_on_exit,
     resolve_shards,
-    save_checkpoint,
     tpu_resources,
     valid_tpu_types,
 )
@@ -235,129 +233,7 @@ def test_data_errors(tmp_path, shards):
         TokenBatches(paths, batch_size=0, seq_len=2)
 
 
-# ---- checkpoints and the training loop --------------------------------------------------------
-
-
-def test_checkpoint_roundtrip_commit_marker_and_pruning(tmp_path):
-    jax = pytest.importorskip("jax")
-    state = {"w": jax.numpy.arange(6.0).reshape(2, 3), "n": jax.numpy.int32(4), "key": jax.random.key(1)}
-    directory = str(tmp_path / "ckpt")
-    assert load_checkpoint(directory, state) is None and latest_step(directory) is None
-    for step in (1, 2, 3):
-        save_checkpoint(directory, step, state, DataPosition(0, 1, 2, step), metrics={"loss": 0.5}, keep=2)
-    assert sorted(os.listdir(directory)) == ["latest.json", "step-00000002.npz", "step-00000003.npz"]
-    loaded = load_checkpoint(directory, jax.eval_shape(lambda: state))
-    assert loaded.step == 3 and loaded.data_position == DataPosition(0, 1, 2, 3) and loaded.metrics == {"loss": 0.5}
-    np.testing.assert_array_equal(loaded.state["w"], state["w"])
-    np.testing.assert_array_equal(jax.random.key_data(loaded.state["key"]), jax.random.key_data(state["key"]))
-    # A checkpoint file without a commit (a writer killed before latest.json) is ignored.
-    (tmp_path / "ckpt" / "step-00000009.npz").write_bytes(b"partial garbage")
-    assert load_checkpoint(directory, state).step == 3
-    mismatch = "leaf 2 \\(\\['w'\\]\\) is float32\\[2, 3\\] but the state template has float32\\[3\\]"
-    with pytest.raises(ValueError, match=mismatch):
-        load_checkpoint(directory, {"w": jax.numpy.zeros(3), "n": 0, "key": state["key"]})
-
-
-def test_checkpoint_on_object_store():
-    jax = pytest.importorskip("jax")
-    directory = "memory://tpu-test-ckpt/run"
-    save_checkpoint(directory, 5, {"w": jax.numpy.ones(3)}, DataPosition())
-    assert latest_step(directory) == 5
-    np.testing.assert_array_equal(load_checkpoint(directory, {"w": jax.numpy.zeros(3)}).state["w"], np.ones(3))
-
-
-@pytest.fixture
-def text_shards(tmp_path):
-    from zephyr.io import write_jsonl_file
-
-    from marin.tpu import tiny_lm
-
-    text = "a stitch in time saves nine; " * 30
-    for i in range(2):
-        write_jsonl_file([{"input_ids": tiny_lm.encode(text[j : j + 33 + i])} for j in range(0, len(text), 41)],
-                         str(tmp_path / f"tok-{i}.jsonl.zst"))
-    return str(tmp_path / "tok-*.jsonl.zst")
-
-
-def test_train_loop_resumes_to_identical_params(text_shards, tmp_path):
-    jax = pytest.importorskip("jax")
-    from marin.tpu import tiny_lm, train_loop
-
-    config = dict(batch_size=4, seq_len=24, checkpoint_every=4, seed=1)
-    straight = train_loop(tiny_lm.train_step, tiny_lm.init_state, text_shards, num_steps=30,
-                          checkpoint_path=str(tmp_path / "a"), **config)
-    # An "interrupted" run: stops at step 13, then a new call continues to 30.
-    train_loop(tiny_lm.train_step, tiny_lm.init_state, text_shards, num_steps=13,
-               checkpoint_path=str(tmp_path / "b"), **config)
-    resumed = train_loop(tiny_lm.train_step, tiny_lm.init_state, text_shards, num_steps=30,
-                         checkpoint_path=str(tmp_path / "b"), **config)
-    assert resumed.resumed_from == 13 and resumed.step == straight.step == 30
-    assert straight.metrics["loss"] < 4.0  # learned something from log(256) = 5.5
-    # the metrics history (the loss curve) survives the interruption: the straight run's points,
-    # plus the one the shortened first call logged as its last step
-    assert [h["step"] for h in straight.history] == [10, 20, 30]
-    assert [h for h in resumed.history if h["step"] != 13] == straight.history
-    template = jax.eval_shape(tiny_lm.init_state, jax.random.key(1))
-    a, b = load_checkpoint(str(tmp_path / "a"), template), load_checkpoint(str(tmp_path / "b"), template)
-    assert a.data_position == b.data_position
-    params_a, params_b = jax.tree_util.tree_leaves(a.state["params"]), jax.tree_util.tree_leaves(b.state["params"])
-    for x, y in zip(params_a, params_b, strict=True):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    # Already finished: a rerun trains nothing and keeps the result.
-    again = train_loop(tiny_lm.train_step, tiny_lm.init_state, text_shards, num_steps=30,
-                       checkpoint_path=str(tmp_path / "b"), **config)
-    assert again.resumed_from == 30 and again.step == 30
-
-
-@pytest.mark.slow
-def test_checkpoint_on_gcs_emulator(gcs_bucket):
-    jax = pytest.importorskip("jax")
-    directory = f"{gcs_bucket}/run/checkpoints"
-    state = {"w": jax.numpy.arange(4.0)}
-    for step in (10, 20, 30):
-        save_checkpoint(directory, step, state, DataPosition(token=step), keep=2)
-    loaded = load_checkpoint(directory, state)
-    assert loaded.step == 30 and loaded.data_position.token == 30
-    np.testing.assert_array_equal(loaded.state["w"], np.arange(4.0))
-    import fsspec
-
-    fs = fsspec.filesystem("gs")
-    fs.invalidate_cache()
-    names = sorted(path.rsplit("/", 1)[-1] for path in fs.ls(directory.removeprefix("gs://")))
-    assert names == ["latest.json", "step-00000020.npz", "step-00000030.npz"]
-
-
-def test_checkpoint_bfloat16_leaves_round_trip(tmp_path):
-    """Bug 1 (bf16): np.savez stored bfloat16 leaves as ``|V2``, so loading failed the dtype
-    check against the template and no real (bf16) TPU state could resume."""
-    jax = pytest.importorskip("jax")
-    jnp = jax.numpy
-    state = {"w": jnp.arange(6.0, dtype=jnp.bfloat16).reshape(2, 3) / 3, "b": jnp.ones(2, jnp.float32)}
-    directory = str(tmp_path / "ckpt")
-    save_checkpoint(directory, 1, state, DataPosition())
-    loaded = load_checkpoint(directory, jax.eval_shape(lambda: state))
-    assert loaded.state["w"].dtype == jnp.bfloat16
-    np.testing.assert_array_equal(np.asarray(loaded.state["w"]), np.asarray(state["w"]))
-    np.testing.assert_array_equal(loaded.state["b"], np.ones(2, np.float32))
-
-
-def test_checkpoint_python_scalar_leaves_resume(tmp_path):
-    """Bug 1 (scalars): Python float/int leaves were saved as float64/int64 while
-    ``jax.eval_shape`` of the initial state says float32/int32, so resuming failed."""
-    jax = pytest.importorskip("jax")
-
-    def init(key):
-        return {"w": jax.random.normal(key, (3,), dtype=jax.numpy.bfloat16), "lr": 0.125, "count": 7}
-
-    key = jax.random.key(0)
-    state = init(key)
-    directory = str(tmp_path / "ckpt")
-    save_checkpoint(directory, 4, state, DataPosition())
-    loaded = load_checkpoint(directory, jax.eval_shape(init, key))
-    assert loaded.step == 4
-    assert float(loaded.state["lr"]) == 0.125 and int(loaded.state["count"]) == 7
-    assert np.dtype(loaded.state["lr"].dtype) == np.float32 and np.dtype(loaded.state["count"].dtype) == np.int32
-    np.testing.assert_array_equal(np.asarray(loaded.state["w"]), np.asarray(state["w"]))
+# ---- which host reports --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -370,27 +246,27 @@ def test_checkpoint_python_scalar_leaves_resume(tmp_path):
         (1, 0, "1", False),
     ],
 )
-def test_checkpoint_writer_selection(monkeypatch, process_count, process_index, host_id, writes):
-    """Bug 2: the writer had to be both JAX process 0 and MARIN_TPU_HOST_ID 0; on a real
-    multi-host slice these can disagree and then no host wrote a checkpoint."""
+def test_reporting_host_selection(monkeypatch, process_count, process_index, host_id, writes):
+    """Bug 2: the reporter had to be both JAX process 0 and MARIN_TPU_HOST_ID 0; on a real
+    multi-host slice these can disagree and then no host reported."""
     jax = pytest.importorskip("jax")
     from marin.tpu import train
 
     monkeypatch.setattr(jax, "process_count", lambda: process_count)
     monkeypatch.setattr(jax, "process_index", lambda: process_index)
     monkeypatch.setenv("MARIN_TPU_HOST_ID", host_id)
-    assert train._is_checkpoint_writer() is writes
+    assert train._is_reporting_host() is writes
 
 
-def test_train_on_tpu_returns_the_writers_result(monkeypatch):
-    """Bug 2: train_on_tpu returned results[0], not necessarily the checkpoint writer's."""
+def test_train_on_tpu_returns_process_0s_result(monkeypatch):
+    """Bug 2: train_on_tpu returned results[0], not necessarily JAX process 0's."""
     from marin.tpu import TrainResult, train
 
     def fake_run_on_tpu(fn, tpu_type, **kwargs):
         results = []
         for host, process_index in ((0, 1), (1, 0)):  # bundle order differs from JAX's
             monkeypatch.setenv("MARIN_TPU_HOST_ID", str(host))
-            monkeypatch.setattr(train, "_is_checkpoint_writer", lambda p=process_index: p == 0)
+            monkeypatch.setattr(train, "_is_reporting_host", lambda p=process_index: p == 0)
             results.append(fn())
         return results
 
@@ -399,7 +275,7 @@ def test_train_on_tpu_returns_the_writers_result(monkeypatch):
                                                                            checkpoint_path="x"))
     result = train.train_on_tpu(None, None, "data", tpu_type="v4-16", batch_size=1, seq_len=1, num_steps=1,
                                 checkpoint_path="x")
-    assert result.step == 1  # host 1 is JAX process 0, the writer
+    assert result.step == 1  # host 1 is JAX process 0, the reporter
 
 
 def test_user_actor_errors_inside_fn_are_not_preemption():

@@ -8,21 +8,30 @@
 
 from zephyr import counters
 from zephyr.backends import Backend, backend_names, create_backend, flow_backend, set_flow_backend
-from zephyr.dataset import Dataset
+from zephyr.backends.shared import get_shared
+from zephyr.dataset import Dataset, ShardInfo
 from zephyr.errors import PlanError, ShardError
+from zephyr.expr import Expr, col, lit
 from zephyr.io import BadRecordError, CorruptInputError, TruncatedInputError
+from zephyr.runner import NotPicklableWarning
 
 __all__ = [
     "BadRecordError",
     "Backend",
     "CorruptInputError",
     "Dataset",
+    "Expr",
+    "NotPicklableWarning",
     "PlanError",
     "ShardError",
+    "ShardInfo",
     "TruncatedInputError",
     "backend_names",
+    "col",
     "counters",
     "create_backend",
     "flow_backend",
+    "get_shared",
+    "lit",
     "set_flow_backend",
 ]

@@ -6,18 +6,21 @@ calls a user function until a backend executes the dataset (`flow_backend().exec
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from zephyr import ops as op
 from zephyr import shuffle_ops as sop
+from zephyr.expr import Expr
+from zephyr.ops import DEFAULT_FILE_PATH_COLUMN, ShardInfo
 from zephyr.sources import FilesSource, ListSource, Source
 
 if TYPE_CHECKING:
     from zephyr.plan import Plan
 
-__all__ = ["Dataset"]
+__all__ = ["Dataset", "ShardInfo"]
 
 
 def _check_callable(fn: Any, what: str) -> None:
@@ -79,25 +82,62 @@ class Dataset:
         _check_callable(fn, "map fn")
         return self._then(op.Map(fn))
 
-    def filter(self, predicate: Callable[[Any], bool]) -> Dataset:
-        """Keep the items for which `predicate(item)` is true."""
+    def filter(self, predicate: Callable[[Any], bool] | Expr) -> Dataset:
+        """Keep the items for which `predicate(item)` is true.
+
+        `predicate` may be a column expression (`col("score") > 0.5`, see `zephyr.expr`):
+        plans print it, and right after `load_parquet()` it is read inside the Parquet
+        reader, which skips row groups whose statistics rule it out. Null counts as false.
+        """
+        if isinstance(predicate, Expr):
+            return self._then(op.FilterExpr(predicate))
         _check_callable(predicate, "filter predicate")
         return self._then(op.Filter(predicate))
+
+    def select(self, *columns: str) -> Dataset:
+        """Keep only the named keys of each dict item, in this order; missing keys are left out.
+
+        Right after a loader, the loader reads only these columns (Parquet: only their
+        column chunks). >>> ds.select("id", "text")
+        """
+        if not columns:
+            raise ValueError("select() needs at least one column name, e.g. select('id', 'text')")
+        if not all(isinstance(c, str) and c for c in columns):
+            raise TypeError(f"select() takes column names as strings, got {columns!r}")
+        if len(set(columns)) != len(columns):
+            raise ValueError(f"select() got a column twice: {columns!r}")
+        return self._then(op.Select(tuple(columns)))
 
     def flat_map(self, fn: Callable[[Any], Iterable[Any]]) -> Dataset:
         """Replace every item by the items of the iterable `fn(item)` (streamed, not collected)."""
         _check_callable(fn, "flat_map fn")
         return self._then(op.FlatMap(fn))
 
-    def map_shard(self, fn: Callable[[Iterable[Any]], Iterable[Any]]) -> Dataset:
-        """Replace a shard's stream by `fn(iterator_over_the_shard)`; for per-shard setup or state."""
+    def map_shard(self, fn: Callable[..., Iterable[Any]]) -> Dataset:
+        """Replace a shard's stream by `fn(iterator_over_the_shard)`; for per-shard setup or state.
+
+        A function with two required parameters is called as `fn(items, shard_info)`, where
+        `shard_info` is a `ShardInfo(shard_idx, total_shards)`.
+        """
         _check_callable(fn, "map_shard fn")
-        return self._then(op.MapShard(fn))
+        return self._then(op.MapShard(fn, with_info=_required_positional(fn) >= 2))
 
     def window(self, size: int) -> Dataset:
         """Group consecutive items into lists of `size` (the last one of a shard may be shorter)."""
         _check_positive(size, "window size")
         return self._then(op.Window(size))
+
+    def window_by(self, folder_fn: Callable[[Any, Any], tuple[bool, Any]], initial_state: Any = None) -> Dataset:
+        """Group consecutive items into lists closed by a fold (per shard; one list at a time in memory).
+
+        `folder_fn(state, item) -> (stay_in_window, new_state)`, starting from `initial_state`.
+        When an item does not stay, the window so far is emitted and a new one starts with that
+        item, its state being `folder_fn(initial_state, item)[1]`.
+
+        >>> ds.window_by(lambda total, doc: (total + len(doc) <= 1_000, total + len(doc)), 0)
+        """
+        _check_callable(folder_fn, "window_by folder_fn")
+        return self._then(op.WindowBy(folder_fn, initial_state))
 
     def take_per_shard(self, n: int) -> Dataset:
         """Keep the first `n` items of each shard (and stop reading the shard after them)."""
@@ -107,42 +147,88 @@ class Dataset:
 
     # ---- loading from a dataset of paths -------------------------------------------------
 
-    def load_jsonl(self, on_bad_record: str = "raise") -> Dataset:
+    def load_jsonl(
+        self,
+        on_bad_record: str = "raise",
+        include_file_paths: bool = False,
+        file_path_column: str = DEFAULT_FILE_PATH_COLUMN,
+    ) -> Dataset:
         """Read each path item as JSON Lines (compression by extension), one item per line.
 
         A malformed line raises an error naming file and line; `on_bad_record="skip"` skips
-        such lines and counts them in the `zephyr/bad_records` counter instead.
+        such lines and counts them in the `zephyr/bad_records` counter instead. With
+        `include_file_paths`, each record gets its file's path under `file_path_column`.
         """
         _check_bad_record_policy(on_bad_record)
-        return self._then(op.LoadJsonl(on_bad_record))
+        _check_path_column(file_path_column)
+        return self._then(op.LoadJsonl(bool(include_file_paths), file_path_column, on_bad_record=on_bad_record))
 
-    def load_parquet(self, columns: Sequence[str] | None = None) -> Dataset:
-        """Read each path item as Parquet, one dict per row (optionally only `columns`)."""
-        return self._then(op.LoadParquet(op.check_columns(columns)))
+    def load_parquet(
+        self,
+        columns: Sequence[str] | None = None,
+        approx_shard_bytes: int | None = None,
+        include_file_paths: bool = False,
+        file_path_column: str = DEFAULT_FILE_PATH_COLUMN,
+    ) -> Dataset:
+        """Read each path item as Parquet, one dict per row (optionally only `columns`).
 
-    def load_file(self, on_bad_record: str = "raise") -> Dataset:
-        """Read each path item by its extension: .jsonl/.ndjson/.json (+.gz/.zst) or .parquet."""
+        `approx_shard_bytes` (right after `from_files`) splits each file into shards of about
+        that many bytes of whole row groups, when planning. A `select` or an expression
+        `filter` right after this is read inside the reader (see `zephyr.pushdown`).
+        """
+        _check_approx_shard_bytes(approx_shard_bytes)
+        _check_path_column(file_path_column)
+        return self._then(op.LoadParquet(bool(include_file_paths), file_path_column, op.check_columns(columns), None, approx_shard_bytes))
+
+    def load_file(
+        self,
+        columns: Sequence[str] | None = None,
+        approx_shard_bytes: int | None = None,
+        include_file_paths: bool = False,
+        file_path_column: str = DEFAULT_FILE_PATH_COLUMN,
+        *,
+        on_bad_record: str = "raise",
+    ) -> Dataset:
+        """Read each path item by its extension: .jsonl/.ndjson/.json (+.gz/.zst) or .parquet.
+
+        Arguments as in `load_parquet` (`approx_shard_bytes` splits the Parquet files only)
+        and `load_jsonl`.
+        """
         _check_bad_record_policy(on_bad_record)
-        return self._then(op.LoadFile(on_bad_record))
+        _check_approx_shard_bytes(approx_shard_bytes)
+        _check_path_column(file_path_column)
+        return self._then(
+            op.LoadFile(bool(include_file_paths), file_path_column, op.check_columns(columns), None, on_bad_record, approx_shard_bytes)
+        )
 
     # ---- writers --------------------------------------------------------------------------
 
-    def write_jsonl(self, pattern: str, skip_existing: bool = False) -> Dataset:
-        """Write each shard to `pattern.format(shard=i, total=n)` as JSON Lines; yields the paths.
+    def write_jsonl(self, pattern: op.OutputPattern, skip_existing: bool = False) -> Dataset:
+        """Write each shard as JSON Lines to its path; yields the paths.
 
-        Compression follows the extension (.gz, .zst/.zstd). With `skip_existing`, a shard whose
-        output exists is not recomputed at all (none of its upstream work runs).
+        `pattern` takes `{shard}` (e.g. `{shard:05d}`), `{total}` and `{basename}` (the
+        shard's input file name without extensions), or is a function `(shard, total) -> path`.
+        Compression follows the extension (.gz, .zst/.zstd). With `skip_existing`, a shard
+        whose output exists is not recomputed at all (none of its upstream work runs).
         """
         return self._then(op.WriteJsonl(op.validate_output_pattern(pattern), bool(skip_existing)))
 
-    def write_parquet(self, pattern: str, schema: Any = None, skip_existing: bool = False) -> Dataset:
-        """Write each shard's dict items as Parquet to `pattern`; yields the paths."""
+    def write_parquet(self, pattern: op.OutputPattern, schema: Any = None, skip_existing: bool = False) -> Dataset:
+        """Write each shard's dict items as Parquet to its path (`pattern` as in `write_jsonl`); yields the paths."""
         if schema is not None:
             import pyarrow as pa
 
             if not isinstance(schema, pa.Schema):
                 raise TypeError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
         return self._then(op.WriteParquet(op.validate_output_pattern(pattern), schema, bool(skip_existing)))
+
+    def write_binary(self, pattern: op.OutputPattern, skip_existing: bool = False) -> Dataset:
+        """Write each shard's bytes items back to back, unframed, to its path; yields the paths.
+
+        `pattern` as in `write_jsonl` (compression by extension too); an item that is not
+        bytes fails the shard with an error naming the record and the path.
+        """
+        return self._then(op.WriteBinary(op.validate_output_pattern(pattern), bool(skip_existing)))
 
     # ---- shuffles and aggregations (stage boundaries) ------------------------------------------
 
@@ -181,11 +267,16 @@ class Dataset:
         return self._then(sop.Deduplicate(key, num_output_shards))
 
     def reshard(self, num_shards: int | None) -> Dataset:
-        """Redistribute items into `num_shards` shards, keeping their order (None: no-op)."""
+        """Redistribute items into `num_shards` shards, keeping their order (None: no-op).
+
+        Raises ValueError("num_shards must be positive ...") for 0 or a negative number.
+        """
         if num_shards is None:
             return self
-        if not isinstance(num_shards, int) or isinstance(num_shards, bool) or num_shards <= 0:
-            raise ValueError(f"reshard num_shards must be a positive integer or None, got {num_shards!r}")
+        if not isinstance(num_shards, int) or isinstance(num_shards, bool):
+            raise ValueError(f"num_shards must be a positive integer or None, got {num_shards!r}")
+        if num_shards <= 0:
+            raise ValueError(f"num_shards must be positive, got {num_shards} (reshard(None) keeps the current shards)")
         return self._then(sop.Reshard(num_shards))
 
     def reduce(self, local_reducer: Callable[[Iterable[Any]], Any], global_reducer: Callable[[Iterable[Any]], Any] | None = None) -> Dataset:
@@ -207,22 +298,27 @@ class Dataset:
         right: Dataset,
         left_key: Callable[[Any], Any],
         right_key: Callable[[Any], Any],
+        combiner: Callable[[Any, Any], Any] | None = None,
         how: str = "inner",
     ) -> Dataset:
         """Join shard i of this dataset with shard i of `right`, both sorted by their keys.
 
-        Yields `(left_item, right_item)` pairs (`right_item` is None for unmatched rows with
-        how="left"); streams both sides. Shard counts must match (checked when planning);
-        keys that go backwards raise an error naming the shard. `right` must be a single-stage
+        Every pair of items with equal keys yields `combiner(left_item, right_item)`; with
+        how="left" an unmatched left item yields `combiner(left_item, None)`. The default
+        combiner merges dicts, `{**left, **right}`, and passes an unmatched left item through
+        unchanged. Streams both sides. Shard counts must match (checked when planning); keys
+        that go backwards raise an error naming the shard. `right` must be a single-stage
         pipeline (write it out first if it shuffles).
         """
         if not isinstance(right, Dataset):
             raise TypeError(f"sorted_merge_join right must be a Dataset, got {type(right).__name__}")
         _check_callable(left_key, "left_key")
         _check_callable(right_key, "right_key")
+        if combiner is not None and not callable(combiner):
+            raise TypeError(f"sorted_merge_join combiner must be callable (left, right) -> item, got {combiner!r}; pass how= by name")
         if how not in ("inner", "left"):
             raise ValueError(f"how must be 'inner' or 'left', got {how!r}")
-        return self._then(sop.SortedMergeJoin(right, left_key, right_key, how))
+        return self._then(sop.SortedMergeJoin(right, left_key, right_key, how, combiner))
 
     # ---- planning ---------------------------------------------------------------------------
 
@@ -252,6 +348,26 @@ class _Local:
 
     def name_for_plan(self) -> str:
         return op.callable_name(self.reducer)
+
+
+def _required_positional(fn: Callable) -> int:
+    """How many positional parameters `fn` requires (0 when its signature is unknown)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 0
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for p in params if p.kind in kinds and p.default is inspect.Parameter.empty)
+
+
+def _check_approx_shard_bytes(n: Any) -> None:
+    if n is not None:
+        _check_positive(n, "approx_shard_bytes")
+
+
+def _check_path_column(name: Any) -> None:
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"file_path_column must be a non-empty column name, got {name!r}")
 
 
 def _check_bad_record_policy(policy: str) -> None:

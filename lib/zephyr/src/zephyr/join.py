@@ -1,4 +1,9 @@
-"""sorted_merge_join: a streaming merge of shard i of the left with shard i of the right."""
+"""sorted_merge_join: a streaming merge of shard i of the left with shard i of the right.
+
+Each match becomes `combiner(left, right)`; an unmatched left item of a left join becomes
+`combiner(left, None)`. The default combiner merges dicts, `{**left, **right}` (the right
+side wins on shared keys), and keeps an unmatched left item as it is.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BoundJoin", "merge_join"]
+__all__ = ["BoundJoin", "default_combiner", "merge_join"]
 
 _MISSING = object()
 
@@ -25,8 +30,23 @@ class BoundJoin:
         return self.record.describe()
 
 
-def merge_join(left: Iterator[Any], right: Iterator[Any], left_key, right_key, how: str, shard: int) -> Iterator[tuple]:
-    """Join two streams sorted by key; equal keys give every (left, right) pair."""
+def default_combiner(left: Any, right: Any) -> Any:
+    """`{**left, **right}`; `left` itself when there is no right item (a left join's miss)."""
+    if right is None:
+        return left
+    if not isinstance(left, dict) or not isinstance(right, dict):
+        raise TypeError(
+            f"sorted_merge_join's default combiner merges dicts, got {type(left).__name__} and {type(right).__name__}; "
+            "pass combiner=lambda left, right: ..."
+        )
+    return {**left, **right}
+
+
+def merge_join(
+    left: Iterator[Any], right: Iterator[Any], left_key, right_key, how: str, shard: int, combiner=None
+) -> Iterator[Any]:
+    """Join two streams sorted by key; every pair of equal-key items gives `combiner(left, right)`."""
+    combine = combiner if combiner is not None else default_combiner
     lgroups = _groups(left, left_key, "left", shard)
     rgroups = _groups(right, right_key, "right", shard)
     rkey, ritems = next(rgroups, (_MISSING, None))
@@ -37,11 +57,11 @@ def merge_join(left: Iterator[Any], right: Iterator[Any], left_key, right_key, h
             rights = list(ritems)  # one key's right rows; the left group streams against them
             for litem in litems:
                 for ritem in rights:
-                    yield (litem, ritem)
+                    yield combine(litem, ritem)
             rkey, ritems = next(rgroups, (_MISSING, None))
         elif how == "left":
             for litem in litems:
-                yield (litem, None)
+                yield combine(litem, None)
 
 
 def _groups(stream: Iterator[Any], key, side: str, shard: int) -> Iterator[tuple[Any, Iterator[Any]]]:

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 __all__ = [
+    "DEFAULT_FILE_PATH_COLUMN",
+    "WRITE_OPS",
+    "FilterExpr",
     "FlatMap",
     "Filter",
     "LoadFile",
@@ -19,15 +22,32 @@ __all__ = [
     "LoadParquet",
     "Map",
     "MapShard",
+    "Select",
+    "ShardInfo",
     "StreamOp",
     "TakePerShard",
     "Window",
+    "WindowBy",
+    "WriteBinary",
     "WriteJsonl",
     "WriteParquet",
     "WriteOp",
     "callable_name",
+    "check_columns",
+    "input_basename",
+    "shard_output_path",
     "validate_output_pattern",
 ]
+
+DEFAULT_FILE_PATH_COLUMN = "__file_path"
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """What a two-parameter `map_shard` function receives besides the items."""
+
+    shard_idx: int
+    total_shards: int
 
 
 def callable_name(fn: Callable) -> str:
@@ -67,8 +87,27 @@ class FlatMap:
 
 
 @dataclass(frozen=True)
+class FilterExpr:
+    """A filter given as a column expression: printable, and pushed into Parquet reads."""
+
+    expr: Any  # a zephyr.expr.Expr
+
+    def describe(self) -> str:
+        return f"filter({self.expr!r})"
+
+
+@dataclass(frozen=True)
+class Select:
+    columns: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"select({', '.join(repr(c) for c in self.columns)})"
+
+
+@dataclass(frozen=True)
 class MapShard:
-    fn: Callable[[Any], Any]
+    fn: Callable[..., Any]
+    with_info: bool = False  # fn(items, ShardInfo) rather than fn(items)
 
     def describe(self) -> str:
         return f"map_shard({callable_name(self.fn)})"
@@ -83,6 +122,15 @@ class Window:
 
 
 @dataclass(frozen=True)
+class WindowBy:
+    folder_fn: Callable[[Any, Any], tuple[bool, Any]]
+    initial_state: Any = None
+
+    def describe(self) -> str:
+        return f"window_by({callable_name(self.folder_fn)})"
+
+
+@dataclass(frozen=True)
 class TakePerShard:
     n: int
 
@@ -91,81 +139,160 @@ class TakePerShard:
 
 
 @dataclass(frozen=True)
-class LoadJsonl:
-    on_bad_record: str = "raise"
+class _Load:
+    """What every loader shares: the file path column, and what pushdown folded in."""
 
-    def describe(self) -> str:
-        return "load_jsonl()" if self.on_bad_record == "raise" else f"load_jsonl(on_bad_record={self.on_bad_record!r})"
+    include_file_paths: bool = False
+    file_path_column: str = DEFAULT_FILE_PATH_COLUMN
+    columns: tuple[str, ...] | None = None  # select() folded in (in that order); None: all
+    filter: Any = None  # a zephyr.expr.Expr folded in, applied before `columns`
+
+    def _extras(self) -> list[str]:
+        extras = []
+        if self.include_file_paths:
+            extras.append("include_file_paths=True")
+            if self.file_path_column != DEFAULT_FILE_PATH_COLUMN:
+                extras.append(f"file_path_column={self.file_path_column!r}")
+        if self.columns is not None:
+            extras.append(f"columns={list(self.columns)!r}")
+        if self.filter is not None:
+            extras.append(f"filter={self.filter!r}")
+        return extras
 
 
 @dataclass(frozen=True)
-class LoadParquet:
-    columns: tuple[str, ...] | None = None
-
-    def describe(self) -> str:
-        return f"load_parquet(columns={list(self.columns)!r})" if self.columns else "load_parquet()"
-
-
-@dataclass(frozen=True)
-class LoadFile:
+class LoadJsonl(_Load):
     on_bad_record: str = "raise"
 
     def describe(self) -> str:
-        return "load_file()"
+        extras = [f"on_bad_record={self.on_bad_record!r}"] if self.on_bad_record != "raise" else []
+        return f"load_jsonl({', '.join(extras + self._extras())})"
+
+
+@dataclass(frozen=True)
+class LoadParquet(_Load):
+    approx_shard_bytes: int | None = None
+
+    def describe(self) -> str:
+        extras = [f"approx_shard_bytes={self.approx_shard_bytes}"] if self.approx_shard_bytes else []
+        return f"load_parquet({', '.join(extras + self._extras())})"
+
+
+@dataclass(frozen=True)
+class LoadFile(_Load):
+    on_bad_record: str = "raise"
+    approx_shard_bytes: int | None = None
+
+    def describe(self) -> str:
+        extras = [f"approx_shard_bytes={self.approx_shard_bytes}"] if self.approx_shard_bytes else []
+        return f"load_file({', '.join(extras + self._extras())})"
+
+
+OutputPattern = Union[str, Callable[[int, int], str]]
+
+
+def _pattern_text(pattern: OutputPattern) -> str:
+    return repr(pattern) if isinstance(pattern, str) else callable_name(pattern)
 
 
 @dataclass(frozen=True)
 class WriteJsonl:
-    pattern: str
+    pattern: OutputPattern
     skip_existing: bool = False
 
     def describe(self) -> str:
-        return f"write_jsonl({self.pattern!r}, skip_existing={self.skip_existing})"
+        return f"write_jsonl({_pattern_text(self.pattern)}, skip_existing={self.skip_existing})"
 
 
 @dataclass(frozen=True)
 class WriteParquet:
-    pattern: str
+    pattern: OutputPattern
     schema: Any = None
     skip_existing: bool = False
 
     def describe(self) -> str:
-        return f"write_parquet({self.pattern!r}, skip_existing={self.skip_existing})"
+        return f"write_parquet({_pattern_text(self.pattern)}, skip_existing={self.skip_existing})"
 
 
-WriteOp = Union[WriteJsonl, WriteParquet]
-StreamOp = Union[Map, Filter, FlatMap, MapShard, Window, TakePerShard, LoadJsonl, LoadParquet, LoadFile, WriteJsonl, WriteParquet]
+@dataclass(frozen=True)
+class WriteBinary:
+    pattern: OutputPattern
+    skip_existing: bool = False
 
-_PATTERN_FIELDS = ("shard", "total")
+    def describe(self) -> str:
+        return f"write_binary({_pattern_text(self.pattern)}, skip_existing={self.skip_existing})"
 
 
-def validate_output_pattern(pattern: str) -> str:
-    """Check an output pattern's `{...}` fields at build time: only {shard} and {total}."""
+WriteOp = Union[WriteJsonl, WriteParquet, WriteBinary]
+WRITE_OPS = (WriteJsonl, WriteParquet, WriteBinary)
+StreamOp = Union[
+    Map, Filter, FilterExpr, Select, FlatMap, MapShard, Window, WindowBy, TakePerShard, LoadJsonl, LoadParquet, LoadFile,
+    WriteJsonl, WriteParquet, WriteBinary,
+]
+
+_PATTERN_FIELDS = ("shard", "total", "basename")
+
+
+def validate_output_pattern(pattern: OutputPattern) -> OutputPattern:
+    """Check an output pattern at build time: a callable `(shard, total) -> path`, or a
+    string whose `{...}` fields are only {shard}, {total} and {basename}."""
+    if callable(pattern):
+        return pattern
     if not isinstance(pattern, str) or not pattern:
-        raise ValueError(f"Output pattern must be a non-empty string, got {pattern!r}")
+        raise ValueError(f"Output pattern must be a non-empty string or a callable (shard, total) -> path, got {pattern!r}")
     try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(pattern) if f is not None]
+        fields = pattern_fields(pattern)
     except ValueError as e:
         raise ValueError(f"Output pattern {pattern!r} is not a valid format string: {e}") from None
     unknown = [f for f in fields if f not in _PATTERN_FIELDS]
     if unknown:
         raise ValueError(
             f"Output pattern {pattern!r} uses unknown field(s) {unknown}; "
-            "only {shard} (e.g. {shard:05d}) and {total} are filled in"
+            "only {shard} (e.g. {shard:05d}), {total} and {basename} are filled in"
         )
     try:
-        pattern.format(shard=0, total=1)
+        pattern.format(shard=0, total=1, basename="name")
     except (ValueError, TypeError) as e:
-        raise ValueError(f"Output pattern {pattern!r} cannot be formatted with integers: {e}") from None
+        raise ValueError(f"Output pattern {pattern!r} cannot be formatted ({{shard}}/{{total}} are integers): {e}") from None
     return pattern
 
 
-def output_path(pattern: str, shard: int, total: int) -> str:
-    return pattern.format(shard=shard, total=total)
+def pattern_fields(pattern: str) -> list[str]:
+    return [f for _, f, _, _ in string.Formatter().parse(pattern) if f is not None]
 
 
-def has_shard_field(pattern: str) -> bool:
-    return any(f == "shard" for _, f, _, _ in string.Formatter().parse(pattern) if f is not None)
+def input_basename(path: str) -> str:
+    """`{basename}` of an input file: its name without directory, compression suffix and
+    format extension (`gs://b/raw/CC-01.jsonl.zst` -> `CC-01`)."""
+    from zephyr.io.compression import strip_compression_suffix
+
+    name = strip_compression_suffix(path.rstrip("/").rsplit("/", 1)[-1])
+    stem, dot, _ = name.rpartition(".")
+    return stem if dot and stem else name
+
+
+def shard_output_path(pattern: OutputPattern, shard: int, total: int, input_path: str | None = None) -> str:
+    """The output path of one shard: the callable's answer, or the pattern filled in.
+
+    Raises ValueError for `{basename}` without an input file, or a callable that does not
+    return a non-empty string.
+    """
+    if callable(pattern):
+        path = pattern(shard, total)
+        if not isinstance(path, str) or not path:
+            raise ValueError(f"output path function {callable_name(pattern)} must return a non-empty path string, "
+                             f"got {path!r} for shard {shard} of {total}")
+        return path
+    basename = None
+    if "basename" in pattern_fields(pattern):
+        if input_path is None:
+            raise ValueError(f"Output pattern {pattern!r} uses {{basename}} but shard {shard} has no single input file")
+        basename = input_basename(input_path)
+    return pattern.format(shard=shard, total=total, basename=basename)
+
+
+def has_shard_field(pattern: OutputPattern) -> bool:
+    return callable(pattern) or "shard" in pattern_fields(pattern)
 
 
 def check_columns(columns: Sequence[str] | None) -> tuple[str, ...] | None:

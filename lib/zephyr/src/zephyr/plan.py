@@ -3,6 +3,9 @@
 A stage is data: its index, its input (source shards, or the output of a shuffle), the fused
 chain of per-item ops every shard runs, and its sink (collect results, or scatter for the next
 stage). `describe()` prints it; `--dry-run` prints it for every pipeline a script executes.
+Each stage's chain goes through `pushdown.push_down`, so a select or expression filter right
+after a loader is read by the loader itself; `load_parquet(approx_shard_bytes=...)` right
+after the source splits its files into row-group slices, one shard each.
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ from zephyr import ops as op
 from zephyr import shuffle_ops as sop
 from zephyr.errors import PlanError
 from zephyr.fingerprint import fingerprint
+from zephyr.pushdown import push_down
 from zephyr.shuffle import Concatenate, FirstPerKey, HashPartition, ReduceGroups, RoundRobin, ScatterSink, ShuffleReader, keep_first
-from zephyr.sources import SourceShard, resolve_source
+from zephyr.sources import SourceShard, input_path_of, resolve_source, split_parquet_shards
 
-__all__ = ["Plan", "Stage", "compile_plan"]
+__all__ = ["Plan", "Stage", "compile_plan", "shard_input_paths", "stage_output_paths"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ def compile_plan(dataset) -> Plan:
 
     Validates writers against shard counts and join inputs against each other; runs no user code.
     """
-    shards: Sequence[SourceShard] = resolve_source(dataset.source)
+    shards: Sequence[SourceShard] = _split_files(resolve_source(dataset.source), dataset.ops)
     stages: list[Stage] = []
     current: list = []
     num_shards = len(shards)
@@ -68,19 +72,35 @@ def compile_plan(dataset) -> Plan:
     for record in dataset.ops:
         if isinstance(record, (sop.GroupBy, sop.Deduplicate, sop.Reshard)):
             sink, reader = _shuffle_for(record, num_shards)
-            fp = fingerprint((fp, _reader_of(stage_input), tuple(current), sink))
-            stages.append(Stage(len(stages), tuple(current), num_shards, stage_input, sink, label, fp))
+            chain = push_down(tuple(current))
+            fp = fingerprint((fp, _reader_of(stage_input), chain, sink))
+            stages.append(Stage(len(stages), chain, num_shards, stage_input, sink, label, fp))
             current, num_shards, stage_input, label = [], sink.num_partitions, reader, reader.label
         elif isinstance(record, sop.SortedMergeJoin):
             current.append(_bind_join(record, num_shards))
         else:
             current.append(record)
-    fp = fingerprint((fp, _reader_of(stage_input), tuple(current)))
-    stages.append(Stage(len(stages), tuple(current), num_shards, stage_input, None, label, fp))
+    chain = push_down(tuple(current))
+    fp = fingerprint((fp, _reader_of(stage_input), chain))
+    stages.append(Stage(len(stages), chain, num_shards, stage_input, None, label, fp))
     for s in stages:
         _check_writers(s)
         _check_load_file_extensions(s)
     return Plan(tuple(stages), fp)
+
+
+def _split_files(shards: list[SourceShard], ops: tuple) -> list[SourceShard]:
+    """Apply `approx_shard_bytes` of a loader that reads the source's paths directly."""
+    splitting = [(i, r) for i, r in enumerate(ops) if isinstance(r, (op.LoadParquet, op.LoadFile)) and r.approx_shard_bytes]
+    if not splitting:
+        return shards
+    index, record = splitting[0]
+    if index != 0 or len(splitting) > 1:
+        raise PlanError(
+            f"{record.describe()}: approx_shard_bytes splits input files into shards when planning, so the loader "
+            "must directly follow the source: Dataset.from_files(...).load_parquet(approx_shard_bytes=...)"
+        )
+    return split_parquet_shards(shards, record.approx_shard_bytes, parquet_only=isinstance(record, op.LoadFile))
 
 
 def _reader_of(stage_input: Any) -> Any:
@@ -122,13 +142,56 @@ def _bind_join(record: sop.SortedMergeJoin, num_shards: int):
 
 
 def _check_writers(stage: Stage) -> None:
+    """Writers of a stage must give each shard its own path: {shard} (or {basename} of
+    distinct input files) in a pattern; {basename} needs one input file per shard."""
     for record in stage.ops:
-        if isinstance(record, (op.WriteJsonl, op.WriteParquet)) and stage.num_shards > 1:
-            if not op.has_shard_field(record.pattern):
-                raise PlanError(
-                    f"Output pattern must contain '{{shard}}' when writing {stage.num_shards} shards; "
-                    f"got {record.pattern!r} (e.g. 'out/part-{{shard:05d}}-of-{{total:05d}}.jsonl.zst')"
-                )
+        if not isinstance(record, op.WRITE_OPS) or callable(record.pattern):
+            continue
+        uses_basename = "basename" in op.pattern_fields(record.pattern)
+        if uses_basename:
+            _check_basenames(stage, record)
+        elif stage.num_shards > 1 and not op.has_shard_field(record.pattern):
+            raise PlanError(
+                f"Output pattern must contain '{{shard}}' when writing {stage.num_shards} shards; "
+                f"got {record.pattern!r} (e.g. 'out/part-{{shard:05d}}-of-{{total:05d}}.jsonl.zst')"
+            )
+
+
+def _check_basenames(stage: Stage, record) -> None:
+    paths = stage_output_paths(stage, record, _shard_inputs(stage, record.pattern))
+    seen: dict[str, int] = {}
+    for shard, path in enumerate(paths):
+        if path in seen:
+            raise PlanError(
+                f"Output pattern {record.pattern!r} gives shards {seen[path]} and {shard} the same path {path!r} "
+                "(their input files share a name, or one file was split into several shards); add {shard}"
+            )
+        seen[path] = shard
+
+
+def shard_input_paths(stage: Stage) -> list[str | None]:
+    """Per shard, the one input file it reads (for `{basename}`); None where there is none."""
+    if not isinstance(stage.input, tuple):
+        return [None] * stage.num_shards
+    return [input_path_of(shard.items[0]) if len(shard.items) == 1 else None for shard in stage.input]
+
+
+def _shard_inputs(stage: Stage, pattern: str) -> list[str]:
+    inputs = shard_input_paths(stage)
+    for shard, path in enumerate(inputs):
+        if path is None:
+            source = "the output of a shuffle" if not isinstance(stage.input, tuple) else f"{len(stage.input[shard].items)} items"
+            raise PlanError(
+                f"Output pattern {pattern!r} uses {{basename}}, which needs one input file per shard "
+                f"(Dataset.from_files(...) before any shuffle); shard {shard} of stage {stage.index} reads {source}"
+            )
+    return inputs
+
+
+def stage_output_paths(stage: Stage, record, inputs: list[str | None] | None = None) -> list[str]:
+    """The path writer `record` of `stage` writes for each shard (calls a callable pattern)."""
+    inputs = shard_input_paths(stage) if inputs is None else inputs
+    return [op.shard_output_path(record.pattern, i, stage.num_shards, inputs[i]) for i in range(stage.num_shards)]
 
 
 def _check_load_file_extensions(stage: Stage) -> None:

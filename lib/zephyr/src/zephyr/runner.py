@@ -14,6 +14,8 @@ import logging
 import os
 import tempfile
 import time
+import warnings
+import weakref
 from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -26,14 +28,14 @@ from zephyr.backends.base import Backend, TaskLost
 from zephyr.errors import PlanError, ShardError
 from zephyr.io.files import expand_glob, remove_empty_dir, remove_temporaries_for, url_to_fs
 from zephyr.io.temporaries import sweep_dead_temporaries
-from zephyr.ops import WriteJsonl, WriteParquet, callable_name
-from zephyr.plan import Plan, Stage
+from zephyr.ops import WRITE_OPS, callable_name
+from zephyr.plan import Plan, Stage, stage_output_paths
 from zephyr.progress import make_progress
 from zephyr.retry import BackoffQueue, backoff_delay
 from zephyr.shard import ShardResult, ShardTask, StageProgram, run_shard
 from zephyr.shuffle import ScatterSink
 
-__all__ = ["Execution", "StageStats"]
+__all__ = ["Execution", "NotPicklableWarning", "StageStats"]
 
 logger = logging.getLogger("zephyr")
 
@@ -53,8 +55,9 @@ class StageStats:
 class Execution:
     """An iterator over a run's results in shard order, with `.counters` and `.stats`.
 
-    The plan is compiled and checked (picklability of every user function) on creation;
-    tasks run as the iterator is consumed. `.counters` and `.stats` are complete (and scratch
+    The plan is compiled and checked on creation (on Ray, every user function must pickle;
+    the in-process backends only warn once per function that such a pipeline cannot run on
+    Ray); tasks run as the iterator is consumed. `.counters` and `.stats` are complete (and scratch
     removed) once every shard has finished, i.e. before the last item is handed out.
     """
 
@@ -93,10 +96,14 @@ class Execution:
         try:
             cloudpickle.dumps(program)
         except Exception as e:
-            culprit = _first_unpicklable(stage)
+            culprit, fn = _first_unpicklable(stage)
+            if not self.backend.requires_pickling:  # nothing leaves this process: run it as given
+                _warn_not_picklable(culprit, fn, e)
+                return program
             raise PlanError(
                 f"stage {stage.index}: {culprit} cannot be pickled, so it cannot be sent to workers: "
-                f"{type(e).__name__}: {e}. Define it at module level or avoid capturing locks, open files or clients."
+                f"{type(e).__name__}: {e}. Define it at module level or avoid capturing locks, open files or clients "
+                "(share large objects with backend.put(name, obj) and zephyr.get_shared(name))."
             ) from e
         return program
 
@@ -280,9 +287,11 @@ def scratch_dir_for(backend: Backend, plan: Plan) -> str:
         return backend.scratch_dir.rstrip("/")
     if os.environ.get("ZEPHYR_SCRATCH_DIR"):
         return os.environ["ZEPHYR_SCRATCH_DIR"].rstrip("/")
-    for record in reversed(plan.stages[-1].ops):
-        if isinstance(record, (WriteJsonl, WriteParquet)):
-            return f"{record.pattern.rsplit('/', 1)[0] if '/' in record.pattern else '.'}/.zephyr-scratch"
+    final = plan.stages[-1]
+    for record in reversed(final.ops):
+        if isinstance(record, WRITE_OPS) and final.num_shards:
+            first = stage_output_paths(final, record)[0]
+            return f"{first.rsplit('/', 1)[0] if '/' in first else '.'}/.zephyr-scratch"
     return os.path.join(tempfile.gettempdir(), "zephyr-scratch")
 
 
@@ -297,12 +306,7 @@ def _bind_scratch(plan: Plan, scratch_dir: str) -> Plan:
 def _remove_write_temporaries(stage: Stage) -> None:
     """Once a stage's outputs are all written, temporaries of earlier or killed attempts of
     those outputs are litter: remove them with one listing per output directory."""
-    paths = [
-        record.pattern.format(shard=i, total=stage.num_shards)
-        for record in stage.ops
-        if isinstance(record, (WriteJsonl, WriteParquet))
-        for i in range(stage.num_shards)
-    ]
+    paths = [path for record in stage.ops if isinstance(record, WRITE_OPS) for path in stage_output_paths(stage, record)]
     if paths:
         remove_temporaries_for(paths)
 
@@ -312,10 +316,10 @@ def _final_outputs_exist(stage: Stage) -> bool:
 
     One directory listing per output directory, not one request per shard.
     """
-    writer = next((r for r in reversed(stage.ops) if isinstance(r, (WriteJsonl, WriteParquet)) and r.skip_existing), None)
+    writer = next((r for r in reversed(stage.ops) if isinstance(r, WRITE_OPS) and r.skip_existing), None)
     if writer is None or stage.num_shards == 0:
         return False
-    expected = [writer.pattern.format(shard=i, total=stage.num_shards) for i in range(stage.num_shards)]
+    expected = stage_output_paths(stage, writer)
     fs, _ = url_to_fs(expected[0])
     wanted = {fs._strip_protocol(p) for p in expected}  # compare in the filesystem's own form
     listed: set[str] = set()
@@ -327,6 +331,32 @@ def _final_outputs_exist(stage: Stage) -> bool:
     return wanted <= listed
 
 
+_warned: weakref.WeakSet = weakref.WeakSet()  # functions warned about in this process
+_warned_names: set[str] = set()  # culprits without a function object to hold on to
+
+
+def _warn_not_picklable(culprit: str, fn: Any, error: Exception) -> None:
+    """Once per function and process: the pipeline runs here, but could not run on Ray."""
+    try:
+        if fn in _warned:
+            return
+        _warned.add(fn)
+    except TypeError:  # not weak-referenceable (or None): remember the description instead
+        if culprit in _warned_names:
+            return
+        _warned_names.add(culprit)
+    warnings.warn(
+        f"{culprit} cannot be pickled ({type(error).__name__}: {error}); it runs on this in-process "
+        "backend, but this pipeline will not run on the ray backend",
+        NotPicklableWarning,
+        stacklevel=2,
+    )
+
+
+class NotPicklableWarning(UserWarning):
+    """A pipeline function cannot be pickled: fine in-process, refused by the Ray backend."""
+
+
 def _attribute(error: Exception, task: ShardTask) -> ShardError:
     """A failure the shard function did not wrap itself (e.g. the worker ran out of memory)."""
     import traceback
@@ -335,17 +365,17 @@ def _attribute(error: Exception, task: ShardTask) -> ShardError:
     return ShardError(task.stage, task.shard, task.label, type(error).__name__, str(error), text)
 
 
-def _first_unpicklable(stage: Stage) -> str:
-    """The op (and function) that cannot be pickled: ops first, then the shuffle's key,
-    sort_by, combiner (the sink) and reducer (the reader)."""
+def _first_unpicklable(stage: Stage) -> tuple[str, Any]:
+    """The op (and function) that cannot be pickled, described, and the function (or None):
+    ops first, then the shuffle's key, sort_by, combiner (the sink) and reducer (the reader)."""
     parts = list(stage.ops) + [p for p in (stage.sink, None if isinstance(stage.input, tuple) else stage.input) if p is not None]
     for part in parts:
         try:
             cloudpickle.dumps(part)
         except Exception:
             fn = _first_unpicklable_callable(part)
-            return f"{part.describe()}" + (f" (function {callable_name(fn)})" if fn is not None else "")
-    return "the stage's input or sink"
+            return f"{part.describe()}" + (f" (function {callable_name(fn)})" if fn is not None else ""), fn
+    return "the stage's input or sink", None
 
 
 def _first_unpicklable_callable(obj: Any, depth: int = 0) -> Any:

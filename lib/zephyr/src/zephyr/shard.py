@@ -18,10 +18,12 @@ from zephyr import counters
 from zephyr import ops as op
 from zephyr.errors import ShardError, is_transient_storage_error
 from zephyr.io.files import exists
+from zephyr.io.binary import write_binary_file
 from zephyr.io.jsonl import write_jsonl_file
 from zephyr.io.parquet import write_parquet_file
 from zephyr.join import BoundJoin, merge_join
-from zephyr.readers import FileFormat, read_path
+from zephyr.readers import read_path, select_columns
+from zephyr.sources import input_path_of
 
 __all__ = ["ShardResult", "ShardTask", "StageProgram", "run_shard"]
 
@@ -62,13 +64,15 @@ class ShardResult:
 class _Context:
     shard: int
     num_shards: int
+    input_path: str | None = None  # the one input file of a source shard, for {basename}
 
 
 def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
     """Run `program` over `task`'s input; failures become ShardError naming the shard (marked
     `transient` for a storage error worth retrying)."""
     start = time.perf_counter()
-    ctx = _Context(task.shard, task.num_shards)
+    single_input = program.reader is None and len(task.items) == 1
+    ctx = _Context(task.shard, task.num_shards, input_path_of(task.items[0]) if single_input else None)
     with counters.collecting() as counts:
         try:
             start_at, stream = _resume_point(program.ops, ctx)
@@ -100,8 +104,8 @@ def _resume_point(ops: tuple, ctx: _Context) -> tuple[int, Iterator | None]:
     """skip_existing: start after the last writer whose output already exists (skipping all upstream)."""
     for i in range(len(ops) - 1, -1, -1):
         record = ops[i]
-        if isinstance(record, (op.WriteJsonl, op.WriteParquet)) and record.skip_existing:
-            path = op.output_path(record.pattern, ctx.shard, ctx.num_shards)
+        if isinstance(record, op.WRITE_OPS) and record.skip_existing:
+            path = _output_path(record, ctx)
             if exists(path):
                 counters.increment("zephyr/shards_skipped_existing")
                 return i + 1, iter([path])
@@ -124,13 +128,23 @@ def _(record: op.Filter, stream, ctx):
 
 
 @_apply.register
+def _(record: op.FilterExpr, stream, ctx):
+    return filter(record.expr, stream)
+
+
+@_apply.register
+def _(record: op.Select, stream, ctx):
+    return (select_columns(item, record.columns) for item in stream)
+
+
+@_apply.register
 def _(record: op.FlatMap, stream, ctx):
     return itertools.chain.from_iterable(map(record.fn, stream))
 
 
 @_apply.register
 def _(record: op.MapShard, stream, ctx):
-    result = record.fn(stream)
+    result = record.fn(stream, op.ShardInfo(ctx.shard, ctx.num_shards)) if record.with_info else record.fn(stream)
     if not isinstance(result, Iterable):
         raise TypeError(f"map_shard fn {op.callable_name(record.fn)} must return an iterable, got {type(result).__name__}")
     return iter(result)
@@ -142,35 +156,42 @@ def _(record: op.Window, stream, ctx):
 
 
 @_apply.register
+def _(record: op.WindowBy, stream, ctx):
+    return _fold_windows(stream, record.folder_fn, record.initial_state)
+
+
+@_apply.register
 def _(record: op.TakePerShard, stream, ctx):
     return itertools.islice(stream, record.n)
 
 
-@_apply.register
-def _(record: op.LoadJsonl, stream, ctx):
-    return itertools.chain.from_iterable(read_path(p, FileFormat.JSONL, record.on_bad_record) for p in stream)
-
-
-@_apply.register
-def _(record: op.LoadParquet, stream, ctx):
-    return itertools.chain.from_iterable(read_path(p, FileFormat.PARQUET, columns=record.columns) for p in stream)
-
-
-@_apply.register
-def _(record: op.LoadFile, stream, ctx):
-    return itertools.chain.from_iterable(read_path(p, None, record.on_bad_record) for p in stream)
+@_apply.register(op.LoadJsonl)
+@_apply.register(op.LoadParquet)
+@_apply.register(op.LoadFile)
+def _(record, stream, ctx):
+    return itertools.chain.from_iterable(read_path(item, record) for item in stream)
 
 
 @_apply.register
 def _(record: op.WriteJsonl, stream, ctx):
-    path = op.output_path(record.pattern, ctx.shard, ctx.num_shards)
+    path = _output_path(record, ctx)
     return _written(path, lambda: write_jsonl_file(stream, path, remove_stale=False))
 
 
 @_apply.register
 def _(record: op.WriteParquet, stream, ctx):
-    path = op.output_path(record.pattern, ctx.shard, ctx.num_shards)
+    path = _output_path(record, ctx)
     return _written(path, lambda: write_parquet_file(stream, path, record.schema, remove_stale=False))
+
+
+@_apply.register
+def _(record: op.WriteBinary, stream, ctx):
+    path = _output_path(record, ctx)
+    return _written(path, lambda: write_binary_file(stream, path, remove_stale=False))
+
+
+def _output_path(record, ctx: _Context) -> str:
+    return op.shard_output_path(record.pattern, ctx.shard, ctx.num_shards, ctx.input_path)
 
 
 @_apply.register
@@ -180,12 +201,30 @@ def _(record: BoundJoin, stream, ctx):
     for right_op in record.right_ops:
         right = _apply(right_op, right, right_ctx)
     join = record.record
-    return merge_join(stream, right, join.left_key, join.right_key, join.how, ctx.shard)
+    return merge_join(stream, right, join.left_key, join.right_key, join.how, ctx.shard, join.combiner)
 
 
 def _windows(stream: Iterator, size: int) -> Iterator[list]:
     while chunk := list(itertools.islice(stream, size)):
         yield chunk
+
+
+def _fold_windows(stream: Iterator, folder_fn, initial_state) -> Iterator[list]:
+    """Windows closed by `folder_fn(state, item) -> (stay, state)`: an item that does not
+    stay opens the next window, whose state is the fold of the initial state with it."""
+    window: list = []
+    state = initial_state
+    for item in stream:
+        stay, new_state = folder_fn(state, item)
+        if stay or not window:
+            window.append(item)
+            state = new_state
+        else:
+            yield window
+            window = [item]
+            _, state = folder_fn(initial_state, item)
+    if window:
+        yield window
 
 
 def _written(path: str, write) -> Iterator[str]:

@@ -52,9 +52,11 @@ class SortedMergeJoin:
     left_key: Callable[[Any], Any]
     right_key: Callable[[Any], Any]
     how: str = "inner"
+    combiner: Callable[[Any, Any], Any] | None = None  # None: {**left, **right}
 
     def describe(self) -> str:
-        return f"sorted_merge_join({callable_name(self.left_key)}, {callable_name(self.right_key)}, how={self.how!r})"
+        extra = f", combiner={callable_name(self.combiner)}" if self.combiner is not None else ""
+        return f"sorted_merge_join({callable_name(self.left_key)}, {callable_name(self.right_key)}, how={self.how!r}{extra})"
 
 
 ShuffleOp = GroupBy | Deduplicate | Reshard

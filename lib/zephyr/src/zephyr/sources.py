@@ -1,13 +1,20 @@
-"""Where a Dataset's shards come from. Resolved (globbed) when the plan is built, not before."""
+"""Where a Dataset's shards come from. Resolved (globbed) when the plan is built, not before.
+
+With `load_parquet(approx_shard_bytes=N)` right after the source, the planner also splits
+each Parquet file into slices of whole row groups of about N bytes (`split_parquet_shards`),
+one shard per slice; reading a slice reads only its row groups.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Union
 
 from zephyr.io.files import expand_glob
 
-__all__ = ["FilesSource", "ListSource", "Source", "SourceShard", "resolve_source"]
+__all__ = ["FilesSource", "ListSource", "ParquetSlice", "Source", "SourceShard", "input_path_of", "resolve_source", "split_parquet_shards"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,87 @@ def resolve_source(source: Source) -> list[SourceShard]:
         paths.extend(matches)
     # overlapping patterns must not read a file twice; one sorted order whatever the patterns
     return [SourceShard((p,), p) for p in sorted(set(paths))]
+
+
+@dataclass(frozen=True)
+class ParquetSlice:
+    """Some whole row groups of one Parquet file: what a shard of a split file reads."""
+
+    path: str
+    row_groups: tuple[int, ...]
+
+    def __str__(self) -> str:
+        first, last = self.row_groups[0], self.row_groups[-1]
+        groups = f"row group {first}" if first == last else f"row groups {first}-{last}"
+        return f"{self.path} [{groups}]"
+
+
+def input_path_of(item: Any) -> str | None:
+    """The file a path item (a path string or a ParquetSlice) reads; None for other items."""
+    if isinstance(item, ParquetSlice):
+        return item.path
+    return item if isinstance(item, str) else None
+
+
+def split_parquet_shards(shards: Sequence[SourceShard], approx_bytes: int, parquet_only: bool = False) -> list[SourceShard]:
+    """One shard per slice of about `approx_bytes` (compressed, whole row groups) of each file.
+
+    Reads every file's footer (in parallel). A row group larger than `approx_bytes` is a
+    slice of its own: row groups are never split. With `parquet_only`, other files (by
+    extension) stay one shard each.
+    """
+    from zephyr.readers import FileFormat, format_for
+
+    paths: list[str] = []
+    for shard in shards:
+        for item in shard.items:
+            if not isinstance(item, str):
+                raise TypeError(f"approx_shard_bytes splits input files, so the items must be paths; got {type(item).__name__}: {item!r:.100}")
+            paths.append(item)
+    splittable = [p for p in paths if not parquet_only or format_for(p) is FileFormat.PARQUET]
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(splittable)))) as pool:
+        sizes = dict(zip(splittable, pool.map(_row_group_sizes, splittable)))
+    out: list[SourceShard] = []
+    for path in paths:
+        if path not in sizes:
+            out.append(SourceShard((path,), path))
+            continue
+        for groups in _pack(sizes[path], approx_bytes):
+            piece = ParquetSlice(path, groups) if groups else path  # a file without row groups: itself
+            out.append(SourceShard((piece,), str(piece)))
+    return out
+
+
+def _row_group_sizes(path: str) -> list[int]:
+    import pyarrow.parquet as pq
+
+    from zephyr.io.files import url_to_fs
+
+    fs, fs_path = url_to_fs(path)
+    try:
+        with fs.open(fs_path, "rb") as f:
+            meta = pq.ParquetFile(f).metadata
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"Input file not found: {path}") from e
+    except Exception as e:
+        raise ValueError(f"{path}: not a readable Parquet file, so it cannot be split by approx_shard_bytes: {e}") from e
+    return [sum(rg.column(c).total_compressed_size for c in range(rg.num_columns)) for rg in map(meta.row_group, range(meta.num_row_groups))]
+
+
+def _pack(sizes: list[int], approx_bytes: int) -> list[tuple[int, ...]]:
+    """Consecutive row groups in runs of about `approx_bytes`; an empty file is one empty slice."""
+    runs: list[tuple[int, ...]] = []
+    current: list[int] = []
+    total = 0
+    for index, size in enumerate(sizes):
+        if current and total + size > approx_bytes:
+            runs.append(tuple(current))
+            current, total = [], 0
+        current.append(index)
+        total += size
+    if current or not runs:
+        runs.append(tuple(current))
+    return runs
 
 
 def _label_of(items: tuple[Any, ...]) -> str:

@@ -19,7 +19,7 @@ import os
 import shlex
 from pathlib import Path
 
-__all__ = ["auth_env_lines", "auth_headers", "read_token", "redact", "remote_token_path"]
+__all__ = ["auth_env_lines", "auth_headers", "read_token", "redact", "remote_token_path", "write_private_file"]
 
 REDACTED = "<redacted-token>"
 
@@ -40,6 +40,17 @@ def read_token(path: Path, hint: str) -> str:
     if not token:
         raise ValueError(f"The Ray auth token file {path} is empty; run `{hint}` again")
     return token
+
+
+def write_private_file(path: Path, text: str) -> Path:
+    """Write a secret (token, ssh key) readable by its owner only, never world-readable even briefly."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    return path
 
 
 def auth_headers(token: str) -> dict[str, str]:

@@ -11,6 +11,8 @@ Examples:
     marin cluster --cluster us-east5 --dry-run add-worker v6e-8 --capacity reserved
     eval "$(marin cluster --cluster us-central2 auth-env)"
     marin cluster update-configs
+    marin cluster --dry-run build-image --region us-central2
+    marin cluster --cluster us-central2 clean-preempted-tpus
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from marin.cluster import config, jobs, local
+from marin.cluster import config, jobs, local, maintenance, registry
 from marin.cluster.auth import auth_env_lines, redact
 from marin.cluster.commands import (
     DASHBOARD_PORT,
@@ -35,6 +37,7 @@ from marin.cluster.commands import (
     ray_down,
     ray_get_head_ip,
     ray_up,
+    require_tools,
     run_command,
     ssh_tunnel,
     worker_join_script,
@@ -152,6 +155,7 @@ def cmd_dashboard(target: Target, args: argparse.Namespace) -> int:
         print(format_command(ssh_tunnel(HEAD_IP, {port: DASHBOARD_PORT})))
         return 0
     head_ip = _head_ip(target)
+    require_tools("ssh", purpose="Forwarding the dashboard")
     print(f"Dashboard: http://localhost:{port}  (token in {target.token_path}; Ctrl-C to close the tunnel)")
     proc = subprocess.Popen(ssh_tunnel(head_ip, {port: DASHBOARD_PORT}))
     # Job commands reuse this port only while this record names the cluster and ssh lives.
@@ -253,13 +257,13 @@ def cmd_add_worker(target: Target, args: argparse.Namespace) -> int:
 
 def cmd_update_configs(target: Target | None, args: argparse.Namespace) -> int:
     if args.check:
-        stale = config.check_configs()
+        stale = config.check_configs() + registry.check_policy_file()
         if stale:
             print(f"Out of date: {', '.join(stale)}; run `marin cluster update-configs`", file=sys.stderr)
             return 1
         print("All generated configs match the template.")
         return 0
-    for path in config.write_configs():
+    for path in [*config.write_configs(), registry.write_policy_file()]:
         print(f"Wrote {path}")
     return 0
 
@@ -275,7 +279,7 @@ def cmd_list_configs(target: Target | None, args: argparse.Namespace) -> int:
     return 0
 
 
-_NO_TARGET = {"update-configs", "list-configs"}
+_NO_TARGET = {"update-configs", "list-configs", *maintenance.NO_TARGET}
 
 
 def build_parser(prog: str = "marin cluster") -> argparse.ArgumentParser:
@@ -339,9 +343,14 @@ def build_parser(prog: str = "marin cluster") -> argparse.ArgumentParser:
     p.add_argument("--name", help="TPU VM name (default: generated).")
     add("auth", cmd_auth, "Fetch and install the cluster's token (never printed); say how to open the dashboard.")
     add("auth-env", cmd_auth_env, 'Print `export` lines for Ray\'s CLI/SDK: eval "$(marin cluster ... auth-env)".')
-    p = add("update-configs", cmd_update_configs, "Regenerate infra/marin-<name>.yaml from the template.")
+    p = add(
+        "update-configs",
+        cmd_update_configs,
+        "Regenerate infra/marin-<name>.yaml from the template (and the registry cleanup policy file).",
+    )
     p.add_argument("--check", action="store_true", help="Only check that the committed files are up to date.")
     add("list-configs", cmd_list_configs, "List the clusters and their configs.")
+    maintenance.register(add)
     return parser
 
 

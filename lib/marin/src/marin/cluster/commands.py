@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -18,15 +19,31 @@ from marin.cluster.config import Capacity, ClusterSpec
 
 __all__ = [
     "DASHBOARD_PORT",
+    "MissingToolError",
+    "docker_build",
+    "docker_daemon_check",
+    "docker_push",
+    "docker_tag",
     "format_command",
+    "gcloud_configure_docker",
+    "gcloud_create_repository",
+    "gcloud_create_secret",
     "gcloud_create_tpu",
+    "gcloud_delete_tpu",
+    "gcloud_describe_repository",
+    "gcloud_describe_secret",
     "gcloud_fetch_secret",
+    "gcloud_list_tpus",
+    "gcloud_set_cleanup_policies",
     "gcloud_tpu_ssh",
+    "git_short_commit",
+    "git_status",
     "local_generate_token",
     "local_ray_start",
     "ray_down",
     "ray_get_head_ip",
     "ray_up",
+    "require_tools",
     "run_command",
     "ssh_tunnel",
     "worker_join_script",
@@ -114,6 +131,89 @@ def gcloud_tpu_ssh(spec: ClusterSpec, name: str, command: str) -> list[str]:
     ]  # fmt: skip
 
 
+def gcloud_describe_secret(secret: str, project: str) -> list[str]:
+    """Exits 0 when the secret exists (prints its metadata, never its value)."""
+    return ["gcloud", "secrets", "describe", secret, f"--project={project}", "--format=value(name)"]
+
+
+def gcloud_create_secret(secret: str, project: str, data_file: Path) -> list[str]:
+    """Create `secret` with its first version read from `data_file` (the value never enters argv)."""
+    return [
+        "gcloud", "secrets", "create", secret, f"--project={project}",
+        "--replication-policy=automatic", f"--data-file={data_file}",
+    ]  # fmt: skip
+
+
+def gcloud_list_tpus(zone: str, project: str) -> list[str]:
+    """Every TPU VM of the zone, whatever its state, as JSON (the TPU API's `Node` records)."""
+    return ["gcloud", "compute", "tpus", "tpu-vm", "list", f"--zone={zone}", f"--project={project}", "--format=json"]
+
+
+def gcloud_delete_tpu(name: str, zone: str, project: str) -> list[str]:
+    return [
+        "gcloud", "compute", "tpus", "tpu-vm", "delete", name,
+        f"--zone={zone}", f"--project={project}", "--quiet", "--async",
+    ]  # fmt: skip
+
+
+def gcloud_describe_repository(repository: str, region: str, project: str) -> list[str]:
+    """Exits 0 when the Artifact Registry repository exists."""
+    return [
+        "gcloud", "artifacts", "repositories", "describe", repository,
+        f"--location={region}", f"--project={project}", "--format=value(name)",
+    ]  # fmt: skip
+
+
+def gcloud_create_repository(repository: str, region: str, project: str) -> list[str]:
+    return [
+        "gcloud", "artifacts", "repositories", "create", repository, "--repository-format=docker",
+        f"--location={region}", f"--project={project}", "--description=Marin cluster images",
+    ]  # fmt: skip
+
+
+def gcloud_configure_docker(region: str) -> list[str]:
+    """Let `docker push` authenticate to the region's registry host with gcloud's credentials."""
+    return ["gcloud", "auth", "configure-docker", f"{region}-docker.pkg.dev", "--quiet"]
+
+
+def gcloud_set_cleanup_policies(repository: str, region: str, project: str | None, policy: Path) -> list[str]:
+    """Replace the repository's cleanup policies by those in `policy`, deleting for real (`--no-dry-run`).
+
+    Without `project`, gcloud uses its configured project (`gcloud config get project`).
+    """
+    return [
+        "gcloud", "artifacts", "repositories", "set-cleanup-policies", repository, f"--location={region}",
+        *([f"--project={project}"] if project else []), f"--policy={policy}", "--no-dry-run",
+    ]  # fmt: skip
+
+
+def docker_daemon_check() -> list[str]:
+    """Fails (non-zero) when the docker CLI cannot reach a daemon."""
+    return ["docker", "info", "--format={{.ServerVersion}}"]
+
+
+def docker_build(dockerfile: Path, image: str, context: Path) -> list[str]:
+    # Cluster nodes (n2 heads, TPU VM hosts) are x86-64 whatever machine builds the image.
+    return ["docker", "build", "--platform=linux/amd64", f"--file={dockerfile}", f"--tag={image}", str(context)]
+
+
+def docker_tag(source: str, target: str) -> list[str]:
+    return ["docker", "tag", source, target]
+
+
+def docker_push(ref: str) -> list[str]:
+    return ["docker", "push", ref]
+
+
+def git_short_commit(repo: Path) -> list[str]:
+    return ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"]
+
+
+def git_status(repo: Path) -> list[str]:
+    """Uncommitted changes, one per line (empty when the work tree is clean)."""
+    return ["git", "-C", str(repo), "status", "--porcelain"]
+
+
 def local_generate_token() -> list[str]:
     """Run with HOME / RAY_AUTH_TOKEN_PATH pointing at the cluster's dir; prints the token (capture it)."""
     return [*_ray(), "get-auth-token", "--generate"]
@@ -165,18 +265,46 @@ def format_command(argv: Sequence[str]) -> str:
     return shlex.join(argv)
 
 
+_INSTALL_HINTS = {
+    "gcloud": "install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install), then `gcloud auth login`",
+    "docker": "install Docker (https://docs.docker.com/engine/install/) and start its daemon",
+    "ray": "run `uv sync` and call this through `uv run` so the project's Ray is on PATH",
+    "ssh": "install an OpenSSH client",
+    "git": "install git",
+}
+
+
+class MissingToolError(RuntimeError):
+    """An external command this step needs is not installed (or not on PATH)."""
+
+
+def require_tools(*tools: str, purpose: str) -> None:
+    """Refuse before anything runs when a tool `purpose` needs is missing, naming how to get it."""
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if missing:
+        hints = "; ".join(f"`{tool}`: {_INSTALL_HINTS.get(tool, 'install it')}" for tool in missing)
+        raise MissingToolError(f"{purpose} needs {', '.join(missing)}, not found on PATH ({hints})")
+
+
 def run_command(
     argv: Sequence[str],
     *,
     dry_run: bool,
     capture: bool = False,
     check: bool = True,
+    quiet: bool = False,
 ) -> subprocess.CompletedProcess | None:
-    """Print `argv` (dry run) or run it; with `capture`, stdout is returned and never echoed."""
+    """Print `argv` (dry run) or run it; with `capture`, stdout is returned and never echoed.
+
+    A tool missing from PATH raises `MissingToolError` (a dry run only prints, so needs none).
+    With `quiet`, the command is not echoed to stderr (a probe whose failure is expected).
+    """
     if dry_run:
         print(format_command(argv))
         return None
-    print(f"+ {format_command(argv)}", file=sys.stderr)
+    require_tools(argv[0], purpose=f"`{' '.join(argv[:2])}`")
+    if not quiet:
+        print(f"+ {format_command(argv)}", file=sys.stderr)
     result = subprocess.run(list(argv), text=True, capture_output=capture)
     if check and result.returncode != 0:
         # stderr only: stdout of a capturing call may be a secret.

@@ -20,6 +20,8 @@ import yaml
 __all__ = [
     "CLUSTERS",
     "DEFAULT_PROJECT",
+    "IMAGE_NAME",
+    "IMAGE_REPOSITORY",
     "LATEST_DOCKER_TAG",
     "LOCAL_CLUSTER",
     "TEMPLATE_NAME",
@@ -29,6 +31,7 @@ __all__ = [
     "cluster_from_config_file",
     "config_path",
     "get_cluster",
+    "image_ref",
     "infra_dir",
     "render_config",
     "write_configs",
@@ -36,7 +39,10 @@ __all__ = [
 
 LOCAL_CLUSTER = "local"
 DEFAULT_PROJECT = "hai-gcp-models"
-# `make cluster_docker` bumps this when it pushes a new image to every region.
+IMAGE_REPOSITORY = "marin"  # the Artifact Registry repository, one per region
+IMAGE_NAME = "marin_cluster"
+# `make cluster_docker` (`marin cluster build-image`) rewrites this line after pushing a new image to
+# every region; `update-configs` then writes it into every generated config. Keep it on one line.
 LATEST_DOCKER_TAG = "20261120"
 TEMPLATE_NAME = "marin-cluster-template.yaml"
 BANNER = (
@@ -44,6 +50,11 @@ BANNER = (
     "# Source: infra/{template} rendered for cluster '{name}' (lib/marin/src/marin/cluster/config.py).\n"
     "# Edit the template or the cluster table, then run `marin cluster update-configs`.\n"
 )
+
+
+def image_ref(region: str, tag: str, project: str = DEFAULT_PROJECT) -> str:
+    """Where the cluster image with `tag` lives in `region`'s Artifact Registry."""
+    return f"{region}-docker.pkg.dev/{project}/{IMAGE_REPOSITORY}/{IMAGE_NAME}:{tag}"
 
 
 class Capacity(enum.StrEnum):
@@ -99,7 +110,7 @@ class ClusterSpec:
 
     @property
     def docker_image(self) -> str:
-        return f"{self.region}-docker.pkg.dev/{self.project}/marin/marin_cluster:{self.docker_tag}"
+        return image_ref(self.region, self.docker_tag, self.project)
 
     @property
     def runtime_version(self) -> str:
@@ -119,6 +130,18 @@ CLUSTERS: dict[str, ClusterSpec] = {
         ClusterSpec("us-east5", "us-east5", "us-east5-b", "v6e", "v6e-4", "gs://marin-us-east5"),
         ClusterSpec("us-east1", "us-east1", "us-east1-d", "v6e", "v6e-4", "gs://marin-us-east1"),
         ClusterSpec("us-central1", "us-central1", "us-central1-a", "v6e", "v6e-4", "gs://marin-us-central1"),
+        # Staging: try a new image or template here first. Its own token secret, no standing workers.
+        ClusterSpec(
+            "us-central2-staging",
+            "us-central2",
+            "us-central2-b",
+            "v4",
+            "v4-8",
+            "gs://marin-us-central2",
+            min_workers=0,
+            max_workers=16,
+            auth_secret="RAY_AUTH_TOKEN_STAGING",
+        ),
         # Reserved for the hero run: do not use for anything else.
         ClusterSpec(
             "big-run",

@@ -26,12 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from marin.cluster import local
-from marin.cluster.auth import auth_headers, read_token, redact, remote_token_path
+from marin.cluster.auth import auth_headers, read_token, redact, remote_token_path, write_private_file
 from marin.cluster.commands import (
     DASHBOARD_PORT,
     format_command,
     gcloud_fetch_secret,
     ray_get_head_ip,
+    require_tools,
     run_command,
     ssh_tunnel,
 )
@@ -98,11 +99,7 @@ def fetch_token(target: Target, dry_run: bool = False) -> Path:
     token = run_command(argv, dry_run=False, capture=True).stdout.strip()
     if not token:
         raise RuntimeError(f"Secret {spec.auth_secret} in {spec.project} is empty")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token)
-    return path
+    return write_private_file(path, token)
 
 
 def resolve_target(cluster: str | None = None, config: str | None = None) -> Target:
@@ -191,6 +188,7 @@ def dashboard_address(target: Target) -> Iterator[str]:
         return
     result = run_command(ray_get_head_ip(target.config), dry_run=False, capture=True)
     head_ip = result.stdout.strip().splitlines()[-1]
+    require_tools("ssh", purpose=f"Reaching the job API of {target.name} through an SSH tunnel")
     port = _free_port()
     proc = subprocess.Popen(ssh_tunnel(head_ip, {port: DASHBOARD_PORT}), stdin=subprocess.DEVNULL)
     try:

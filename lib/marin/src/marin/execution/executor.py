@@ -1,392 +1,46 @@
-"""The executor: runs a plan of steps once each, concurrently, resumably, across processes.
+"""The executor's public API, where Marin experiments import it from.
 
-For every planned step, in dependency order and at most `max_concurrent` at a time:
+    from marin.execution.executor import ExecutorStep, executor_main, output_path_of, this_output_path
 
-1. a step whose status file says SUCCESS is skipped; FAILED raises unless
-   `force_run_failed`; a step whose dependency failed gets DEP_FAILED and does not run;
-2. otherwise the executor takes the step's lease (see `lease`), waiting while another live
-   executor holds it, and re-reads the status under the lease (the other may have finished);
-3. it writes RUNNING and the info file, calls the function with the resolved config (in a
-   thread, or as a Ray task: see `ray_env`), writes SUCCESS or FAILED, releases the lease.
-   A Ray task that died with its node or worker (`NodeDiedError`, `WorkerCrashedError`, ...
-   after Ray's own retries; see `marin.tpu.runner.is_preemption`) is recorded PREEMPTED,
-   not FAILED: the run still reports the step as failed, but a rerun runs it again without
-   `force_run_failed`. A step that lost its lease while running does not write SUCCESS (the
-   executor that took it over records the outcome) and fails in this run.
-
-An experiment record (`<prefix>/experiments/<script>-<hash>.json`) lists the steps, their
-outcome, the git commit, the calling script and the date. When any step fails the run
-ends with `ExecutorError`, which names every failed step.
+Every name an experiment uses lives here (`marin.execution` re-exports them): steps and the
+placeholders of their configs (`steps`), `executor_main` and its options (`main`), and the
+`Executor` that runs a plan of steps (`runner`).
 """
 
-from __future__ import annotations
-
-import hashlib
-import logging
-import os
-import subprocess
-import sys
-import time
-import traceback
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any, Callable, Iterable
-
-from marin.execution import storage
-from marin.execution.hashing import resolve_config
-from marin.execution.lease import Lease, default_owner
-from marin.execution.planning import Plan, PlannedStep, plan_steps
-from marin.execution.ray_env import run_step_function
-from marin.execution.status import (
-    LEASE_DIR,
-    STATUS_FILE,
-    StepStatus,
-    now_iso,
-    write_info,
-    write_status,
+from marin.execution.main import ExecutorMainConfig, executor_main
+from marin.execution.runner import SKIPPED, Executor, ExecutorError, StepFailedError
+from marin.execution.status import StepStatus, read_status, read_step_record
+from marin.execution.steps import (
+    THIS_OUTPUT_PATH,
+    ExecutorStep,
+    InputName,
+    OutputName,
+    VersionedValue,
+    ensure_versioned,
+    output_path_of,
+    this_output_path,
+    unwrap_versioned_value,
+    versioned,
 )
-from marin.execution.steps import ExecutorStep
 
-__all__ = ["Executor", "ExecutorError", "StepFailedError", "SKIPPED"]
-
-logger = logging.getLogger(__name__)
-
-SKIPPED = "SKIPPED"
-_FAILED = (StepStatus.FAILED.value, StepStatus.DEP_FAILED.value)
-_DONE = (StepStatus.SUCCESS.value, SKIPPED)
-
-
-class ExecutorError(RuntimeError):
-    """Some steps failed; `failed` maps each failed step's output path to its error."""
-
-    def __init__(self, failed: dict[str, str], dep_failed: list[str]):
-        self.failed = failed
-        self.dep_failed = dep_failed
-        lines = [f"{len(failed)} step(s) failed:"] + [f"  {path}: {error}" for path, error in failed.items()]
-        if dep_failed:
-            lines.append(f"{len(dep_failed)} dependent step(s) did not run (DEP_FAILED): " + ", ".join(dep_failed))
-        super().__init__("\n".join(lines))
-
-
-class StepFailedError(RuntimeError):
-    """A step failed before (or in another executor) and must not be rerun now; says where."""
-
-
-def _status_record(output_path: str) -> dict[str, Any] | None:
-    return storage.read_json(f"{output_path}/{STATUS_FILE}")
-
-
-class Executor:
-    """Runs experiment steps under `prefix`; see the module docstring.
-
-    Args:
-        prefix: where output paths go (local directory or URL such as gs://bucket/dir).
-        max_concurrent: at most this many steps run (or wait on a lease) at once.
-        force_run_failed: rerun steps whose status is FAILED instead of raising.
-        lease_timeout, heartbeat_interval: lease parameters (seconds); others take over a
-            step whose holder has not heartbeated for `lease_timeout`.
-        poll_interval: seconds between checks while another executor holds a step.
-        settle: read-back delay when creating a lease on an object store.
-        description: recorded in the experiment record.
-        caller: the script recorded in the experiment record (default `sys.argv[0]`).
-    """
-
-    def __init__(
-        self,
-        prefix: str,
-        *,
-        max_concurrent: int = 8,
-        force_run_failed: bool = False,
-        lease_timeout: float = 60.0,
-        heartbeat_interval: float = 10.0,
-        poll_interval: float = 5.0,
-        settle: float = 1.0,
-        description: str | None = None,
-        caller: str | None = None,
-    ) -> None:
-        if not prefix:
-            raise ValueError("Executor needs a prefix: pass --prefix or set MARIN_PREFIX, e.g. --prefix /tmp/marin")
-        if max_concurrent < 1:
-            raise ValueError(f"max_concurrent must be at least 1, got {max_concurrent}")
-        self.prefix = prefix.rstrip("/")
-        self.max_concurrent = max_concurrent
-        self.force_run_failed = force_run_failed
-        self.lease_timeout = lease_timeout
-        self.heartbeat_interval = heartbeat_interval
-        self.poll_interval = poll_interval
-        self.settle = settle
-        self.description = description
-        self.caller = os.path.abspath(caller if caller is not None else (sys.argv[0] or "<interactive>"))
-        self.owner = default_owner()
-        self._git_commit: str | None = None
-
-    def plan(self, steps: Iterable[ExecutorStep], run_only: list[str] | None = None) -> Plan:
-        """Version and order `steps` and their dependencies; reads no storage."""
-        return plan_steps(list(steps), self.prefix, run_only)
-
-    # -- dry run -------------------------------------------------------------------------
-
-    def dry_run(
-        self, steps: Iterable[ExecutorStep], run_only: list[str] | None = None, out: Callable[[str], None] = print
-    ) -> dict[str, str]:
-        """Say per step what a run would do, without running or writing anything.
-
-        Actions: `skip` (succeeded before), `run` (starts at once), `wait` (after
-        dependencies that run first, or while another executor holds it), `fail` (failed
-        before; needs --force_run_failed), `blocked` (a dependency would fail).
-        Returns `{output_path: action}`.
-        """
-        plan = self.plan(steps, run_only)
-        actions: dict[str, str] = {}
-        for planned in plan.steps:
-            action = self._dry_action(planned, actions)
-            actions[planned.output_path] = action
-            out(f"{action:<8} {planned.name:<40} {planned.output_path}")
-        return actions
-
-    def _dry_action(self, planned: PlannedStep, earlier: dict[str, str]) -> str:
-        record = _status_record(planned.output_path)
-        status = record["status"] if record else None
-        if status == StepStatus.SUCCESS.value:
-            return "skip"
-        if status == StepStatus.FAILED.value and not self.force_run_failed:
-            return "fail"
-        deps = [earlier[path] for path in planned.dependencies]
-        if any(d in ("fail", "blocked") for d in deps):
-            return "blocked"
-        if any(d in ("run", "wait") for d in deps):
-            return "wait"
-        lease = Lease(f"{planned.output_path}/{LEASE_DIR}", timeout=self.lease_timeout, heartbeat_interval=self.heartbeat_interval)
-        return "wait" if Lease.is_live(lease.current()) else "run"
-
-    # -- run -----------------------------------------------------------------------------
-
-    def run(self, steps: Iterable[ExecutorStep], run_only: list[str] | None = None) -> dict[str, str]:
-        """Run the plan; returns `{output_path: SUCCESS | SKIPPED}`.
-
-        Raises:
-            ExecutorError: some step failed (its dependents are marked DEP_FAILED).
-        """
-        plan = self.plan(steps, run_only)
-        record_path = self._experiment_path(plan)
-        self._write_experiment(record_path, plan, {})
-        states: dict[str, str] = {}
-        failed: dict[str, str] = {}
-        waiting = list(plan.steps)
-        with ThreadPoolExecutor(max_workers=self.max_concurrent, thread_name_prefix="marin-step") as pool:
-            running: dict[Future, PlannedStep] = {}
-            while waiting or running:
-                for planned in self._ready(waiting, states):
-                    running[pool.submit(self._run_step, plan, planned)] = planned
-                if not running:  # nothing runs, so nothing can unblock what still waits
-                    if waiting:
-                        raise RuntimeError(f"steps never became ready: {[p.name for p in waiting]}")
-                    break
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in done:
-                    planned = running.pop(future)
-                    try:
-                        states[planned.output_path] = future.result()
-                    except Exception as e:
-                        states[planned.output_path] = StepStatus.FAILED.value
-                        failed[planned.output_path] = f"{planned.name}: {type(e).__name__}: {e}"
-        self._write_experiment(record_path, plan, states)
-        if failed:
-            dep_failed = [p.output_path for p in plan.steps if states.get(p.output_path) == StepStatus.DEP_FAILED.value]
-            raise ExecutorError(failed, dep_failed)
-        return states
-
-    def _ready(self, waiting: list[PlannedStep], states: dict[str, str]) -> list[PlannedStep]:
-        """Remove and return the steps whose dependencies all succeeded; mark DEP_FAILED ones."""
-        ready: list[PlannedStep] = []
-        changed = True
-        while changed:
-            changed = False
-            for planned in list(waiting):
-                deps = [states.get(path) for path in planned.dependencies]
-                if any(d in _FAILED for d in deps):
-                    waiting.remove(planned)
-                    states[planned.output_path] = StepStatus.DEP_FAILED.value
-                    self._mark_dep_failed(planned)
-                    changed = True
-                elif all(d in _DONE for d in deps):
-                    waiting.remove(planned)
-                    ready.append(planned)
-        return ready
-
-    def _mark_dep_failed(self, planned: PlannedStep) -> None:
-        logger.error("Step %s not run: a dependency failed", planned.name)
-        record = _status_record(planned.output_path)
-        if record and record["status"] == StepStatus.SUCCESS.value:
-            return
-        # DEP_FAILED is written without taking the step's lease: never over a live holder's status.
-        lease = Lease(f"{planned.output_path}/{LEASE_DIR}", timeout=self.lease_timeout, heartbeat_interval=self.heartbeat_interval)
-        if Lease.is_live(lease.current()):
-            logger.info("Step %s is held by another executor; not marking it DEP_FAILED", planned.name)
-            return
-        write_status(planned.output_path, StepStatus.DEP_FAILED, self.owner)
-
-    def _run_step(self, plan: Plan, planned: PlannedStep) -> str:
-        """Skip, wait for, or run one step under its lease; returns SUCCESS or SKIPPED."""
-        path = planned.output_path
-        initial = _status_record(path)
-        if self._settled(planned, initial, initial):
-            return SKIPPED
-        lease = Lease(
-            f"{path}/{LEASE_DIR}",
-            self.owner,
-            timeout=self.lease_timeout,
-            heartbeat_interval=self.heartbeat_interval,
-            settle=self.settle,
-        )
-        announced = False
-        while not lease.try_acquire():
-            if not announced:
-                holder = lease.current() or {}
-                logger.info("Step %s is held by %s; waiting", planned.name, holder.get("owner", "another executor"))
-                announced = True
-            time.sleep(self.poll_interval)
-            if self._settled(planned, initial, _status_record(path)):
-                return SKIPPED
-        try:
-            if self._settled(planned, initial, _status_record(path)):
-                return SKIPPED
-            self._execute(plan, planned)
-            if lease.lost:
-                logger.error(
-                    "Step %s finished after losing its lease; another executor took it over and records its outcome, "
-                    "so SUCCESS is not written here", planned.name,
-                )
-                raise StepFailedError(f"lost its lease while running (another executor took over {path}); SUCCESS not recorded")
-            write_status(path, StepStatus.SUCCESS, self.owner)
-            logger.info("Step %s succeeded: %s", planned.name, path)
-            return StepStatus.SUCCESS.value
-        finally:
-            lease.release()
-
-    def _settled(self, planned: PlannedStep, initial: dict | None, current: dict | None) -> bool:
-        """True when the step needs no run (succeeded); raises when it failed and must not rerun.
-
-        A FAILED status from before this run raises unless `force_run_failed`; a FAILED
-        status written during this run (by the executor we waited for) always raises.
-        """
-        status = current["status"] if current else None
-        if status == StepStatus.SUCCESS.value:
-            logger.info("Step %s already succeeded; skipping: %s", planned.name, planned.output_path)
-            return True
-        if status == StepStatus.FAILED.value:
-            where = f"{planned.output_path}/{STATUS_FILE}"
-            if current != initial:
-                raise StepFailedError(f"failed in executor {current.get('owner')} while this one waited (see {where})")
-            if not self.force_run_failed:
-                raise StepFailedError(f"failed in a previous run (see {where}); rerun with --force_run_failed true")
-        return False
-
-    def _execute(self, plan: Plan, planned: PlannedStep) -> None:
-        step, path = planned.step, planned.output_path
-        logger.info("Running step %s -> %s", step.name, path)
-        write_status(path, StepStatus.RUNNING, self.owner)
-        try:
-            config = resolve_config(step.config, plan.output_path, path)
-            write_info(path, _info(planned, config))
-            run_step_function(step.fn, config, step.name, step.resources, step.pip_dependency_groups)
-        except BaseException as e:
-            error = "".join(traceback.format_exception(e))[-4000:]
-            if _is_preemption(e):
-                write_status(path, StepStatus.PREEMPTED, self.owner, error=error)
-                logger.error("Step %s lost its node or worker (recorded PREEMPTED; a rerun runs it again): %s: %s",
-                             step.name, type(e).__name__, e)
-            else:
-                write_status(path, StepStatus.FAILED, self.owner, error=error)
-                logger.error("Step %s failed: %s: %s", step.name, type(e).__name__, e)
-            raise
-
-    # -- experiment record ---------------------------------------------------------------
-
-    def _experiment_path(self, plan: Plan) -> str:
-        digest = hashlib.md5("\n".join(sorted(p.output_path for p in plan.steps)).encode()).hexdigest()[:8]
-        stem = os.path.splitext(os.path.basename(self.caller))[0] or "experiment"
-        return f"{self.prefix}/experiments/{stem}-{digest}.json"
-
-    def _commit(self) -> str | None:
-        if self._git_commit is None:
-            self._git_commit = _git_commit(os.path.dirname(self.caller)) or ""
-        return self._git_commit or None
-
-    def _write_experiment(self, record_path: str, plan: Plan, states: dict[str, str]) -> None:
-        storage.write_json(
-            record_path,
-            {
-                "description": self.description,
-                "caller": self.caller,
-                "git_commit": self._commit(),
-                "date": now_iso(),
-                "prefix": self.prefix,
-                "steps": [
-                    {
-                        "name": p.name,
-                        "output_path": p.output_path,
-                        "hash": p.hash,
-                        "dependencies": p.dependencies,
-                        "state": states.get(p.output_path, "PENDING"),
-                    }
-                    for p in plan.steps
-                ],
-            },
-        )
-
-
-def _is_preemption(error: BaseException) -> bool:
-    """Whether a step's Ray task died with its node or worker rather than raising itself."""
-    if "ray" not in sys.modules:  # no Ray in this process: no Ray error either
-        return False
-    from ray.exceptions import RayTaskError
-
-    from marin.tpu.runner import TpuPreemptedError, is_preemption
-
-    # depth 0: the step's own task died (a Ray error inside the step's function is its own bug);
-    # a run_on_tpu inside the step that ran out of preemption retries counts too.
-    if isinstance(error, TpuPreemptedError) or (
-        isinstance(error, RayTaskError) and isinstance(getattr(error, "cause", None), TpuPreemptedError)
-    ):
-        return True
-    return is_preemption(error, max_depth=0)
-
-
-def _info(planned: PlannedStep, resolved_config: Any) -> dict[str, Any]:
-    step = planned.step
-    fn = getattr(step.fn, "_function", step.fn)  # a Ray RemoteFunction wraps the Python function
-    return {
-        "name": step.name,
-        "description": step.description,
-        "fn": f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}",
-        "version": planned.version,
-        "hash": planned.hash,
-        "output_path": planned.output_path,
-        "config": _jsonable(resolved_config),
-        "dependencies": planned.dependencies,
-        "pip_dependency_groups": step.pip_dependency_groups,
-        "resources": step.resources,
-        "date": now_iso(),
-    }
-
-
-def _jsonable(obj: Any) -> Any:
-    import dataclasses
-
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {"__type__": type(obj).__qualname__, **{f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}}
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    return obj if isinstance(obj, (str, int, float, bool, type(None))) else repr(obj)
-
-
-def _git_commit(directory: str) -> str | None:
-    try:
-        result = subprocess.run(
-            ["git", "-C", directory or ".", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return result.stdout.strip() or None
+__all__ = [
+    "SKIPPED",
+    "THIS_OUTPUT_PATH",
+    "Executor",
+    "ExecutorError",
+    "ExecutorMainConfig",
+    "ExecutorStep",
+    "InputName",
+    "OutputName",
+    "StepFailedError",
+    "StepStatus",
+    "VersionedValue",
+    "ensure_versioned",
+    "executor_main",
+    "output_path_of",
+    "read_status",
+    "read_step_record",
+    "this_output_path",
+    "unwrap_versioned_value",
+    "versioned",
+]

@@ -11,10 +11,12 @@ of the MD5 of a JSON *version record*. Exactly these things count in the record:
 3. every input reference in the config, keyed by its field path:
    - `output_path_of(step, subpath)` records the dependency's version id (`<name>-<hash>`)
      and the subpath;
-   - `InputName.hardcoded(path)` records the path (different input data, different output),
-     with any subpath joined on;
+   - `InputName.hardcoded(path)` records the path as written (different input data,
+     different output), with any subpath joined on;
 4. the version ids of all dependencies, in order of first appearance in the config (each
-   once, so two identical dependency steps count like one).
+   once, so two identical dependency steps count like one); the version ids of
+   non-blocking references (`.nonblocking()`) are listed apart, under
+   `pseudo_dependencies`, and only when there are some (so adding none changes no hash).
 
 A dependency with `override_output_path` has the version id `<name>-<hash>@<override>`, so
 moving a dependency's override changes the version (and path) of everything downstream.
@@ -38,7 +40,7 @@ from typing import Any, Callable, Iterator
 
 from marin.execution.steps import ExecutorStep, InputName, OutputName, VersionedValue, is_dataclass_instance
 
-__all__ = ["HASH_LENGTH", "dependencies_of", "version_of", "hash_version", "resolve_config"]
+__all__ = ["HASH_LENGTH", "dependencies_of", "pseudo_dependencies_of", "version_of", "hash_version", "resolve_config"]
 
 HASH_LENGTH = 8
 
@@ -80,18 +82,28 @@ def _tag_tuples(value: Any) -> Any:
 
 def _as_input(obj: Any) -> InputName | None:
     if isinstance(obj, ExecutorStep):
-        return InputName(step=obj)
+        return InputName(obj)
     return obj if isinstance(obj, InputName) else None
 
 
-def dependencies_of(step: ExecutorStep) -> list[ExecutorStep]:
-    """The steps whose output paths `step`'s config refers to, in order of first appearance."""
+def _referenced_steps(step: ExecutorStep, blocking: bool) -> dict[int, ExecutorStep]:
     found: dict[int, ExecutorStep] = {}
     for _, obj in _walk(step.config, ""):
         ref = _as_input(obj)
-        if ref is not None and ref.step is not None:
+        if ref is not None and ref.step is not None and ref.block_on_step == blocking:
             found.setdefault(id(ref.step), ref.step)
-    return list(found.values())
+    return found
+
+
+def dependencies_of(step: ExecutorStep) -> list[ExecutorStep]:
+    """The steps `step` waits for: those its config refers to (blocking), in order of first appearance."""
+    return list(_referenced_steps(step, blocking=True).values())
+
+
+def pseudo_dependencies_of(step: ExecutorStep) -> list[ExecutorStep]:
+    """The steps referred to only through `.nonblocking()`: versioned, never waited for."""
+    blocking = _referenced_steps(step, blocking=True)
+    return [dep for key, dep in _referenced_steps(step, blocking=False).items() if key not in blocking]
 
 
 def version_of(step: ExecutorStep, version_id: Callable[[ExecutorStep], str]) -> dict[str, Any]:
@@ -107,14 +119,18 @@ def version_of(step: ExecutorStep, version_id: Callable[[ExecutorStep], str]) ->
             if ref.step is not None:
                 config[path] = {"dependency": version_id(ref.step), "subpath": ref.subpath}
             else:
-                config[path] = {"hardcoded": _join(ref.path, ref.subpath)}
+                config[path] = {"hardcoded": ref.path}
         elif isinstance(obj, VersionedValue):
             config[path] = _tag_tuples(obj.value)
-    return {
+    version: dict[str, Any] = {
         "name": step.name,
         "config": config,
         "dependencies": list(dict.fromkeys(version_id(dep) for dep in dependencies_of(step))),
     }
+    pseudo = pseudo_dependencies_of(step)
+    if pseudo:  # absent otherwise, so that steps without any keep their hashes
+        version["pseudo_dependencies"] = list(dict.fromkeys(version_id(dep) for dep in pseudo))
+    return version
 
 
 def hash_version(version: dict[str, Any]) -> str:
@@ -126,20 +142,24 @@ def hash_version(version: dict[str, Any]) -> str:
     return hashlib.md5(text.encode("utf-8")).hexdigest()[:HASH_LENGTH]
 
 
-def resolve_config(config: Any, output_path: Callable[[ExecutorStep], str], own_output_path: str) -> Any:
+def resolve_config(
+    config: Any, output_path: Callable[[ExecutorStep], str], own_output_path: str, prefix: str | None = None
+) -> Any:
     """A copy of `config` with every placeholder replaced by its concrete value.
 
-    Input references become path strings, `this_output_path()` the step's own output path,
-    `versioned(v)` becomes `v`. The original config is not modified.
+    Input references become path strings (a relative hardcoded path is taken under `prefix`),
+    `this_output_path()` the step's own output path, `versioned(v)` becomes `v`. The
+    original config is not modified.
     """
 
     def resolve(obj: Any) -> Any:
         ref = _as_input(obj)
         if ref is not None:
-            base = output_path(ref.step) if ref.step is not None else ref.path
-            return _join(base, ref.subpath)
+            if ref.step is not None:
+                return _join(output_path(ref.step), ref.subpath)
+            return under_prefix(prefix, ref.path)
         if isinstance(obj, OutputName):
-            return _join(own_output_path, obj.subpath)
+            return _join(own_output_path, obj.name)
         if isinstance(obj, VersionedValue):
             return obj.value
         if is_dataclass_instance(obj):
@@ -154,6 +174,13 @@ def resolve_config(config: Any, output_path: Callable[[ExecutorStep], str], own_
         return obj
 
     return resolve(config)
+
+
+def under_prefix(prefix: str | None, path: str) -> str:
+    """`path` itself when absolute (`/x`, `gs://b/x`), else `<prefix>/<path>`."""
+    if prefix is None or "://" in path or path.startswith("/"):
+        return path
+    return _join(prefix.rstrip("/"), path)
 
 
 def _join(base: str, subpath: str | None) -> str:

@@ -23,7 +23,8 @@ claim file, and the owner keeps a heartbeat file fresh while it holds the lease:
 - **Heartbeat.** While held, a thread rewrites our beat file every `heartbeat_interval`
   seconds, and first checks that no claim of a newer epoch exists; if one does (we stalled
   past our timeout and were taken over) the lease is marked `lost`.
-- **Release.** Write the beat file with `released: true`; the next acquirer claims E+1.
+- **Release.** Write the beat file with `released: true` and the step's outcome and error
+  (the status file holds only the status token); the next acquirer claims E+1.
   An error after our claim was written but before the lease is held (the read-back, the
   first heartbeat) removes the claim again (or, failing that, marks it released), so no
   orphan claim blocks the step until its timeout.
@@ -113,15 +114,31 @@ class Lease:
         if claim is None:
             return None
         beat = storage.read_json(f"{self.directory}/{self._beat_name(epoch, claim['token'])}") or {}
-        return {**claim, "heartbeat": max(claim["heartbeat"], beat.get("heartbeat", 0.0)), "released": beat.get("released", False)}
+        return {
+            **claim,
+            "heartbeat": max(claim["heartbeat"], beat.get("heartbeat", 0.0)),
+            "released": beat.get("released", False),
+            "outcome": beat.get("outcome"),
+            "error": beat.get("error"),
+        }
 
     def current(self) -> dict[str, Any] | None:
-        """The newest epoch's owner: `{owner, token, epoch, heartbeat, timeout, released}`, or None."""
+        """The newest epoch's owner: `{owner, token, epoch, heartbeat, timeout, released,
+        outcome, error}`, or None."""
         claims = self._claims()
         if not claims:
             return None
         latest = max(claims)
         return self._owner_record(latest, claims[latest][0])
+
+    def latest_epoch(self) -> int:
+        """The newest epoch anyone claimed (0 when none)."""
+        return max(self._claims(), default=0)
+
+    def record(self, epoch: int) -> dict[str, Any] | None:
+        """The owner record of `epoch` (as `current` gives it), or None when it has none."""
+        claims = self._claims().get(epoch)
+        return self._owner_record(epoch, claims[0]) if claims else None
 
     @staticmethod
     def is_live(record: dict[str, Any] | None, now: float | None = None) -> bool:
@@ -199,9 +216,12 @@ class Lease:
             except Exception:  # noqa: BLE001
                 logger.exception("Could not release claim %s/%s either", self.directory, claim_name)
 
-    def _write_beat(self, released: bool) -> None:
+    def _write_beat(self, released: bool, outcome: str | None = None, error: str | None = None) -> None:
         assert self.epoch is not None
-        beat = json.dumps({"heartbeat": time.time(), "released": released})
+        record: dict[str, Any] = {"heartbeat": time.time(), "released": released}
+        if outcome is not None:
+            record.update(outcome=outcome, error=error)
+        beat = json.dumps(record)
         storage.write_text(f"{self.directory}/{self._beat_name(self.epoch, self.token)}", beat)
 
     def _taken_over(self) -> bool:
@@ -218,14 +238,15 @@ class Lease:
             except Exception:  # a transient storage error must not end the heartbeat
                 logger.exception("Heartbeat on lease %s failed; retrying", self.directory)
 
-    def release(self) -> None:
-        """Stop heartbeating and mark our epoch released (nothing when not held)."""
+    def release(self, outcome: str | None = None, error: str | None = None) -> None:
+        """Stop heartbeating and mark our epoch released, with the step's `outcome` (a
+        status token) and `error` text if given (nothing when not held)."""
         if self.epoch is None:
             return
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         if not self.lost and not self._taken_over():
-            self._write_beat(released=True)
+            self._write_beat(released=True, outcome=outcome, error=error)
         self.epoch = None
         self._thread = None

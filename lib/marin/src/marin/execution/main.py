@@ -1,7 +1,7 @@
 """`executor_main`: the command line of an experiment script, parsed by draccus.
 
     python experiments/hello_world.py --prefix /tmp/x [--dry_run true] [--force_run_failed true]
-        [--run_only '["stats"]'] [--max_concurrent 4]
+        [--run_only '["stats"]'] [--max_concurrent 4] [--executor_info_base_path DIR]
 
 `--prefix` falls back to the MARIN_PREFIX environment variable.
 """
@@ -15,10 +15,12 @@ from typing import Sequence
 
 import draccus
 
-from marin.execution.executor import Executor
-from marin.execution.steps import ExecutorStep
+from marin.execution.runner import Executor
+from marin.execution.steps import ExecutorStep, InputName
 
 __all__ = ["ExecutorMainConfig", "executor_main"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -27,6 +29,8 @@ class ExecutorMainConfig:
 
     prefix: str | None = None
     """Where outputs go (a directory or gs:// URL); default: $MARIN_PREFIX."""
+    executor_info_base_path: str | None = None
+    """Where the experiment record (`<script>-<hash>.json`) goes; default: <prefix>/experiments."""
     dry_run: bool = False
     """Print what each step would do (run, skip, wait, fail, blocked) and run nothing."""
     force_run_failed: bool = False
@@ -44,16 +48,30 @@ class ExecutorMainConfig:
 
 
 def executor_main(
-    steps: Sequence[ExecutorStep],
+    config_or_steps: ExecutorMainConfig | Sequence[ExecutorStep | InputName] | None = None,
+    steps: Sequence[ExecutorStep | InputName] | None = None,
     description: str | None = None,
     args: Sequence[str] | None = None,
     config: ExecutorMainConfig | None = None,
 ) -> dict[str, str]:
     """Parse the command line (or `args`, or use `config`) and run or dry-run `steps`.
 
+    Takes the calls Marin experiments make: `executor_main(steps=[...], description="...")`,
+    `executor_main([...])`, and `executor_main(ExecutorMainConfig(prefix=...), steps=[...])`
+    (a config skips the command line).
     Returns `{output_path: action}` for a dry run, else `{output_path: SUCCESS | SKIPPED}`.
     Raises `ExecutorError` when a step fails and `ValueError` when no prefix is given.
     """
+    if isinstance(config_or_steps, ExecutorMainConfig):
+        if config is not None:
+            raise TypeError("executor_main got two configs (a positional one and config=)")
+        config = config_or_steps
+    elif config_or_steps is not None:
+        if steps is not None:
+            raise TypeError("executor_main got steps twice (positionally and as steps=)")
+        steps = config_or_steps
+    if steps is None:
+        raise TypeError("executor_main needs steps: executor_main(steps=[step, ...])")
     if config is None:
         config = draccus.parse(config_class=ExecutorMainConfig, args=args)
     if not logging.getLogger().handlers:
@@ -61,6 +79,8 @@ def executor_main(
     prefix = config.prefix or os.environ.get("MARIN_PREFIX")
     if not prefix:
         raise ValueError("No output prefix: pass --prefix /path/or/gs://bucket/dir or set MARIN_PREFIX")
+    if config.prefix and os.environ.get("MARIN_PREFIX") not in (None, config.prefix):
+        logger.warning("--prefix %s differs from MARIN_PREFIX=%s; using --prefix", config.prefix, os.environ["MARIN_PREFIX"])
     executor = Executor(
         prefix,
         max_concurrent=config.max_concurrent,
@@ -69,6 +89,7 @@ def executor_main(
         heartbeat_interval=config.heartbeat_interval,
         poll_interval=config.poll_interval,
         description=description,
+        executor_info_base_path=config.executor_info_base_path,
     )
     if config.dry_run:
         return executor.dry_run(steps, config.run_only)

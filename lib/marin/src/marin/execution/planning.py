@@ -2,7 +2,9 @@
 
 Planning reads nothing from storage. It walks the dependencies of the given steps, computes
 each step's version and output path (see `hashing`), folds identical steps (same output
-path) into one, applies `run_only`, and orders steps so dependencies come first.
+path) into one, applies `run_only`, and orders steps so dependencies come first. A step
+referred to only through `.nonblocking()` gets a version and an output path (its
+dependents need them) but is not part of the plan's steps: nothing waits for it or runs it.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from marin.execution.hashing import dependencies_of, hash_version, version_of
-from marin.execution.steps import ExecutorStep
+from marin.execution.hashing import dependencies_of, hash_version, pseudo_dependencies_of, version_of
+from marin.execution.steps import ExecutorStep, InputName
 
 __all__ = ["PlannedStep", "Plan", "plan_steps", "output_path_for"]
 
@@ -45,10 +47,12 @@ class PlannedStep:
 
 @dataclass
 class Plan:
-    """The planned steps in dependency order, and a lookup from steps to their plan entry."""
+    """The planned steps in dependency order, and a lookup from steps to their plan entry
+    (which also covers steps referred to only through `.nonblocking()`)."""
 
     steps: list[PlannedStep]
     by_step: dict[int, PlannedStep]
+    prefix: str | None = None
 
     def output_path(self, step: ExecutorStep) -> str:
         return self.by_step[id(step)].output_path
@@ -63,8 +67,8 @@ def output_path_for(prefix: str, step: ExecutorStep, step_hash: str) -> str:
     return f"{prefix}/{step.name}-{step_hash}"
 
 
-def plan_steps(steps: Iterable[ExecutorStep], prefix: str, run_only: list[str] | None = None) -> Plan:
-    """Plan `steps` and all their dependencies under `prefix`.
+def plan_steps(steps: Iterable[ExecutorStep | InputName], prefix: str, run_only: list[str] | None = None) -> Plan:
+    """Plan `steps` (steps, or references to steps) and all their dependencies under `prefix`.
 
     Raises:
         TypeError: an entry is not an ExecutorStep.
@@ -84,6 +88,8 @@ def plan_steps(steps: Iterable[ExecutorStep], prefix: str, run_only: list[str] |
             raise ValueError(f"dependency cycle through step {step.name!r}")
         visiting.add(id(step))
         deps = [visit(dep) for dep in dependencies_of(step)]
+        for pseudo in pseudo_dependencies_of(step):
+            visit(pseudo)
         visiting.discard(id(step))
         version = version_of(step, lambda dep: by_step[id(dep)].version_id)
         step_hash = hash_version(version)
@@ -98,25 +104,49 @@ def plan_steps(steps: Iterable[ExecutorStep], prefix: str, run_only: list[str] |
         by_step[id(step)] = planned
         return planned
 
-    for step in steps:
+    roots = [_step_of(entry) for entry in steps]
+    for step in roots:
         visit(step)
+    order = _needed(order, by_path, [by_step[id(step)].output_path for step in roots])
     if run_only:
         order = _select(order, by_path, run_only)
-    return Plan(order, by_step)
+    return Plan(order, by_step, prefix.rstrip("/"))
+
+
+def _step_of(entry: ExecutorStep | InputName) -> ExecutorStep:
+    if isinstance(entry, InputName):
+        if entry.step is None:
+            raise TypeError(f"expected ExecutorStep, got a hardcoded path {entry.path!r}, which is not a step")
+        return entry.step
+    return entry
+
+
+def _closure(by_path: dict[str, PlannedStep], start: Iterable[str]) -> set[str]:
+    """`start` and every step they need (blocking dependencies), transitively."""
+    wanted: set[str] = set()
+    stack = list(start)
+    while stack:
+        path = stack.pop()
+        if path not in wanted:
+            wanted.add(path)
+            stack.extend(by_path[path].dependencies)
+    return wanted
+
+
+def _needed(order: list[PlannedStep], by_path: dict[str, PlannedStep], roots: list[str]) -> list[PlannedStep]:
+    """Drop the steps referred to only through `.nonblocking()` references."""
+    wanted = _closure(by_path, roots)
+    return [p for p in order if p.output_path in wanted]
 
 
 def _select(order: list[PlannedStep], by_path: dict[str, PlannedStep], patterns: list[str]) -> list[PlannedStep]:
     """The steps whose names match any pattern (re.search), plus everything they depend on."""
-    wanted: set[str] = set()
+    matched: list[str] = []
     for pattern in patterns:
         matches = [p for p in order if re.search(pattern, p.name)]
         if not matches:
             names = ", ".join(sorted({p.name for p in order}))
             raise ValueError(f"run_only pattern {pattern!r} matches no step; the steps are: {names}")
-        stack = [p.output_path for p in matches]
-        while stack:
-            path = stack.pop()
-            if path not in wanted:
-                wanted.add(path)
-                stack.extend(by_path[path].dependencies)
+        matched.extend(p.output_path for p in matches)
+    wanted = _closure(by_path, matched)
     return [p for p in order if p.output_path in wanted]

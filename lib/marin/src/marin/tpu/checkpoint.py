@@ -1,52 +1,52 @@
-"""Atomic, single-file checkpoints of a JAX pytree plus the data position.
+"""Sharded, asynchronous checkpoints of a training run, with orbax-checkpoint.
 
-Layout under a checkpoint directory (any fsspec URL: a local path, ``gs://``, ``memory://``)::
+Layout under a checkpoint directory (a local path or ``gs://``)::
 
-    step-00000100.npz     one file per checkpoint: every leaf as an array, plus metadata
-    step-00000200.npz
-    latest.json           {"step": 200, "file": "step-00000200.npz"}, written last
+    100/state/...          the state's arrays: every host writes its own shards (tensorstore)
+    100/meta/metadata      JSON: format, step, data position, last metrics, metrics history
+    100/commit_success.txt orbax's completion marker
+    200/...
 
-A checkpoint file is written atomically (``zephyr.io.atomic_write``: a temporary name plus
-``os.replace`` on local disk; a single upload on object stores, where an object appears
-only when complete). ``latest.json`` is the commit point: it is written, also atomically,
-only after the checkpoint file is in place, so a reader never follows it to a partial
-checkpoint; files newer than it (a writer killed in between) are ignored and overwritten by
-the next run. After a commit, checkpoints older than the newest ``keep`` are deleted.
+What :class:`Checkpointer` guarantees, through orbax's ``CheckpointManager``:
 
-Leaves are stored in ``jax.tree_util`` flatten order; loading needs a *template* pytree of
-the same structure (e.g. the freshly initialised state), which also gives the dtypes.
-Typed PRNG key leaves are stored as their key data. Each leaf's dtype name is kept in the
-metadata: ``bfloat16`` and the other ``ml_dtypes`` types (which ``.npz`` cannot describe) are
-stored as raw unsigned integers of the same width and viewed back on load; Python-scalar
-leaves (a float learning rate, an int counter) are stored as the dtype JAX gives them and
-cast to the template's dtype on load. Multi-host: non-fully-addressable
-arrays are gathered first (every host must call :func:`save_checkpoint`; only the writer
-writes).
+- **Asynchronous**: ``save`` copies the arrays off the devices and returns; the write goes
+  on in the background while training continues. The next ``save`` (or ``wait``/``close``)
+  waits for the previous one first.
+- **Visible only when complete**: a local save writes ``<step>.orbax-checkpoint-tmp`` and
+  renames it when every host has finished; on ``gs://`` a step counts only once its commit
+  marker exists. A save cut short (a preempted host) is never restored, and its leftovers
+  are removed by the next run's checkpointer.
+- **The last ``keep``** checkpoints are kept, older ones deleted.
+- **Restore onto the mesh**: each array comes back with the sharding of the abstract state
+  it is restored into (any mesh shape: a run checkpointed on 8 devices resumes on 4).
+  A checkpoint of a different model (other leaf names, shapes or dtypes) is refused with a
+  ``ValueError`` naming the leaves before anything is read; nothing on disk changes.
+
+Every host must call ``save``/``restore`` (they synchronise); only the state's own shards
+are written by each host.
 """
 
 from __future__ import annotations
 
-import io
-import json
-import re
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
+import jax
 
 from marin.tpu.data import DataPosition
 
-__all__ = ["FORMAT", "LATEST", "Checkpoint", "latest_step", "load_checkpoint", "save_checkpoint"]
+__all__ = ["FORMAT", "Checkpoint", "Checkpointer", "latest_step", "load_checkpoint", "save_checkpoint"]
 
-FORMAT = "marin.tpu.checkpoint/1"
-LATEST = "latest.json"
-_META_KEY = "__meta__"
-_FILE_RE = re.compile(r"step-(\d{8,})\.npz$")
+logger = logging.getLogger(__name__)
+
+FORMAT = "marin.tpu.checkpoint/2"
+_LEGACY_MARKER = "latest.json"  # marin.tpu.checkpoint/1: one .npz per step plus this marker
 
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A loaded checkpoint: the state (template structure), its step, and the data position."""
+    """A restored checkpoint: the state (on the mesh), its step, and the data position."""
 
     step: int
     state: Any
@@ -56,216 +56,237 @@ class Checkpoint:
     history: list[dict] = field(default_factory=list)  # the metrics logged so far, one dict per log step
 
 
-def _join(directory: str, name: str) -> str:
-    return f"{directory.rstrip('/')}/{name}"
+class Checkpointer:
+    """The checkpoints of one run in ``directory``: save (async), find, restore.
 
-
-def _file_name(step: int) -> str:
-    return f"step-{step:08d}.npz"
-
-
-def save_checkpoint(
-    directory: str,
-    step: int,
-    state: Any,
-    data_position: DataPosition,
-    *,
-    metrics: dict[str, float] | None = None,
-    keep: int = 2,
-    write: bool = True,
-    history: list[dict] | None = None,
-) -> str:
-    """Write ``state`` as checkpoint ``step`` and commit it as the latest; return its path.
-
-    Holds one host copy of the state in memory while writing. ``write=False`` only takes
-    part in the multi-host gather (for hosts other than the writer).
+    >>> with Checkpointer("gs://b/run/ckpt", keep=3) as checkpoints:   # doctest: +SKIP
+    ...     restored = checkpoints.restore(abstract_state)             # None on a fresh run
+    ...     checkpoints.save(100, state, batches.position, metrics={"loss": 2.1})
     """
-    import jax
 
-    converted = [_to_numpy(leaf) for leaf in jax.tree_util.tree_leaves(state)]
-    path = _join(directory, _file_name(step))
-    if not write:
-        return path
-    leaves = [_storable(array) for array, _ in converted]
-    meta = {
-        "format": FORMAT,
-        "step": int(step),
-        "num_leaves": len(leaves),
-        "key_leaves": {str(i): impl for i, (_, impl) in enumerate(converted) if impl is not None},
-        "dtypes": [array.dtype.name for array, _ in converted],
-        "data_position": data_position.to_dict(),
-        "metrics": {k: float(v) for k, v in (metrics or {}).items()},
-        "history": list(history or []),
-    }
-    arrays = {f"leaf_{i:05d}": array for i, array in enumerate(leaves)}
-    arrays[_META_KEY] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    _write_bytes(path, buffer.getvalue())
-    _write_bytes(_join(directory, LATEST), json.dumps({"step": int(step), "file": _file_name(step)}).encode())
-    _prune(directory, keep=keep, newest=step)
-    return path
+    def __init__(self, directory: str, *, keep: int = 2, async_save: bool = True):
+        import orbax.checkpoint as ocp
+
+        if keep < 1:
+            raise ValueError(f"keep must be positive, got {keep}")
+        self.directory = directory.rstrip("/")
+        _refuse_legacy(self.directory)
+        _forget_listings(self.directory)  # orbax's leftover cleanup must see what is there now
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep, enable_async_checkpointing=async_save, create=True, cleanup_tmp_directories=True,
+        )
+        self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"),
+                                              item_handlers=_handlers())
+
+    def latest_step(self) -> int | None:
+        return self._manager.latest_step()
+
+    def save(self, step: int, state: Any, data_position: DataPosition, *,
+             metrics: dict[str, float] | None = None, history: list[dict] | None = None) -> None:
+        """Start writing checkpoint ``step`` (returns once the arrays are off the devices)."""
+        import orbax.checkpoint as ocp
+
+        meta = {
+            "format": FORMAT,
+            "step": int(step),
+            "data_position": data_position.to_dict(),
+            "metrics": {k: float(v) for k, v in (metrics or {}).items()},
+            "history": [dict(point) for point in history or ()],
+        }
+        args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+        if not self._manager.save(int(step), args=args, force=True):
+            raise RuntimeError(f"{self.directory}: orbax declined to save step {step}")
+
+    def restore(self, abstract_state: Any, step: int | None = None) -> Checkpoint | None:
+        """The latest (or ``step``'s) complete checkpoint, restored into ``abstract_state``.
+
+        ``abstract_state``: a pytree of ``jax.ShapeDtypeStruct`` (with ``sharding``) or arrays,
+        as ``jax.eval_shape(init_state, key)`` gives with shardings attached. Returns None when
+        there is no checkpoint.
+
+        Raises:
+            ValueError: the checkpoint holds a different model (names the differing leaves).
+        """
+        import orbax.checkpoint as ocp
+
+        step = self._manager.latest_step() if step is None else step
+        if step is None:
+            return None
+        path = f"{self.directory}/{step}"
+        stored = self._manager.item_metadata(step)["state"]
+        _check_compatible(stored, abstract_state, path)
+        target = jax.tree_util.tree_map(_restore_target, abstract_state)
+        restored = self._manager.restore(
+            step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()),
+        )
+        meta = restored["meta"]
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"{path}: unknown checkpoint format {meta.get('format')!r}, expected {FORMAT!r}")
+        return Checkpoint(
+            step=int(meta["step"]),
+            state=restored["state"],
+            data_position=DataPosition.from_dict(meta["data_position"]),
+            metrics=meta.get("metrics", {}),
+            path=path,
+            history=meta.get("history", []),
+        )
+
+    def wait(self) -> None:
+        """Block until the last save is complete (and raise if it failed)."""
+        self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        self._manager.close()
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _handlers() -> dict:
+    import orbax.checkpoint as ocp
+
+    return {"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}
 
 
 def latest_step(directory: str) -> int | None:
-    """The step of the latest committed checkpoint in ``directory``, or None if there is none."""
-    marker = _read_marker(directory)
-    return None if marker is None else int(marker["step"])
+    """The step of the latest complete checkpoint in ``directory``, or None. Writes nothing."""
+    import orbax.checkpoint as ocp
 
-
-def load_checkpoint(directory: str, template: Any) -> Checkpoint | None:
-    """Load the latest committed checkpoint into ``template``'s structure, or None if none.
-
-    Raises:
-        ValueError: if the checkpoint does not match the template (leaf count, shape, dtype).
-    """
-    import jax
-
-    marker = _read_marker(directory)
-    if marker is None:
-        return None
-    path = _join(directory, marker["file"])
-    with np.load(io.BytesIO(_read_bytes(path)), allow_pickle=False) as npz:
-        meta = json.loads(npz[_META_KEY].tobytes())
-        if meta.get("format") != FORMAT:
-            raise ValueError(f"{path}: unknown checkpoint format {meta.get('format')!r}, expected {FORMAT!r}")
-        stored = [npz[f"leaf_{i:05d}"] for i in range(meta["num_leaves"])]
-    dtype_names = meta.get("dtypes")
-    if dtype_names is not None:
-        stored = [_restore_dtype(array, name) for array, name in zip(stored, dtype_names, strict=True)]
-    with_paths, treedef = jax.tree_util.tree_flatten_with_path(template)
-    template_leaves = [leaf for _, leaf in with_paths]
-    names = [f"{i} ({jax.tree_util.keystr(key_path)})" for i, (key_path, _) in enumerate(with_paths)]
-    if len(stored) != len(template_leaves):
-        raise ValueError(
-            f"{path}: checkpoint has {len(stored)} leaves but the state template has {len(template_leaves)}; "
-            "was it written by a different model?"
-        )
-    key_leaves = meta.get("key_leaves", {})
-    leaves = [
-        _from_numpy(array, like, key_leaves.get(str(i)), path, names[i])
-        for i, (array, like) in enumerate(zip(stored, template_leaves, strict=True))
-    ]
-    return Checkpoint(
-        step=int(meta["step"]),
-        state=jax.tree_util.tree_unflatten(treedef, leaves),
-        data_position=DataPosition.from_dict(meta["data_position"]),
-        metrics=meta.get("metrics", {}),
-        path=path,
-        history=meta.get("history", []),
-    )
-
-
-def _to_numpy(leaf: Any) -> tuple[np.ndarray, str | None]:
-    """A host copy of one leaf, and the PRNG implementation's name if it is a typed key."""
-    import jax
-
-    impl = None
-    if isinstance(leaf, bool | int | float | complex):
-        # The dtype jax.eval_shape reports for it (float32/int32 unless x64 is on).
-        return np.asarray(jax.numpy.asarray(leaf)), None
-    if isinstance(leaf, jax.Array):
-        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-            impl = str(jax.random.key_impl(leaf))
-            leaf = jax.random.key_data(leaf)
-        if not leaf.is_fully_addressable:
-            from jax.experimental import multihost_utils
-
-            leaf = multihost_utils.process_allgather(leaf, tiled=True)
-    return np.asarray(jax.device_get(leaf)), impl
-
-
-def _storable(array: np.ndarray) -> np.ndarray:
-    """``array`` as ``np.savez`` can store it: dtypes numpy does not know natively (bfloat16,
-    float8, int4, ... from ``ml_dtypes``) as raw unsigned integers of the same width."""
-    if array.dtype.isbuiltin == 1:
-        return array
-    return array.view(np.dtype(f"u{array.dtype.itemsize}"))
-
-
-def _restore_dtype(array: np.ndarray, name: str) -> np.ndarray:
-    """Undo :func:`_storable` with the dtype name recorded at save time."""
-    if array.dtype.name == name:
-        return array
-    return array.view(_dtype_from_name(name))
-
-
-def _dtype_from_name(name: str) -> np.dtype:
+    _forget_listings(directory)
     try:
-        return np.dtype(name)
+        steps = ocp.path.step.checkpoint_steps(directory)
+    except (FileNotFoundError, ValueError):
+        return None
+    return max(steps) if steps else None
+
+
+def load_checkpoint(directory: str, template: Any, step: int | None = None) -> Checkpoint | None:
+    """Restore the latest (or ``step``'s) checkpoint into ``template``'s structure, or None.
+
+    ``template`` leaves are arrays or ``ShapeDtypeStruct``s; those without a sharding come
+    back replicated on every device.
+    """
+    if latest_step(directory) is None:
+        _refuse_legacy(directory)
+        return None
+    with Checkpointer(directory, async_save=False) as checkpoints:
+        return checkpoints.restore(template, step)
+
+
+def save_checkpoint(directory: str, step: int, state: Any, data_position: DataPosition, *,
+                    metrics: dict[str, float] | None = None, keep: int = 2,
+                    history: list[dict] | None = None) -> str:
+    """Write checkpoint ``step`` synchronously (for tools and tests); return its path."""
+    with Checkpointer(directory, keep=keep, async_save=False) as checkpoints:
+        checkpoints.save(step, state, data_position, metrics=metrics, history=history)
+        checkpoints.wait()
+    return f"{directory.rstrip('/')}/{step}"
+
+
+def _restore_target(leaf: Any) -> jax.ShapeDtypeStruct:
+    """What orbax should produce for one leaf: its shape, dtype and sharding on this run's devices."""
+    sharding = getattr(leaf, "sharding", None)
+    if sharding is None:
+        mesh = jax.sharding.Mesh(jax.devices(), ("replica",))
+        sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    shape, dtype = getattr(leaf, "shape", ()), getattr(leaf, "dtype", None)
+    if dtype is None:  # a Python scalar in a concrete template
+        leaf = jax.numpy.asarray(leaf)
+        shape, dtype = leaf.shape, leaf.dtype
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+
+
+def _check_compatible(stored: Any, abstract_state: Any, path: str) -> None:
+    """Refuse a checkpoint whose leaves differ from the state's, naming them."""
+    saved = {_name(key_path): leaf for key_path, leaf in _leaves(getattr(stored, "tree", stored))
+             if hasattr(leaf, "shape")}  # empty containers (optax's EmptyState) show up as placeholders
+    wanted = {_name(key_path): _stored_form(leaf) for key_path, leaf in _leaves(abstract_state)}
+    problems = [f"missing from the checkpoint: {name}" for name in sorted(wanted.keys() - saved.keys())]
+    problems += [f"not in the state: {name}" for name in sorted(saved.keys() - wanted.keys())]
+    for name in sorted(wanted.keys() & saved.keys()):
+        (shape, dtype), leaf = wanted[name], saved[name]
+        got = (tuple(getattr(leaf, "shape", ()) or ()), _dtype_name(getattr(leaf, "dtype", None)))
+        if got == (shape, _dtype_name(dtype)) or (got[0] == shape == () and _same_kind(got[1], dtype)):
+            continue  # a Python scalar is stored as 64-bit; it is cast back to the state's dtype
+        problems.append(f"{name} is {got[1]}{list(got[0])} in the checkpoint but {_dtype_name(dtype)}{list(shape)} in the state")
+    if problems:
+        shown = "; ".join(problems[:6]) + (f"; ... {len(problems) - 6} more" if len(problems) > 6 else "")
+        raise ValueError(f"{path}: checkpoint does not match the state (was it written by a different model?): {shown}")
+
+
+def _leaves(tree: Any) -> list:
+    return jax.tree_util.tree_flatten_with_path(tree)[0]
+
+
+def _name(key_path) -> str:
+    parts = []
+    for key in key_path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(key, attr):
+                parts.append(str(getattr(key, attr)))
+                break
+        else:
+            parts.append(str(key))
+    return ".".join(parts)
+
+
+def _stored_form(leaf: Any) -> tuple[tuple[int, ...], Any]:
+    """Shape and dtype as orbax stores ``leaf`` (a typed PRNG key as its key data)."""
+    dtype = getattr(leaf, "dtype", None)
+    if dtype is None:
+        leaf = jax.numpy.asarray(leaf)
+        dtype = leaf.dtype
+    if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        data = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct(leaf.shape, dtype))
+        return tuple(data.shape), data.dtype
+    return tuple(leaf.shape), dtype
+
+
+def _same_kind(a: Any, b: Any) -> bool:
+    import numpy as np
+
+    try:
+        return np.dtype(a).kind == np.dtype(b).kind
     except TypeError:
-        import ml_dtypes
-
-        return np.dtype(getattr(ml_dtypes, name))
+        return False
 
 
-def _from_numpy(array: np.ndarray, like: Any, key_impl: str | None, path: str, name: str) -> Any:
-    """One restored leaf, checked against the template leaf (an array or ShapeDtypeStruct)."""
-    import jax
+def _dtype_name(dtype: Any) -> str:
+    import numpy as np
 
-    if key_impl is not None:
-        return jax.random.wrap_key_data(array, impl=key_impl)
-    if hasattr(like, "shape") and hasattr(like, "dtype"):
-        if array.ndim == 0 and tuple(like.shape) == () and _same_kind(array.dtype, np.dtype(like.dtype)):
-            # A scalar (a Python float/int in the state, or one saved with x64 on): cast it.
-            array = array.astype(like.dtype)
-        _check_leaf(array, like.shape, like.dtype, path, name)
-        return array
-    return array.item() if array.ndim == 0 else array
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        return str(dtype)
 
 
-def _same_kind(a: np.dtype, b: np.dtype) -> bool:
-    def kind(dtype: np.dtype) -> str:
-        if dtype.kind in "iu":
-            return "int"
-        if dtype.kind == "f" or dtype.name in ("bfloat16",) or "float8" in dtype.name:
-            return "float"
-        return dtype.kind
-
-    return kind(a) == kind(b)
-
-
-def _check_leaf(array: np.ndarray, shape, dtype, path: str, name: str) -> None:
-    if tuple(array.shape) != tuple(shape) or np.dtype(array.dtype) != np.dtype(dtype):
-        raise ValueError(
-            f"{path}: leaf {name} is {array.dtype}{list(array.shape)} but the state template has "
-            f"{np.dtype(dtype)}{list(shape)}"
-        )
-
-
-def _write_bytes(path: str, data: bytes) -> None:
-    from zephyr.io import atomic_write
-
-    with atomic_write(path) as out:
-        out.write(data)
-
-
-def _read_bytes(path: str) -> bytes:
+def _forget_listings(directory: str) -> None:
+    """Drop cached directory listings of object stores (gcsfs caches them per instance, and
+    orbax reaches gs:// through etils' own instance): a long-lived process must see the
+    checkpoints other processes wrote, and the leftovers they did not finish."""
     import fsspec
 
-    fs, fs_path = fsspec.core.url_to_fs(path)
-    return fs.cat_file(fs_path)
+    protocol = fsspec.core.split_protocol(directory)[0]
+    if protocol in (None, "file", "local"):
+        return
+    for kwargs in ({}, {"finalize_on_close": True}):  # ours, and the one etils.epath uses for gs://
+        try:
+            fsspec.filesystem(protocol, **kwargs).invalidate_cache()
+        except (TypeError, ValueError, ImportError):
+            continue
 
 
-def _read_marker(directory: str) -> dict | None:
-    try:
-        return json.loads(_read_bytes(_join(directory, LATEST)))
-    except FileNotFoundError:
-        return None
-
-
-def _prune(directory: str, *, keep: int, newest: int) -> None:
+def _refuse_legacy(directory: str) -> None:
+    """A directory of the earlier single-file (.npz) format cannot be resumed: say so."""
     import fsspec
 
     fs, fs_path = fsspec.core.url_to_fs(directory)
-    fs.invalidate_cache(fs_path)
-    steps = []
-    for name in fs.ls(fs_path, detail=False):
-        match = _FILE_RE.search(name)
-        if match and int(match.group(1)) <= newest:
-            steps.append((int(match.group(1)), name))
-    for _, name in sorted(steps)[: max(0, len(steps) - keep)]:
-        try:
-            fs.rm_file(name)
-        except FileNotFoundError:
-            pass
+    if fs.exists(f"{fs_path}/{_LEGACY_MARKER}") and latest_step(directory) is None:
+        raise ValueError(
+            f"{directory} holds checkpoints in the earlier .npz format (marin.tpu.checkpoint/1, {_LEGACY_MARKER}); "
+            "this version writes sharded orbax checkpoints and cannot resume from it: point checkpoint_path "
+            "at a new directory (the old files are left untouched)"
+        )

@@ -12,6 +12,12 @@ The reader's :class:`DataPosition` names the next unread token (epoch, shard, re
 within record). It is saved with every checkpoint; a reader started at that position
 continues exactly where the saved run was, reading only the current shard from its start.
 Memory: one batch plus one record.
+
+On a multi-host run each host asks for its own ``rows`` of every global batch (the rows its
+devices hold). All hosts walk the same token stream, so the position after each batch is
+the same on every host and one saved position resumes them all; a host copies only its
+rows, but still parses the records in between to find where its rows start (records have
+variable lengths). Together the hosts' rows are exactly the batches a one-host run reads.
 """
 
 from __future__ import annotations
@@ -91,6 +97,8 @@ class TokenBatches:
     """Iterate ``[batch_size, seq_len]`` int32 batches forever, starting at ``position``.
 
     ``position`` after each ``next()`` names the first token of the following batch.
+    With ``rows`` (sorted ``[start, stop)`` ranges of batch rows) each batch holds only
+    those rows, in order: ``[sum of range lengths, seq_len]``.
 
     >>> batches = TokenBatches(["tokens-0.jsonl"], batch_size=2, seq_len=4)  # doctest: +SKIP
     >>> first = next(batches); saved = batches.position
@@ -105,9 +113,13 @@ class TokenBatches:
         seq_len: int,
         field: str = "input_ids",
         position: DataPosition | None = None,
+        rows: Sequence[tuple[int, int]] | None = None,
     ):
         if batch_size < 1 or seq_len < 1:
             raise ValueError(f"batch_size and seq_len must be positive, got {batch_size} and {seq_len}")
+        self.rows = [(0, batch_size)] if rows is None else [(int(a), int(b)) for a, b in rows]
+        if any(not 0 <= a < b <= batch_size for a, b in self.rows) or self.rows != sorted(self.rows):
+            raise ValueError(f"rows must be sorted, non-empty [start, stop) ranges within batch_size {batch_size}, got {rows}")
         if not shards:
             raise ValueError("TokenBatches needs at least one shard")
         self.shards = list(shards)
@@ -124,21 +136,27 @@ class TokenBatches:
         return self
 
     def __next__(self) -> np.ndarray:
-        need = self.batch_size * self.seq_len
-        parts: list[np.ndarray] = []
-        while need:
+        length = self.seq_len
+        wanted = [(start * length, stop * length) for start, stop in self.rows]  # token offsets in the batch
+        out = np.empty(sum(b - a for a, b in wanted), dtype=np.int32)
+        need, cursor, filled = self.batch_size * length, 0, 0
+        while cursor < need:
             if self._pending is not None:
                 (chunk_position, tokens), self._pending = self._pending, None
             else:
                 chunk_position, tokens = next(self._chunks)
-            take = min(need, len(tokens))
-            parts.append(tokens[:take])
-            need -= take
+            take = min(need - cursor, len(tokens))
+            for a, b in wanted:  # copy the parts of [cursor, cursor + take) that are our rows
+                lo, hi = max(a, cursor), min(b, cursor + take)
+                if lo < hi:
+                    out[filled : filled + hi - lo] = tokens[lo - cursor : hi - cursor]
+                    filled += hi - lo
+            cursor += take
             if take < len(tokens):
                 # The next batch starts inside this record.
                 self._pending = (_advance(chunk_position, take), tokens[take:])
             self.position = _advance(chunk_position, take)
-        return np.concatenate(parts).reshape(self.batch_size, self.seq_len)
+        return out.reshape(-1, length)
 
     def _token_chunks(self, start: DataPosition) -> Iterator[tuple[DataPosition, np.ndarray]]:
         epoch, shard, skip_records, skip_tokens = start.epoch, start.shard, start.record, start.token

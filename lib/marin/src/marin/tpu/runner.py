@@ -11,7 +11,12 @@
    ``{TPU: chips, <slice name>: 1}`` bundle per host (only that slice's hosts carry the
    slice-name resource), and task ``i`` runs in bundle ``i``: exactly once per host. Each
    task sets the multislice variables (``MEGASCALE_*``) when ``num_slices > 1``, runs
-   ``fn()``, and removes the libtpu lockfile however ``fn`` ends.
+   ``fn()``, and removes the libtpu lockfile however ``fn`` ends. When the run spans more
+   than one host, every host first joins one multi-host JAX program
+   (``jax.distributed.initialize``): the host that becomes JAX process 0 picks a port,
+   publishes ``ip:port`` through a small rendezvous actor, and the others read it there;
+   each host leaves the program (``jax.distributed.shutdown``) when ``fn`` returns (a
+   failed host's process just exits: the others are cancelled).
 3. Collect: as soon as any host fails, the other hosts' tasks are cancelled; the slice
    actors and placement groups are released after every attempt.
 
@@ -27,6 +32,7 @@ raised and with the remote traceback in its message.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -48,6 +54,7 @@ from ray.exceptions import (
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
+from marin.tpu.distributed import INIT_TIMEOUT_S, DistributedConfig
 from marin.tpu.lockfile import remove_tpu_lockfile_on_exit
 from marin.tpu.slices import TPU_RESOURCE, TpuSlice, parse_tpu_type
 
@@ -135,6 +142,7 @@ def run_on_tpu(
     num_cpus: float = 1,
     runtime_env: dict | None = None,
     fresh_process: bool = True,
+    jax_distributed: bool = True,
 ) -> list[Any]:
     """Run ``fn()`` once on every host of ``num_slices`` slices of ``tpu_type``; retry on loss.
 
@@ -154,7 +162,11 @@ def run_on_tpu(
         num_cpus: CPUs each host task asks for, besides all of the host's chips.
         runtime_env: Ray runtime environment for the host tasks (e.g. ``env_vars``).
         fresh_process: run each host's ``fn`` in a worker process that exits afterwards, so
-            libtpu releases the chips for the next attempt. Keep it on real TPUs.
+            libtpu releases the chips for the next attempt. Keep it on real TPUs. Runs that
+            join multi-host JAX always use fresh processes.
+        jax_distributed: when the run spans more than one host (a multi-host slice, or
+            several slices), join all hosts into one JAX program before ``fn`` runs, so
+            ``jax.devices()`` lists every chip of the run; process ids follow slice then host.
 
     Returns:
         ``fn``'s return values, ordered by slice then host.
@@ -169,7 +181,8 @@ def run_on_tpu(
     _check_count("num_slices", num_slices, minimum=1)
     _check_count("max_retries_preemption", max_retries_preemption, minimum=0)
     _check_count("max_retries_failure", max_retries_failure, minimum=0)
-    launch = _Launch(spec, num_slices, num_cpus, runtime_env or {}, fresh_process)
+    launch = _Launch(spec, num_slices, num_cpus, runtime_env or {}, fresh_process,
+                     jax_distributed and spec.num_hosts * num_slices > 1)
     preemptions = failures = 0
     while True:
         try:
@@ -216,6 +229,11 @@ class _Launch:
     num_cpus: float
     runtime_env: dict
     fresh_process: bool
+    jax_distributed: bool  # join the hosts into one multi-host JAX program
+
+    @property
+    def num_processes(self) -> int:
+        return self.spec.num_hosts * self.num_slices
 
 
 @dataclass(frozen=True)
@@ -232,6 +250,7 @@ def _attempt(fn: Callable[[], Any], launch: _Launch) -> list[Any]:
         for _ in range(launch.num_slices)
     ]
     groups: list[PlacementGroup | None] = []
+    rendezvous = ray.remote(num_cpus=0, max_restarts=0)(_Rendezvous).remote() if launch.jax_distributed else None
     try:
         infos: list[_SliceInfo] = ray.get([h.info.remote() for h in holders])
         # The driver owns the placement groups, so they go away with the attempt even when
@@ -241,14 +260,14 @@ def _attempt(fn: Callable[[], Any], launch: _Launch) -> list[Any]:
         ray.get([group.ready() for group in groups if group is not None])
         coordinator_ip = infos[0].ip
         refs = [
-            holder.run.remote(fn, launch, _slice_env(launch.num_slices, slice_id, coordinator_ip), group)
+            holder.run.remote(fn, launch, _slice_env(launch.num_slices, slice_id, coordinator_ip), group, rendezvous)
             for slice_id, (holder, group) in enumerate(zip(holders, groups, strict=True))
         ]
         # Slice actors are killed below, which stops their hosts' tasks; no cancel needed.
         return [result for per_slice in _gather(refs, cancel_rest=False) for result in per_slice]
     finally:
-        for holder in holders:
-            ray.kill(holder, no_restart=True)
+        for actor in [*holders, *([rendezvous] if rendezvous is not None else [])]:
+            ray.kill(actor, no_restart=True)
         for group in groups:
             if group is not None:
                 remove_placement_group(group)
@@ -311,10 +330,13 @@ class _SliceHolder:
         node_id = ray.get_runtime_context().get_node_id()
         return _SliceInfo(node_id, ray.util.get_node_ip_address(), _current_slice_name(node_id))
 
-    def run(self, fn: Callable[[], Any], launch: _Launch, env: dict[str, str], group: PlacementGroup | None):
+    def run(self, fn: Callable[[], Any], launch: _Launch, env: dict[str, str], group: PlacementGroup | None,
+            rendezvous: Any = None):
         spec = launch.spec
-        # max_calls=1: the worker process exits after fn, so libtpu lets go of the chips.
-        task = ray.remote(max_calls=1 if launch.fresh_process else 0)(_run_on_host)
+        # max_calls=1: the worker process exits after fn, so libtpu lets go of the chips (and
+        # a multi-host JAX program can only be joined by a process that has not used JAX).
+        fresh = launch.fresh_process or launch.jax_distributed
+        task = ray.remote(max_calls=1 if fresh else 0)(_run_on_host)
         options: dict[str, Any] = {
             "num_cpus": launch.num_cpus,
             "resources": {TPU_RESOURCE: spec.chips_per_host},
@@ -330,11 +352,51 @@ class _SliceHolder:
                 PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=host)
                 for host in range(spec.num_hosts)
             ]
+        slice_id = int(env[SLICE_ID_ENV])
+        joins = [
+            DistributedConfig("", launch.num_processes, slice_id * spec.num_hosts + host) if launch.jax_distributed
+            else None
+            for host in range(spec.num_hosts)
+        ]
         refs = [
-            task.options(**options, scheduling_strategy=strategy).remote(fn, host_env)
-            for strategy, host_env in zip(strategies, envs, strict=True)
+            task.options(**options, scheduling_strategy=strategy).remote(fn, host_env, join, rendezvous)
+            for strategy, host_env, join in zip(strategies, envs, joins, strict=True)
         ]
         return _gather(refs)
+
+
+class _Rendezvous:
+    """Hands JAX process 0's coordinator address to the other hosts of one attempt."""
+
+    def __init__(self):
+        self._address: str | None = None
+        self._published: asyncio.Event | None = None
+
+    def _event(self) -> asyncio.Event:
+        if self._published is None:  # created on the actor's event loop
+            self._published = asyncio.Event()
+        return self._published
+
+    async def publish(self, address: str) -> None:
+        self._address = address
+        self._event().set()
+
+    async def address(self) -> str:
+        await self._event().wait()
+        assert self._address is not None
+        return self._address
+
+
+def _join_jax(join: DistributedConfig, rendezvous: Any) -> None:
+    """Join the multi-host JAX program: process 0 picks the coordinator address, others wait for it."""
+    from marin.tpu import distributed
+
+    if join.process_id == 0:
+        address = f"{ray.util.get_node_ip_address()}:{distributed.free_port()}"
+        ray.get(rendezvous.publish.remote(address))
+    else:
+        address = ray.get(rendezvous.address.remote(), timeout=INIT_TIMEOUT_S)
+    distributed.initialize(DistributedConfig(address, join.num_processes, join.process_id))
 
 
 def _show_marin_logs() -> None:
@@ -359,14 +421,25 @@ def _current_slice_name(node_id: str) -> str | None:
     return name or None
 
 
-def _run_on_host(fn: Callable[[], Any], env: dict[str, str]) -> Any:
+def _run_on_host(fn: Callable[[], Any], env: dict[str, str], join: DistributedConfig | None = None,
+                 rendezvous: Any = None) -> Any:
     _show_marin_logs()
     previous = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
     started = time.monotonic()
     try:
         with remove_tpu_lockfile_on_exit():
-            return fn()
+            if join is None:
+                return fn()
+            _join_jax(join, rendezvous)
+            result = fn()
+            # Leave together after success. After a failure, skip the shutdown barrier (it
+            # would wait for hosts that are still busy): the driver cancels them, and this
+            # fresh process exits, which ends its membership.
+            from marin.tpu import distributed
+
+            distributed.shutdown()
+            return result
     finally:
         for key, value in previous.items():
             if value is None:

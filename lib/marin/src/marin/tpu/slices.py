@@ -32,6 +32,7 @@ __all__ = [
     "TpuSlice",
     "host_resources",
     "parse_tpu_type",
+    "simulated_host",
     "tpu_resources",
     "valid_tpu_types",
 ]
@@ -184,3 +185,19 @@ def host_resources(tpu_type: str, slice_name: str, *, num_cpus: float = 1) -> di
     if not slice_name:
         raise ValueError(f"slice_name must be a non-empty string, got {slice_name!r}")
     return {"num_cpus": num_cpus, "resources": {TPU_RESOURCE: spec.chips_per_host, slice_name: 1}}
+
+
+def simulated_host(tpu_type: str) -> dict:
+    """``ray.init`` options for a local Ray whose node poses as host 0 of a ``tpu_type`` slice.
+
+    The node advertises the slice's ``TPU`` and head resources, and JAX in its workers runs
+    on the CPU with one simulated device per chip, so the training adapter builds the same
+    mesh it would on the host (4 devices for a v4-8). For examples and laptops:
+    ``ray.init(address="local", **simulated_host("v4-8"))``.
+
+    >>> simulated_host("v4-8")["resources"]
+    {'TPU': 4, 'TPU-v4-8-head': 1}
+    """
+    spec = parse_tpu_type(tpu_type)
+    env = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={spec.chips_per_host}"}
+    return {"resources": tpu_resources(tpu_type)["resources"], "runtime_env": {"env_vars": env}}

@@ -1,23 +1,26 @@
-"""The training-step adapter: a resumable JAX training loop, run on a TPU slice.
+"""The training-step adapter: a resumable JAX training loop over every device of a slice.
 
 The user supplies the model as two functions:
 
 - ``init_state(key) -> state``: builds the initial training state (params, optimizer state,
   anything else) from a PRNG key (``jax.random.key(seed)``). It must be deterministic and
-  traceable by ``jax.eval_shape``, which is how a resumed run learns the state's structure
-  without computing it.
-- ``train_step(state, batch) -> (state, metrics)``: one optimisation step, usually
-  ``jax.jit``-ed. ``batch`` is an int32 ``[batch_size, seq_len]`` array of token ids;
-  ``metrics`` is a dict of scalars.
+  traceable: the loop runs it under ``jax.jit`` with the state's output shardings, and
+  ``jax.eval_shape`` of it is how a resumed run learns the state's structure.
+- ``train_step(state, batch) -> (state, metrics)``: one optimisation step, ``jax.jit``-ed by
+  the user. ``batch`` is the global int32 ``[batch_size, seq_len]`` batch as one ``jax.Array``
+  sharded along its rows over the mesh's ``"data"`` axis, so jit runs the step data-parallel
+  on every device (GSPMD inserts the gradient all-reduce). ``metrics`` is a dict of scalars.
 
-:func:`train_loop` runs them in the current process on whatever JAX backend is present
-(TPU, GPU or CPU): it resumes from the latest committed checkpoint (state and data position)
-or initialises, feeds :class:`~marin.tpu.data.TokenBatches`, logs metrics every
-``log_every`` steps, and checkpoints every ``checkpoint_every`` steps and at the end.
-:func:`train_on_tpu` runs the same loop on every host of a slice through
-:func:`~marin.tpu.runner.run_on_tpu`, so a preempted run restarts on a fresh slice and
-continues from its last checkpoint. With a deterministic ``train_step`` the result equals
-an uninterrupted run's.
+:func:`train_loop` runs in every process of the run (one per host): it builds a mesh over
+all devices (:mod:`marin.tpu.mesh`), puts the state on it (replicated, or as
+``state_sharding`` says), restores the latest complete checkpoint or initialises, and per
+step reads this host's rows of the global batch (a background thread reads ahead),
+assembles the global batch with ``jax.make_array_from_process_local_data``, and calls
+``train_step``. Checkpoints (:mod:`marin.tpu.checkpoint`, orbax) are asynchronous: training
+continues while one is written. :func:`train_on_tpu` runs the loop on every host of a slice
+through :func:`~marin.tpu.runner.run_on_tpu`, which joins the hosts into one multi-host JAX
+program, so a preempted run restarts on a fresh slice and continues from its last
+checkpoint. With a deterministic ``train_step`` the result equals an uninterrupted run's.
 """
 
 from __future__ import annotations
@@ -25,13 +28,15 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from marin.tpu.checkpoint import load_checkpoint, save_checkpoint
 from marin.tpu.data import DataPosition, TokenBatches, resolve_shards
+from marin.tpu.mesh import DATA_AXIS, StateSharding
 from marin.tpu.runner import HOST_ID_ENV, run_on_tpu
 
 __all__ = ["TrainResult", "train_loop", "train_on_tpu"]
@@ -40,17 +45,20 @@ logger = logging.getLogger(__name__)
 
 TrainStep = Callable[[Any, Any], tuple[Any, dict]]
 InitState = Callable[[Any], Any]
+PREFETCH_BATCHES = 2
 
 
 @dataclass(frozen=True)
 class TrainResult:
-    """What a finished training run reports (from the checkpoint-writing host)."""
+    """What a finished training run reports (from JAX process 0)."""
 
     step: int
     checkpoint_path: str
     metrics: dict[str, float] = field(default_factory=dict)
     resumed_from: int | None = None
     history: list[dict] = field(default_factory=list)  # {"step": n, **metrics} every log_every steps
+    mesh: dict[str, int] = field(default_factory=dict)  # axis name -> size, e.g. {"data": 8}
+    num_processes: int = 1
 
 
 def train_loop(
@@ -67,27 +75,50 @@ def train_loop(
     field: str = "input_ids",
     log_every: int = 10,
     keep_checkpoints: int = 2,
+    mesh_shape: Sequence[int] | None = None,
+    axis_names: Sequence[str] = (DATA_AXIS,),
+    state_sharding: StateSharding = None,
+    async_checkpoints: bool = True,
+    mesh: Any = None,
 ) -> TrainResult:
-    """Train for ``num_steps`` total steps in this process, resuming from ``checkpoint_path``.
+    """Train for ``num_steps`` total steps on every device of the run, resuming from ``checkpoint_path``.
+
+    Every process of a multi-host run calls it (``train_on_tpu`` does); a one-host run is the
+    same call in one process.
 
     Args:
-        train_step: ``(state, batch) -> (state, metrics)``.
-        init_state: ``key -> state``, called with ``jax.random.key(seed)``.
+        train_step: ``(state, batch) -> (state, metrics)``, jitted by you.
+        init_state: ``key -> state``, called (jitted) with ``jax.random.key(seed)``.
         data: a glob or a list of paths/globs of tokenized JSONL or Parquet shards.
-        batch_size, seq_len: the shape of each batch.
+        batch_size, seq_len: the shape of each global batch; ``batch_size`` must divide
+            evenly over the mesh's ``"data"`` axis.
         num_steps: the total number of steps of the run (not of this attempt).
-        checkpoint_path: a directory URL (local, ``gs://``, ...) for checkpoints.
+        checkpoint_path: a directory URL (local or ``gs://``) for checkpoints.
         checkpoint_every: steps between checkpoints; one is also written at the end.
         seed: the PRNG seed for ``init_state``.
         field: the record field that holds the token ids.
         log_every: steps between metric log lines (``logging`` at INFO on ``marin.tpu.train``).
-        keep_checkpoints: how many committed checkpoints to keep.
+        keep_checkpoints: how many complete checkpoints to keep.
+        mesh_shape, axis_names: the device mesh (default: every device on ``("data",)``;
+            e.g. ``(4, 2), ("data", "model")``). The product must equal the device count.
+        state_sharding: ``None`` (replicated), a pytree of ``PartitionSpec`` matching the state
+            (or a prefix of it), or a function of the abstract state returning one, e.g.
+            :func:`marin.tpu.mesh.fsdp_sharding`.
+        async_checkpoints: write checkpoints in the background (default).
+        mesh: a ready ``jax.sharding.Mesh`` with a ``"data"`` axis, instead of ``mesh_shape``
+            and ``axis_names`` (e.g. from ``jax.make_mesh`` for a topology-aware layout, or
+            over a subset of the devices).
 
     Raises:
-        ValueError: on bad counts, or a checkpoint that does not match the state.
+        ValueError: bad counts, ``batch_size`` not divisible by the data axis, a mesh that
+            does not match the devices, or a checkpoint of a different model (all before
+            any step; no checkpoint is modified).
         FileNotFoundError: if ``data`` matches no files.
     """
     import jax
+
+    from marin.tpu.checkpoint import Checkpointer
+    from marin.tpu.mesh import batch_sharding, check_batch_size, make_mesh, process_rows, state_shardings
 
     for name, value in (("batch_size", batch_size), ("seq_len", seq_len), ("checkpoint_every", checkpoint_every),
                         ("log_every", log_every), ("keep_checkpoints", keep_checkpoints)):
@@ -96,37 +127,122 @@ def train_loop(
     if num_steps < 0:
         raise ValueError(f"num_steps must be >= 0, got {num_steps}")
     shards = resolve_shards(data)
+    if mesh is None:
+        mesh = make_mesh(mesh_shape, axis_names)
+    elif DATA_AXIS not in mesh.axis_names:
+        raise ValueError(f"mesh must have a {DATA_AXIS!r} axis (the batch axis), got axes {mesh.axis_names}")
+    check_batch_size(batch_size, mesh)
+    rows_sharding, global_shape = batch_sharding(mesh), (batch_size, seq_len)
     key = jax.random.key(seed)
-    restored = load_checkpoint(checkpoint_path, jax.eval_shape(init_state, key))
-    if restored is None:
-        state, step, position, metrics, history = init_state(key), 0, DataPosition(), {}, []
-        logger.info("starting at step 0 on %s (%d shards)", jax.default_backend(), len(shards))
-    else:
-        state, step, position, metrics = restored.state, restored.step, restored.data_position, restored.metrics
-        history = list(restored.history)
-        logger.info("resuming at step %d from %s (data at %s)", step, restored.path, position)
-    batches = TokenBatches(shards, batch_size=batch_size, seq_len=seq_len, field=field, position=position)
-    writer = _is_checkpoint_writer()
-    checkpoint = functools.partial(save_checkpoint, checkpoint_path, keep=keep_checkpoints, write=writer, history=history)
-    last_saved = step if restored is not None else None
-    window_start, window_step = time.monotonic(), step
-    while step < num_steps:
-        state, step_metrics = train_step(state, next(batches))
-        step += 1
-        if step % log_every == 0 or step == num_steps:
-            metrics = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
-            history.append({**metrics, "step": step})
-            now = time.monotonic()
-            rate = (step - window_step) / max(now - window_start, 1e-9)
-            window_start, window_step = now, step
-            logger.info("step %d: %s (%.1f steps/s)", step, _format(metrics), rate)
-        if step % checkpoint_every == 0 or step == num_steps:
-            checkpoint(step, state, batches.position, metrics=metrics)
-            last_saved = step
-    if last_saved != step:  # num_steps == 0 on a fresh run, or already done
-        checkpoint(step, state, batches.position, metrics=metrics)
+    abstract = jax.eval_shape(init_state, key)
+    shardings = state_shardings(state_sharding, abstract, mesh)
+    abstract = jax.tree_util.tree_map(
+        lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding), abstract, shardings,
+    )
+    with Checkpointer(checkpoint_path, keep=keep_checkpoints, async_save=async_checkpoints) as checkpoints, \
+            jax.set_mesh(mesh):
+        restored = checkpoints.restore(abstract)
+        if restored is None:
+            state, step, position, metrics, history = jax.jit(init_state, out_shardings=shardings)(key), 0, \
+                DataPosition(), {}, []
+            logger.info("starting at step 0 on %d %s devices, mesh %s (%d shards)", jax.device_count(),
+                        jax.default_backend(), dict(mesh.shape), len(shards))
+        else:
+            state, step, position, metrics = restored.state, restored.step, restored.data_position, restored.metrics
+            history = list(restored.history)
+            logger.info("resuming at step %d from %s (data at %s), mesh %s", step, restored.path, position,
+                        dict(mesh.shape))
+        batches = TokenBatches(shards, batch_size=batch_size, seq_len=seq_len, field=field, position=position,
+                               rows=process_rows(rows_sharding, global_shape))
+        last_saved = step if restored is not None else None
+        window_start, window_step = time.monotonic(), step
+        with _Prefetcher(batches, PREFETCH_BATCHES) as prefetched:
+            while step < num_steps:
+                rows, position = next(prefetched)
+                batch = jax.make_array_from_process_local_data(rows_sharding, rows, global_shape)
+                state, step_metrics = train_step(state, batch)
+                step += 1
+                if step % log_every == 0 or step == num_steps:
+                    metrics = _host_scalars(step_metrics)
+                    history.append({**metrics, "step": step})
+                    now = time.monotonic()
+                    rate = (step - window_step) / max(now - window_start, 1e-9)
+                    window_start, window_step = now, step
+                    logger.info("step %d: %s (%.1f steps/s)", step, _format(metrics), rate)
+                if step % checkpoint_every == 0 or step == num_steps:
+                    checkpoints.save(step, state, position, metrics=metrics, history=history)
+                    last_saved = step
+        if last_saved != step:  # num_steps == 0 on a fresh run
+            checkpoints.save(step, state, position, metrics=metrics, history=history)
+        checkpoints.wait()
     return TrainResult(step=step, checkpoint_path=checkpoint_path, metrics=metrics,
-                       resumed_from=None if restored is None else restored.step, history=history)
+                       resumed_from=None if restored is None else restored.step, history=history,
+                       mesh=dict(mesh.shape), num_processes=jax.process_count())
+
+
+class _Prefetcher:
+    """Reads the next batches on a background thread while the devices compute.
+
+    Yields ``(rows, position_after)``; an error in the reader is raised by ``next``.
+    """
+
+    def __init__(self, batches: TokenBatches, depth: int):
+        self._batches = batches
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._fill, name="marin-batches", daemon=True)
+        self._thread.start()
+
+    def _fill(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._put((next(self._batches), self._batches.position))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            self._put(_ReaderError(e))
+
+    def _put(self, item: Any) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def __next__(self) -> tuple[Any, DataPosition]:
+        item = self._queue.get()
+        if isinstance(item, _ReaderError):
+            raise item.error
+        return item
+
+    def __enter__(self) -> _Prefetcher:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+
+@dataclass(frozen=True)
+class _ReaderError:
+    error: BaseException
+
+
+def _host_scalars(metrics: dict) -> dict[str, float]:
+    """Metrics as Python floats on every host (replicated scalars need no communication)."""
+    import jax
+    import numpy as np
+
+    def to_float(value: Any) -> float:
+        if isinstance(value, jax.Array) and not value.is_fully_addressable:
+            if value.is_fully_replicated:
+                value = value.addressable_data(0)
+            else:
+                from jax.experimental import multihost_utils
+
+                value = multihost_utils.process_allgather(value, tiled=True)
+        return float(np.asarray(value))
+
+    return {name: to_float(value) for name, value in metrics.items()}
 
 
 def train_on_tpu(
@@ -144,6 +260,10 @@ def train_on_tpu(
     field: str = "input_ids",
     log_every: int = 10,
     keep_checkpoints: int = 2,
+    mesh_shape: Sequence[int] | None = None,
+    axis_names: Sequence[str] = (DATA_AXIS,),
+    state_sharding: StateSharding = None,
+    async_checkpoints: bool = True,
     max_retries_preemption: int = 100,
     max_retries_failure: int = 3,
     runtime_env: dict | None = None,
@@ -151,52 +271,51 @@ def train_on_tpu(
 ) -> TrainResult:
     """Run :func:`train_loop` on every host of a ``tpu_type`` slice, restarting after loss.
 
-    Takes :func:`train_loop`'s arguments plus :func:`~marin.tpu.runner.run_on_tpu`'s.
-    ``train_step`` and ``init_state`` must be picklable (module-level functions or
-    ``functools.partial`` of them). Returns the checkpoint-writing host's result.
+    Takes :func:`train_loop`'s arguments plus :func:`~marin.tpu.runner.run_on_tpu`'s. On a
+    multi-host slice the hosts form one JAX program (``run_on_tpu`` initialises
+    ``jax.distributed``), so the mesh spans every chip of the slice. ``train_step``,
+    ``init_state`` and ``state_sharding`` must be picklable (module-level functions or
+    ``functools.partial`` of them). Returns JAX process 0's result.
     """
     loop = functools.partial(
         train_loop, train_step, init_state, data,
         batch_size=batch_size, seq_len=seq_len, num_steps=num_steps, checkpoint_path=checkpoint_path,
         checkpoint_every=checkpoint_every, seed=seed, field=field, log_every=log_every,
-        keep_checkpoints=keep_checkpoints,
+        keep_checkpoints=keep_checkpoints, mesh_shape=mesh_shape, axis_names=axis_names,
+        state_sharding=state_sharding, async_checkpoints=async_checkpoints,
     )
     results = run_on_tpu(
-        functools.partial(_report_writer, loop), tpu_type,
+        functools.partial(_tag_reporter, loop), tpu_type,
         max_retries_preemption=max_retries_preemption, max_retries_failure=max_retries_failure,
         runtime_env=runtime_env, fresh_process=fresh_process,
     )
-    return _writer_result(results)
+    return _reporter_result(results)
 
 
-def _report_writer(loop: Callable[[], TrainResult]) -> tuple[bool, TrainResult]:
+def _tag_reporter(loop: Callable[[], TrainResult]) -> tuple[bool, TrainResult]:
     """One host's part of :func:`train_on_tpu`: the loop's result, tagged with whether this
-    host wrote the checkpoints (the host whose result ``train_on_tpu`` returns)."""
+    host is the one whose result ``train_on_tpu`` returns."""
     result = loop()
-    return _is_checkpoint_writer(), result
+    return _is_reporting_host(), result
 
 
-def _writer_result(results: Sequence[tuple[bool, TrainResult]]) -> TrainResult:
-    writers = [result for is_writer, result in results if is_writer]
-    if len(writers) != 1:
-        raise RuntimeError(f"expected exactly one checkpoint-writing host, got {len(writers)} of {len(results)}")
-    return writers[0]
+def _reporter_result(results: Sequence[tuple[bool, TrainResult]]) -> TrainResult:
+    reporters = [result for is_reporter, result in results if is_reporter]
+    if len(reporters) != 1:
+        raise RuntimeError(f"expected exactly one reporting host (JAX process 0), got {len(reporters)} of {len(results)}")
+    return reporters[0]
 
 
-def _is_checkpoint_writer() -> bool:
-    """Exactly one host writes checkpoints.
-
-    On a real multi-host slice (``jax.process_count() > 1``) it is JAX process 0, whatever
-    run_on_tpu's ``MARIN_TPU_HOST_ID`` says (the placement-group bundle index need not match
-    JAX's process numbering). With one JAX process per host (no multi-host JAX) it is
-    run_on_tpu's host 0.
-    """
+def _is_reporting_host() -> bool:
+    """Exactly one host reports: JAX process 0 of a multi-host program (whatever its
+    ``MARIN_TPU_HOST_ID``: the placement-group bundle index need not match JAX's process
+    numbering), or ``run_on_tpu``'s host 0 when each host runs JAX on its own."""
     import jax
 
-    return _select_writer(jax.process_count(), jax.process_index(), os.environ.get(HOST_ID_ENV, "0"))
+    return _select_reporter(jax.process_count(), jax.process_index(), os.environ.get(HOST_ID_ENV, "0"))
 
 
-def _select_writer(process_count: int, process_index: int, host_id: str) -> bool:
+def _select_reporter(process_count: int, process_index: int, host_id: str) -> bool:
     if process_count > 1:
         return process_index == 0
     return host_id == "0"

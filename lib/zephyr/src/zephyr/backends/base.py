@@ -9,11 +9,13 @@ marked it `transient`: a storage error, retried like a loss after a backoff) and
 
 from __future__ import annotations
 
+import functools
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from zephyr.backends.shared import call_with_shared
 from zephyr.resources import TaskResources
 
 __all__ = ["Backend", "TaskLost"]
@@ -28,6 +30,7 @@ class Backend(ABC):
 
     name: ClassVar[str]
     default_user_retries: ClassVar[int] = 0
+    requires_pickling: ClassVar[bool] = False  # tasks leave the process, so their functions must pickle
 
     def __init__(
         self,
@@ -59,6 +62,7 @@ class Backend(ABC):
         self.progress = progress
         self.scratch_dir = scratch_dir
         self.on_finish: list[Callable] = []
+        self._shared: dict[str, Any] = {}
 
     @classmethod
     def default_parallelism(cls) -> int:
@@ -69,6 +73,27 @@ class Backend(ABC):
     def share(self, obj: Any) -> Any:
         """Make `obj` available to every task of a stage (Ray puts it in the object store once)."""
         return obj
+
+    # ---- shared objects (see zephyr.backends.shared) ---------------------------------------
+
+    def put(self, name: str, obj: Any) -> None:
+        """Share `obj` with every task of this backend's runs under `name` (`zephyr.get_shared(name)`).
+
+        Ray stores it in the object store once; the local backends keep a plain reference
+        (the same object in every task: do not mutate it). A later `put` of the same name
+        replaces it for the runs that start afterwards.
+        """
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"put() needs a non-empty name, got {name!r}")
+        self._shared[name] = self._store(name, obj)
+
+    def _store(self, name: str, obj: Any) -> Any:
+        """What the registry holds for a put object (Ray: a reference into the object store)."""
+        return obj
+
+    def bound(self, fn: Callable) -> Callable:
+        """`fn` wrapped so that it runs with this backend's shared objects installed."""
+        return functools.partial(call_with_shared, dict(self._shared), fn)
 
     @abstractmethod
     def submit(self, fn: Callable, shared: Any, arg: Any) -> Any:
@@ -101,7 +126,7 @@ class Backend(ABC):
         return False
 
     def close(self) -> None:
-        """Release what the backend holds (threads, a Ray it started)."""
+        """Release what the backend holds (threads, a Ray it started, shared objects)."""
 
     # ---- running pipelines -------------------------------------------------------------------
 

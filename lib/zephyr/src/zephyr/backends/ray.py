@@ -33,6 +33,7 @@ def _call(fn: Callable, shared: Any, arg: Any) -> Any:
 class RayBackend(Backend):
     name = "ray"
     default_user_retries = 1
+    requires_pickling = True
 
     def __init__(self, max_parallelism: int | None = None, *, address: str | None = None, ray_task_retries: int = 3,
                  init_kwargs: dict | None = None, **options):
@@ -75,9 +76,18 @@ class RayBackend(Backend):
     def share(self, obj: Any) -> Any:
         return self._ray().put(obj)
 
+    def _store(self, name: str, obj: Any) -> Any:
+        from zephyr.backends.shared import RemoteObject
+
+        ray = self._ray()
+        try:
+            return RemoteObject(ray.put(obj))
+        except Exception as e:
+            raise TypeError(f"put({name!r}): the object cannot be stored in Ray's object store: {type(e).__name__}: {e}") from e
+
     def submit(self, fn: Callable, shared: Any, arg: Any) -> Any:
         self._ray()
-        return self._remote.remote(fn, shared, arg)
+        return self._remote.remote(self.bound(fn), shared, arg)
 
     def wait(self, handles: Sequence[Any], timeout: float | None = None) -> list[Any]:
         ray = self._ray()
@@ -134,6 +144,7 @@ class RayBackend(Backend):
     def close(self) -> None:
         import ray
 
+        self._shared.clear()  # drops the references, so Ray can free the objects
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
         self._owns_ray = False

@@ -27,7 +27,7 @@ class SyncBackend(Backend):
 
     def submit(self, fn: Callable, shared: Any, arg: Any) -> _Finished:
         try:
-            return _Finished(value=fn(shared, arg))
+            return _Finished(value=self.bound(fn)(shared, arg))
         except Exception as e:
             return _Finished(error=e)
 
@@ -38,3 +38,6 @@ class SyncBackend(Backend):
         if handle.error is not None:
             raise handle.error
         return handle.value
+
+    def close(self) -> None:
+        self._shared.clear()

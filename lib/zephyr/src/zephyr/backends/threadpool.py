@@ -27,7 +27,7 @@ class ThreadpoolBackend(Backend):
         return self._pool
 
     def submit(self, fn: Callable, shared: Any, arg: Any) -> cf.Future:
-        return self._executor().submit(fn, shared, arg)
+        return self._executor().submit(self.bound(fn), shared, arg)
 
     def wait(self, handles: Sequence[cf.Future], timeout: float | None = None) -> list[cf.Future]:
         done, _ = cf.wait(handles, timeout=timeout, return_when=cf.FIRST_COMPLETED)
@@ -44,3 +44,4 @@ class ThreadpoolBackend(Backend):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        self._shared.clear()

@@ -1,5 +1,6 @@
 """File I/O for Zephyr: fsspec paths, compression by extension, atomic outputs, JSONL and Parquet."""
 
+from zephyr.io.binary import write_binary_file
 from zephyr.io.compression import Codec, CorruptInputError, TruncatedInputError, codec_for
 from zephyr.io.files import atomic_write, exists, expand_glob, open_input, open_output
 from zephyr.io.jsonl import BadRecordError, read_jsonl, write_jsonl_file
@@ -18,6 +19,7 @@ __all__ = [
     "open_output",
     "read_jsonl",
     "read_parquet",
+    "write_binary_file",
     "write_jsonl_file",
     "write_parquet_file",
 ]

@@ -1,0 +1,189 @@
+"""Training-adapter throughput: ``train_loop`` against a hand-written pure-JAX loop.
+
+For each device count (simulated CPU devices, one fresh process per count) both loops train
+the same model on the same token stream, data-parallel over a ``("data",)`` mesh of all the
+devices, for the same number of steps, and end with one orbax checkpoint of the state:
+
+- **adapter**: ``marin.tpu.train_loop`` reading tokenized ``.jsonl.zst`` shards (a
+  background thread parses the next batches while the devices compute), each batch
+  assembled with ``jax.make_array_from_process_local_data``, metrics every ``--log-every``
+  steps, one asynchronous checkpoint at the end;
+- **hand-written**: the token stream loaded into memory beforehand (not timed), batches cut
+  from it and ``jax.device_put`` onto the same sharding, the same jitted step, one orbax
+  checkpoint at the end.
+
+Both are timed end to end (initialisation and compilation included), alternating round by
+round; the table gives medians and the adapter's speed as a ratio of the hand-written loop's.
+
+    uv run python benchmarks/bench_train.py --json benchmarks/results/train.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from machine import load_average, machine  # noqa: E402
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4, 8], help="simulated device counts")
+    parser.add_argument("--steps", type=int, default=200, help="training steps per run")
+    parser.add_argument("--batch-size", type=int, default=32, help="global batch (rows)")
+    parser.add_argument("--seq-len", type=int, default=128, help="tokens per row")
+    parser.add_argument("--embed", type=int, default=256, help="tiny LM embedding width")
+    parser.add_argument("--hidden", type=int, default=1024, help="tiny LM hidden width")
+    parser.add_argument("--log-every", type=int, default=10, help="adapter: steps between metric reads")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each loop per device count")
+    parser.add_argument("--shards", type=int, default=8, help="token shards to generate")
+    parser.add_argument("--work-dir", help="keep the corpus and checkpoints here (default: a temporary dir)")
+    parser.add_argument("--json", help="write every figure here")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+# ---- the corpus -----------------------------------------------------------------------------
+
+
+def write_corpus(directory: str, shards: int, tokens_needed: int) -> str:
+    """``shards`` .jsonl.zst files of byte-token records, enough tokens for one pass."""
+    import numpy as np
+    from zephyr.io import write_jsonl_file
+
+    os.makedirs(directory, exist_ok=True)
+    rng = np.random.default_rng(0)
+    per_shard = tokens_needed // shards + 1
+    for shard in range(shards):
+        path = os.path.join(directory, f"part-{shard:05d}.jsonl.zst")
+        if os.path.exists(path):
+            continue
+        lengths = rng.integers(200, 2000, size=per_shard // 1000 + 2)
+        records = [{"input_ids": rng.integers(32, 127, size=int(n)).tolist()} for n in lengths]
+        write_jsonl_file(records, path)
+    return os.path.join(directory, "part-*.jsonl.zst")
+
+
+# ---- one device count, in a fresh process ----------------------------------------------------
+
+
+def model(args):
+    from marin.tpu import tiny_lm
+
+    config = tiny_lm.TinyLMConfig(embed_dim=args.embed, hidden_dim=args.hidden)
+    return (functools.partial(tiny_lm.train_step, config=config), functools.partial(tiny_lm.init_state, config=config),
+            config)
+
+
+def run_adapter(args, data: str, checkpoint_path: str) -> float:
+    from marin.tpu import train_loop
+
+    step, init, _ = model(args)
+    start = time.perf_counter()
+    train_loop(step, init, data, batch_size=args.batch_size, seq_len=args.seq_len, num_steps=args.steps,
+               checkpoint_path=checkpoint_path, checkpoint_every=args.steps, log_every=args.log_every)
+    return time.perf_counter() - start
+
+
+def run_hand_written(args, stream, checkpoint_path: str) -> float:
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    step, init, _ = model(args)
+    start = time.perf_counter()
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    rows, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+    state = jax.jit(init, out_shardings=replicated)(jax.random.key(0))
+    size = args.batch_size * args.seq_len
+    for i in range(args.steps):
+        batch = jax.device_put(stream[i * size : (i + 1) * size].reshape(args.batch_size, args.seq_len), rows)
+        state, metrics = step(state, batch)
+        if (i + 1) % args.log_every == 0:
+            float(metrics["loss"])
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(os.path.join(checkpoint_path, str(args.steps)), state)
+        checkpointer.wait_until_finished()
+    return time.perf_counter() - start
+
+
+def load_stream(data: str, tokens: int):
+    import numpy as np
+
+    from marin.tpu import TokenBatches, resolve_shards
+
+    batches = TokenBatches(resolve_shards(data), batch_size=1, seq_len=tokens)
+    return np.asarray(next(batches)).ravel()
+
+
+def worker(args) -> None:
+    import jax
+
+    data = os.environ["BENCH_TRAIN_DATA"]
+    stream = load_stream(data, args.steps * args.batch_size * args.seq_len)
+    times = {"adapter": [], "hand_written": []}
+    root = tempfile.mkdtemp(prefix="bench-train-ckpt-", dir=os.environ.get("BENCH_TRAIN_WORK"))
+    for repeat in range(args.repeats):
+        order = ("adapter", "hand_written") if repeat % 2 == 0 else ("hand_written", "adapter")
+        for name in order:
+            path = os.path.join(root, f"{name}-{repeat}")
+            times[name].append(run_adapter(args, data, path) if name == "adapter" else run_hand_written(args, stream, path))
+    _, _, config = model(args)
+    params = config.vocab_size * config.embed_dim + config.embed_dim * config.hidden_dim + config.hidden_dim \
+        + config.hidden_dim * config.vocab_size
+    print(json.dumps({"devices": jax.device_count(), "times": times, "params": params}))
+
+
+# ---- the driver ----------------------------------------------------------------------------------
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    if args.worker:
+        worker(args)
+        return {}
+    work = args.work_dir or tempfile.mkdtemp(prefix="bench-train-")
+    data = write_corpus(os.path.join(work, "tokens"), args.shards, args.steps * args.batch_size * args.seq_len)
+    load_before = load_average()
+    rows = []
+    for devices in args.devices:
+        env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu",
+               "BENCH_TRAIN_DATA": data, "BENCH_TRAIN_WORK": work}
+        command = [sys.executable, os.path.abspath(__file__), "--worker", *(argv if argv is not None else sys.argv[1:])]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        if done.returncode:
+            raise RuntimeError(f"worker for {devices} devices failed:\n{done.stderr[-4000:]}")
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        tokens = args.steps * args.batch_size * args.seq_len
+        adapter, hand = statistics.median(result["times"]["adapter"]), statistics.median(result["times"]["hand_written"])
+        rows.append({"devices": devices, "params": result["params"], "tokens": tokens,
+                     "adapter_s": result["times"]["adapter"], "hand_written_s": result["times"]["hand_written"],
+                     "adapter_tokens_per_s": tokens / adapter, "hand_written_tokens_per_s": tokens / hand,
+                     "ratio": hand / adapter})
+    report = {"args": {k: v for k, v in vars(args).items() if k not in ("worker", "json")}, "machine": machine(),
+              "load_before": load_before, "load_after": load_average(), "rows": rows}
+    print(f"tiny LM, {rows[0]['params']:,} parameters, batch {args.batch_size} x {args.seq_len}, {args.steps} steps, "
+          f"median of {args.repeats}; load average {load_before} -> {report['load_after']}\n")
+    print("| devices | adapter tokens/s | hand-written tokens/s | adapter / hand-written |")
+    print("|---:|---:|---:|---:|")
+    for row in rows:
+        print(f"| {row['devices']} | {row['adapter_tokens_per_s']:,.0f} | {row['hand_written_tokens_per_s']:,.0f} "
+              f"| {row['ratio']:.2f}x |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,336 @@
+"""Column expressions: filters and computed values that Zephyr can read and push into readers.
+
+    from zephyr import col, lit
+
+    ds.filter((col("score") > 0.5) & col("lang").is_not_null() & (col("meta")["source"] == "web"))
+
+An expression is data, not a function: a plan prints it (`filter((col('score') > 0.5))`), and
+a filter right after `load_parquet()` is handed to pyarrow, which skips row groups whose
+statistics rule the predicate out (see `zephyr.pushdown`). The same expression evaluates on
+Python dicts wherever it cannot be pushed down, with the same (SQL) null rules in both places:
+a comparison or arithmetic with a missing value gives null, `&`/`|` follow three-valued logic,
+and `filter` keeps only rows where the predicate is true. Use `&`, `|`, `~` (Python's `and`,
+`or`, `not` cannot be overloaded and raise a TypeError on an expression).
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Expr", "col", "lit", "referenced_columns", "to_pyarrow_expr"]
+
+
+class Expr:
+    """Base of every expression; build them with `col`, `lit` and the operators."""
+
+    def evaluate(self, record: Any) -> Any:
+        """The value of this expression for one record (a dict); None stands for null."""
+        raise NotImplementedError
+
+    def to_arrow(self) -> Any:
+        """The equivalent `pyarrow.compute.Expression` (ValueError when there is none)."""
+        raise NotImplementedError
+
+    def __call__(self, record: Any) -> bool:
+        """As a predicate: true only when the expression is true (null counts as false)."""
+        value = self.evaluate(record)
+        return value is not None and bool(value)
+
+    def __bool__(self) -> bool:
+        raise TypeError(f"the truth value of the expression {self!r} is unknown until it runs; use & | ~ instead of and/or/not")
+
+    def __hash__(self) -> int:
+        return hash(repr(self))
+
+    # comparisons build expressions (so `==` does not compare expressions)
+    def __eq__(self, other: Any) -> Expr:  # type: ignore[override]
+        return Compare("==", self, _wrap(other))
+
+    def __ne__(self, other: Any) -> Expr:  # type: ignore[override]
+        return Compare("!=", self, _wrap(other))
+
+    def __lt__(self, other: Any) -> Expr:
+        return Compare("<", self, _wrap(other))
+
+    def __le__(self, other: Any) -> Expr:
+        return Compare("<=", self, _wrap(other))
+
+    def __gt__(self, other: Any) -> Expr:
+        return Compare(">", self, _wrap(other))
+
+    def __ge__(self, other: Any) -> Expr:
+        return Compare(">=", self, _wrap(other))
+
+    def __add__(self, other: Any) -> Expr:
+        return Arithmetic("+", self, _wrap(other))
+
+    def __radd__(self, other: Any) -> Expr:
+        return Arithmetic("+", _wrap(other), self)
+
+    def __sub__(self, other: Any) -> Expr:
+        return Arithmetic("-", self, _wrap(other))
+
+    def __rsub__(self, other: Any) -> Expr:
+        return Arithmetic("-", _wrap(other), self)
+
+    def __mul__(self, other: Any) -> Expr:
+        return Arithmetic("*", self, _wrap(other))
+
+    def __rmul__(self, other: Any) -> Expr:
+        return Arithmetic("*", _wrap(other), self)
+
+    def __truediv__(self, other: Any) -> Expr:
+        return Arithmetic("/", self, _wrap(other))
+
+    def __rtruediv__(self, other: Any) -> Expr:
+        return Arithmetic("/", _wrap(other), self)
+
+    def __and__(self, other: Any) -> Expr:
+        return Logical("&", self, _wrap(other))
+
+    def __rand__(self, other: Any) -> Expr:
+        return Logical("&", _wrap(other), self)
+
+    def __or__(self, other: Any) -> Expr:
+        return Logical("|", self, _wrap(other))
+
+    def __ror__(self, other: Any) -> Expr:
+        return Logical("|", _wrap(other), self)
+
+    def __invert__(self) -> Expr:
+        return Not(self)
+
+    def __getitem__(self, name: str) -> Expr:
+        """A field of a nested (struct / dict) value: `col("meta")["score"]`."""
+        if not isinstance(name, str):
+            raise TypeError(f"nested fields are named by strings, got {name!r}")
+        return Field(self, name)
+
+    def is_null(self) -> Expr:
+        return IsNull(self)
+
+    def is_not_null(self) -> Expr:
+        return Not(IsNull(self))
+
+
+def _wrap(value: Any) -> Expr:
+    return value if isinstance(value, Expr) else Literal(value)
+
+
+def col(name: str) -> Expr:
+    """The value of the top-level field `name` of each record (null when it is missing).
+
+    >>> col("score") > 0.5
+    (col('score') > 0.5)
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"col() takes a column name, got {name!r}")
+    return Column(name)
+
+
+def lit(value: Any) -> Expr:
+    """A constant; plain Python values in an expression are wrapped in `lit` automatically."""
+    return Literal(value)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Column(Expr):
+    name: str
+
+    def evaluate(self, record: Any) -> Any:
+        if not isinstance(record, dict):
+            raise TypeError(f"{self!r} needs dict records, got {type(record).__name__}: {record!r:.80}")
+        return record.get(self.name)
+
+    def to_arrow(self) -> Any:
+        import pyarrow.compute as pc
+
+        return pc.field(self.name)
+
+    def __repr__(self) -> str:
+        return f"col({self.name!r})"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Literal(Expr):
+    value: Any
+
+    def evaluate(self, record: Any) -> Any:
+        return self.value
+
+    def to_arrow(self) -> Any:
+        import pyarrow.compute as pc
+
+        return pc.scalar(self.value)
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Field(Expr):
+    parent: Expr
+    name: str
+
+    def evaluate(self, record: Any) -> Any:
+        value = self.parent.evaluate(record)
+        return value.get(self.name) if isinstance(value, dict) else None
+
+    def path(self) -> tuple[str, ...]:
+        """("meta", "score") for col("meta")["score"]; ValueError for other parents."""
+        if isinstance(self.parent, Column):
+            return (self.parent.name, self.name)
+        if isinstance(self.parent, Field):
+            return (*self.parent.path(), self.name)
+        raise ValueError(f"{self!r}: only fields of columns can be read by pyarrow")
+
+    def to_arrow(self) -> Any:
+        import pyarrow.compute as pc
+
+        return pc.field(*self.path())
+
+    def __repr__(self) -> str:
+        return f"{self.parent!r}[{self.name!r}]"
+
+
+_COMPARE = {
+    "==": (operator.eq, "equal"),
+    "!=": (operator.ne, "not_equal"),
+    "<": (operator.lt, "less"),
+    "<=": (operator.le, "less_equal"),
+    ">": (operator.gt, "greater"),
+    ">=": (operator.ge, "greater_equal"),
+}
+_ARITHMETIC = {
+    "+": (operator.add, "add"),
+    "-": (operator.sub, "subtract"),
+    "*": (operator.mul, "multiply"),
+    "/": (operator.truediv, "divide"),
+}
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Compare(Expr):
+    op: str
+    left: Expr
+    right: Expr
+
+    def evaluate(self, record: Any) -> Any:
+        a, b = self.left.evaluate(record), self.right.evaluate(record)
+        return None if a is None or b is None else _COMPARE[self.op][0](a, b)
+
+    def to_arrow(self) -> Any:
+        import pyarrow.compute as pc
+
+        return getattr(pc, _COMPARE[self.op][1])(self.left.to_arrow(), self.right.to_arrow())
+
+    def __repr__(self) -> str:
+        return f"({self.left!r} {self.op} {self.right!r})"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Arithmetic(Expr):
+    op: str
+    left: Expr
+    right: Expr
+
+    def evaluate(self, record: Any) -> Any:
+        a, b = self.left.evaluate(record), self.right.evaluate(record)
+        return None if a is None or b is None else _ARITHMETIC[self.op][0](a, b)
+
+    def to_arrow(self) -> Any:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        left, right = self.left.to_arrow(), self.right.to_arrow()
+        if self.op == "/":  # true division, as in Python (pyarrow divides integers integrally)
+            left, right = left.cast(pa.float64()), right.cast(pa.float64())
+        return getattr(pc, _ARITHMETIC[self.op][1])(left, right)
+
+    def __repr__(self) -> str:
+        return f"({self.left!r} {self.op} {self.right!r})"
+
+
+def _truth(value: Any) -> bool | None:
+    return None if value is None else bool(value)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Logical(Expr):
+    """`&` / `|` with three-valued (Kleene) logic: false & null is false, true | null is true."""
+
+    op: str
+    left: Expr
+    right: Expr
+
+    def evaluate(self, record: Any) -> Any:
+        decisive = self.op == "|"  # the value that settles the result on its own
+        a = _truth(self.left.evaluate(record))
+        if a is decisive:
+            return decisive
+        b = _truth(self.right.evaluate(record))
+        if b is decisive:
+            return decisive
+        return None if a is None or b is None else not decisive
+
+    def to_arrow(self) -> Any:
+        import pyarrow.compute as pc
+
+        combine = pc.and_kleene if self.op == "&" else pc.or_kleene
+        return combine(self.left.to_arrow(), self.right.to_arrow())
+
+    def __repr__(self) -> str:
+        return f"({self.left!r} {self.op} {self.right!r})"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Not(Expr):
+    child: Expr
+
+    def evaluate(self, record: Any) -> Any:
+        value = _truth(self.child.evaluate(record))
+        return None if value is None else not value
+
+    def to_arrow(self) -> Any:
+        import pyarrow.compute as pc
+
+        return pc.invert(self.child.to_arrow())
+
+    def __repr__(self) -> str:
+        if isinstance(self.child, IsNull):
+            return f"{self.child.child!r}.is_not_null()"
+        return f"~{self.child!r}"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class IsNull(Expr):
+    child: Expr
+
+    def evaluate(self, record: Any) -> Any:
+        return self.child.evaluate(record) is None
+
+    def to_arrow(self) -> Any:
+        import pyarrow.compute as pc
+
+        return pc.is_null(self.child.to_arrow())
+
+    def __repr__(self) -> str:
+        return f"{self.child!r}.is_null()"
+
+
+def referenced_columns(expr: Expr) -> set[str]:
+    """The top-level column names an expression reads."""
+    if isinstance(expr, Column):
+        return {expr.name}
+    if isinstance(expr, (Field, Not, IsNull)):
+        return referenced_columns(expr.parent if isinstance(expr, Field) else expr.child)
+    if isinstance(expr, (Compare, Arithmetic, Logical)):
+        return referenced_columns(expr.left) | referenced_columns(expr.right)
+    return set()
+
+
+def to_pyarrow_expr(expr: Expr) -> Any:
+    """`expr` as a `pyarrow.compute.Expression` (for `pyarrow.dataset` filters)."""
+    return expr.to_arrow()

@@ -1,0 +1,63 @@
+"""Pushdown: fold `select(...)` and expression filters that follow a loader into the loader.
+
+    load_parquet() -> filter(col("score") > 0.9) -> select("id", "text")
+        becomes  load_parquet(columns=['id', 'text'], filter=(col('score') > 0.9))
+
+so Parquet reads only the needed column chunks and skips row groups whose statistics rule
+the filter out (JSON Lines applies the same projection and filter per record). The result
+is the same as without pushdown; these are the conditions under which folding keeps it so:
+
+- only `select(...)` and `filter(<expression>)` fold, and only while they follow the loader
+  directly (a `map` or a Python `filter` in between stops folding);
+- a filter folds only when every column it reads is still there: after a projection has
+  dropped a column, a filter on it sees nulls, and is left in place to do so;
+- a filter that reads the file path column (`include_file_paths`) is left in place: the
+  reader adds that column after filtering;
+- a later projection narrows an earlier one (keeping the later order); a projection that
+  leaves out the file path column turns `include_file_paths` off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from zephyr import ops as op
+from zephyr.expr import referenced_columns
+
+__all__ = ["push_down"]
+
+_LOADS = (op.LoadJsonl, op.LoadParquet, op.LoadFile)
+
+
+def push_down(ops: tuple) -> tuple:
+    """The op chain with selects and expression filters folded into the loaders before them.
+
+    Returns the same tuple object when nothing folds.
+    """
+    out: list = []
+    changed = False
+    for record in ops:
+        folded = _fold(out[-1], record) if out and isinstance(out[-1], _LOADS) else None
+        if folded is None:
+            out.append(record)
+        else:
+            out[-1] = folded
+            changed = True
+    return tuple(out) if changed else ops
+
+
+def _fold(load, record):
+    """`load` with `record` folded in, or None when it cannot fold (see the module docstring)."""
+    if isinstance(record, op.Select):
+        columns = record.columns if load.columns is None else tuple(c for c in record.columns if c in load.columns)
+        keeps_path = load.include_file_paths and load.file_path_column in columns
+        return replace(load, columns=columns, include_file_paths=keeps_path)
+    if isinstance(record, op.FilterExpr):
+        needed = referenced_columns(record.expr)
+        if load.columns is not None and not needed <= set(load.columns):
+            return None
+        if load.include_file_paths and load.file_path_column in needed:
+            return None
+        combined = record.expr if load.filter is None else load.filter & record.expr
+        return replace(load, filter=combined)
+    return None

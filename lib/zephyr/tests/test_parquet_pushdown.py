@@ -1,0 +1,157 @@
+"""Projection and filter pushdown into loaders, file path columns, and approx_shard_bytes."""
+
+import hashlib
+import os
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from zephyr import Dataset, PlanError, col
+from zephyr import ops as op
+
+ROWS = 40_000
+ROWS_PER_GROUP = 2_000
+
+
+def make_rows(start, n):
+    return [
+        {
+            "id": i,
+            "text": "".join(hashlib.sha256(f"{i}-{k}".encode()).hexdigest() for k in range(3)),
+            "meta": {"score": i / ROWS, "source": "web" if i % 2 else "books"},
+        }
+        for i in range(start, start + n)
+    ]
+
+
+@pytest.fixture(scope="module")
+def big_parquet(tmp_path_factory):
+    """One Parquet file of 20 row groups, sorted by id (so row-group statistics are selective)."""
+    path = tmp_path_factory.mktemp("pq") / "big.parquet"
+    pq.write_table(pa.Table.from_pylist(make_rows(0, ROWS)), path, row_group_size=ROWS_PER_GROUP)
+    return str(path)
+
+
+def run(backend, ds):
+    execution = backend.execute(ds)
+    return list(execution), execution.counters
+
+
+def test_select_and_expression_filter_fold_into_the_loader(big_parquet):
+    ds = Dataset.from_files(big_parquet).load_parquet().filter(col("id") < 100).select("text", "id")
+    ((load,),) = [stage.ops for stage in ds.plan().stages]
+    assert isinstance(load, op.LoadParquet) and load.columns == ("text", "id") and repr(load.filter) == "(col('id') < 100)"
+    assert "load_parquet(columns=['text', 'id'], filter=(col('id') < 100))" in ds.describe()
+    python_filter = Dataset.from_files(big_parquet).load_parquet().filter(lambda r: r["id"] < 100)
+    assert len(python_filter.plan().stages[0].ops) == 2  # a Python function cannot be pushed down
+
+
+def test_selective_filter_reads_a_small_fraction_of_the_bytes(backend, big_parquet):
+    size = os.path.getsize(big_parquet)
+    pushed, pushed_counters = run(backend, Dataset.from_files(big_parquet).load_parquet().filter(col("id") < 100).select("id", "text"))
+    python, python_counters = run(
+        backend, Dataset.from_files(big_parquet).load_parquet().filter(lambda r: r["id"] < 100).map(lambda r: {"id": r["id"], "text": r["text"]})
+    )
+    assert pushed == python and [r["id"] for r in pushed] == list(range(100))
+    assert pushed_counters["zephyr/bytes_read"] < 0.1 * size  # one row group of twenty, two of three columns
+    assert python_counters["zephyr/bytes_read"] > 0.9 * size
+
+
+def test_projection_alone_reads_only_the_selected_columns(local_backend, big_parquet):
+    rows, counters = run(local_backend, Dataset.from_files(big_parquet).load_parquet().select("id"))
+    assert rows == [{"id": i} for i in range(ROWS)]
+    assert counters["zephyr/bytes_read"] < 0.1 * os.path.getsize(big_parquet)  # ids are a sliver of the bytes
+
+
+def test_nested_field_filter_is_pushed_and_agrees_with_python(local_backend, big_parquet):
+    expr = (col("meta")["score"] >= 0.95) & (col("meta")["source"] == "web")
+    pushed, counters = run(local_backend, Dataset.from_files(big_parquet).load_parquet().filter(expr).select("id"))
+    expected = [{"id": r["id"]} for r in make_rows(0, ROWS) if r["meta"]["score"] >= 0.95 and r["meta"]["source"] == "web"]
+    assert pushed == expected
+    assert counters["zephyr/bytes_read"] < 0.2 * os.path.getsize(big_parquet)
+
+
+@pytest.fixture
+def two_schemas(tmp_path):
+    """Two Parquet files, the second without the `flag` column, and the same rows as JSONL."""
+    first = [{"id": i, "text": f"t{i}", "flag": i % 2 == 0} for i in range(6)]
+    second = [{"id": i, "text": f"t{i}"} for i in range(6, 10)]
+    pq.write_table(pa.Table.from_pylist(first), tmp_path / "a.parquet", row_group_size=2)
+    pq.write_table(pa.Table.from_pylist(second), tmp_path / "b.parquet", row_group_size=2)
+    for name, rows in (("a.jsonl", first), ("b.jsonl", second)):
+        (tmp_path / name).write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    return tmp_path, first + second
+
+
+PIPELINES = {
+    "filter then select": lambda ds: ds.filter(col("flag") == True).select("text"),  # noqa: E712
+    "select then filter on a kept column": lambda ds: ds.select("id", "text").filter(col("id") >= 5).select("text"),
+    "select then filter on a dropped column": lambda ds: ds.select("id").filter(col("flag").is_null()),
+    "filter on a column one file lacks": lambda ds: ds.filter(col("flag").is_null() | (col("id") < 2)),
+    "two filters": lambda ds: ds.filter(col("id") > 1).filter(col("id") < 8),
+    "select of a missing column": lambda ds: ds.select("nope", "id"),
+}
+
+
+@pytest.mark.parametrize("name", list(PIPELINES))
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_pushdown_returns_what_python_returns(local_backend, two_schemas, name, fmt):
+    directory, rows = two_schemas
+    build = PIPELINES[name]
+    pushed = build(Dataset.from_files(str(directory / f"*.{fmt}")).load_file())
+    unpushed = build(Dataset.from_iterable(rows))
+    assert list(local_backend.execute(pushed)) == list(local_backend.execute(unpushed))
+
+
+def test_include_file_paths_adds_the_source_file(backend, two_schemas):
+    directory, _ = two_schemas
+    for fmt in ("jsonl", "parquet"):
+        loaded = Dataset.from_files(str(directory / f"*.{fmt}"))
+        loader = loaded.load_jsonl if fmt == "jsonl" else loaded.load_parquet
+        rows = list(backend.execute(loader(include_file_paths=True)))
+        assert [r["__file_path"] for r in rows] == [str(directory / f"a.{fmt}")] * 6 + [str(directory / f"b.{fmt}")] * 4
+        assert list(rows[0])[-1] == "__file_path"
+        custom = list(backend.execute(loader(include_file_paths=True, file_path_column="src").select("src", "id")))
+        assert custom[0] == {"src": str(directory / f"a.{fmt}"), "id": 0} and list(custom[0]) == ["src", "id"]
+        dropped = list(backend.execute(loader(include_file_paths=True).select("id")))
+        assert dropped[0] == {"id": 0}
+        by_file = loader(include_file_paths=True).filter(col("__file_path") == str(directory / f"b.{fmt}")).select("id")
+        assert [r["id"] for r in backend.execute(by_file)] == [6, 7, 8, 9]
+
+
+def test_load_parquet_columns_with_file_paths(local_backend, two_schemas):
+    directory, _ = two_schemas
+    ds = Dataset.from_files(str(directory / "a.parquet")).load_parquet(columns=["text"], include_file_paths=True)
+    assert list(local_backend.execute(ds))[0] == {"text": "t0", "__file_path": str(directory / "a.parquet")}
+
+
+def test_approx_shard_bytes_splits_a_file_at_row_group_bounds(backend, big_parquet):
+    sizes = pq.ParquetFile(big_parquet).metadata
+    group_bytes = sum(sizes.row_group(0).column(c).total_compressed_size for c in range(sizes.row_group(0).num_columns))
+    ds = Dataset.from_files(big_parquet).load_parquet(approx_shard_bytes=int(group_bytes * 3.5))
+    plan = ds.plan()
+    assert plan.num_shards == 7  # 20 row groups of about equal size, three per shard (the last has two)
+    assert "row groups 0-2" in plan.stages[0].input[0].label and "row groups 18-19" in plan.stages[0].input[-1].label
+    rows, counters = run(backend, ds)
+    assert [r["id"] for r in rows] == list(range(ROWS))  # every row once, in file order
+    # each shard reads its own row groups (plus the footer): the file is read about once, not 7 times
+    assert 0.9 * os.path.getsize(big_parquet) < counters["zephyr/bytes_read"] < 1.5 * os.path.getsize(big_parquet)
+
+
+def test_approx_shard_bytes_in_load_file_splits_only_parquet(local_backend, two_schemas):
+    directory, rows = two_schemas
+    ds = Dataset.from_files([str(directory / "a.parquet"), str(directory / "b.jsonl")]).load_file(approx_shard_bytes=1)
+    assert ds.plan().num_shards == 3 + 1  # a.parquet has three row groups; the JSONL file stays whole
+    assert [r["id"] for r in local_backend.execute(ds)] == list(range(10))
+
+
+def test_approx_shard_bytes_must_follow_the_source(big_parquet):
+    with pytest.raises(PlanError, match="must directly follow the source"):
+        Dataset.from_list([big_parquet]).map(str).load_parquet(approx_shard_bytes=1000).plan()
+    with pytest.raises(ValueError, match="approx_shard_bytes must be a positive integer"):
+        Dataset.from_list([big_parquet]).load_parquet(approx_shard_bytes=0)
+    sliced = Dataset.from_files(big_parquet).load_parquet(approx_shard_bytes=1).write_jsonl("/tmp/never/{basename}.jsonl")
+    with pytest.raises(PlanError, match="gives shards 0 and 1 the same path"):
+        sliced.plan()
