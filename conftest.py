@@ -46,6 +46,8 @@ os.environ.setdefault("RAY_worker_register_timeout_seconds", "300")
 # Ray runs its workers at niceness 15, so other CPU-bound work on a shared CI machine starves
 # them (tasks crawl at a few percent of a core); tests want their fair share.
 os.environ.setdefault("RAY_worker_niceness", "0")
+# A `ray start --block` node drains for 30 s on SIGTERM (for Serve); test nodes stop at once.
+os.environ.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
 
 # Deadlines for waits in tests: generous, because a loaded CI machine is slow, never a hang.
 WAIT_TIMEOUT = 300.0

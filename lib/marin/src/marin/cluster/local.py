@@ -37,6 +37,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from zephyr.io.temporaries import process_alive  # zombie-aware; shared with Zephyr's temp-file sweep
+
 from marin.cluster.auth import auth_headers, read_token, redact
 from marin.cluster.commands import format_command, local_generate_token, local_ray_start
 
@@ -113,24 +115,6 @@ def token_path(directory: Path) -> Path:
 
 def _state_file(directory: Path) -> Path:
     return directory / "state.json"
-
-
-def process_alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie, dead but not yet reaped, does not count)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-    except OSError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _members(cluster: LocalCluster) -> list[int]:
