@@ -33,7 +33,8 @@ def start(state: Path, burners: int, ray_head: bool) -> None:
         sys.exit(f"{state}/pids.json exists: run `stop` first")
     groups = []
     for _ in range(burners):
-        proc = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        proc = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         groups.append(proc.pid)
     temp_dir = None
     if ray_head:
@@ -43,7 +44,8 @@ def start(state: Path, burners: int, ray_head: bool) -> None:
                 "--num-cpus=1", "--disable-usage-stats"]
         log = open(state / "foreign-ray.log", "wb")
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"}
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=env)
         groups.append(proc.pid)
     (state / "pids.json").write_text(json.dumps({"groups": groups, "ray_temp_dir": temp_dir}))
     if ray_head:
