@@ -12,7 +12,7 @@ Every variant runs in its own fresh Python process, on the same corpus:
     times that much data.
   - optionally (`--ray`), the budgeted zephyr dedup on a warm local Ray with all cores, for
     throughput; there each Ray worker's RSS is sampled every 50 ms instead (a lower bound).
-The one-core variants run at niceness 15 (`--niceness`), the niceness Ray gives its workers,
+Every variant runs at niceness 15 (`--niceness`; Ray's workers through `RAY_worker_niceness`),
 so that other work on a shared machine slows every variant alike.
 
 Peak memory per task: zephyr's tasks run through a small backend defined here that forks a
@@ -208,8 +208,12 @@ def run_zephyr(paths: list[str], out_dir: str, memory: str | None, scratch: str)
             "buffer_mib": (backend.task_resources.memory // 4 if backend.task_resources.memory else 256 * 2**20) / 2**20}
 
 
-def _noop(item):
-    return item
+def _warm_record(i):
+    return {"i": i, "text": str(i % 3)}
+
+
+def _warm_key(doc):
+    return doc["text"]
 
 
 def _ray_worker_rss_mib() -> dict[int, float]:
@@ -237,7 +241,8 @@ def run_zephyr_ray(paths: list[str], out_dir: str, memory: str | None, scratch: 
     ray.init(address="local", num_cpus=cores, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         backend = create_backend("ray", memory=memory, progress=False, scratch_dir=scratch)
-        list(backend.execute(Dataset.from_list(list(range(4 * cores))).map(_noop)))  # warm: start workers, import
+        warm = Dataset.from_list(list(range(4 * cores))).map(_warm_record).deduplicate(_warm_key)
+        list(backend.execute(warm))  # warm: start the workers and import the shuffle's modules in them
         idle = _ray_worker_rss_mib()
         peaks: dict[int, float] = {}
         stop = threading.Event()
@@ -272,7 +277,12 @@ def child_main(spec: dict) -> None:
     """Entry point of a child process: run one variant, print one JSON line."""
     import zephyr  # noqa: F401  (imported before measuring "idle", as a worker would have it)
 
-    if spec["variant"] != "zephyr-ray":  # Ray gives its workers niceness 15 itself
+    import pyarrow as pa
+
+    pa.array(["x"])  # pyarrow imports pandas (when installed) on first use: do it before forking tasks
+    if spec["variant"] in ("zephyr-ray", "raydata"):  # Ray sets its workers' niceness (15 unless told)
+        os.environ["RAY_worker_niceness"] = str(spec["niceness"])
+    else:
         os.nice(spec["niceness"])
 
     idle = rss_mib()
@@ -283,6 +293,14 @@ def child_main(spec: dict) -> None:
         result = run_baseline(spec["paths"], spec["out_dir"])
     elif spec["variant"] == "zephyr-ray":
         result = run_zephyr_ray(spec["paths"], spec["out_dir"], spec.get("memory"), spec["scratch"], spec["cores"])
+    elif spec["variant"] == "raydata":
+        from dedup_peers import run_raydata
+
+        result = run_raydata(spec["paths"], spec["out_dir"], spec["cores"])
+    elif spec["variant"] == "datatrove":
+        from dedup_peers import run_datatrove
+
+        result = run_datatrove(spec["paths"], spec["out_dir"], spec["scratch"], spec["cores"])
     else:
         result = run_zephyr(spec["paths"], spec["out_dir"], spec.get("memory"), spec["scratch"])
     result.setdefault("seconds", time.perf_counter() - start)
@@ -292,19 +310,29 @@ def child_main(spec: dict) -> None:
 
 
 def run_child(spec: dict) -> dict:
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
-                          capture_output=True, text=True, check=False)
+    try:
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
+                              capture_output=True, text=True, check=False, timeout=1800)
+    except subprocess.TimeoutExpired as e:
+        raise RuntimeError(f"variant {spec['variant']} did not finish in 1800 s") from e
     if proc.returncode != 0:
         raise RuntimeError(f"variant {spec['variant']} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))
     return json.loads(line[len("RESULT "):])
 
 
+PEERS = ("raydata", "datatrove")
+
+
 def kept_ids(out_dir: str) -> set[str]:
+    """The ids in every JSON-lines output file under `out_dir` (zephyr's, Ray Data's, datatrove's)."""
+    from zephyr.io.jsonl import read_jsonl
+
     ids: set[str] = set()
-    for name in sorted(os.listdir(out_dir)):
-        if name.endswith(".jsonl.zst"):
-            ids.update(doc["id"] for doc in read_shard(os.path.join(out_dir, name)))
+    for root, _, names in os.walk(out_dir):
+        for name in sorted(names):
+            if name.endswith((".jsonl.zst", ".jsonl.gz", ".jsonl", ".json")) and not name.startswith("."):
+                ids.update(str(doc["id"]) for doc in read_jsonl(os.path.join(root, name)))
     return ids
 
 
@@ -322,14 +350,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--dup-fraction", type=float, default=0.1, help="fraction of exact duplicates (default 0.1)")
     parser.add_argument("--min-chars", type=int, default=50, help="shortest text (default 50)")
     parser.add_argument("--max-chars", type=int, default=400, help="longest text (default 400)")
-    parser.add_argument("--memory", default="64MiB", help="task memory budget of the bounded zephyr run (default 64MiB)")
+    parser.add_argument("--memory", default="256MiB", help="task memory budget of the bounded zephyr run (default 256MiB)")
     parser.add_argument("--skip-unbounded", action="store_true", help="skip the zephyr run without a memory budget")
     parser.add_argument("--ray", action="store_true",
                         help="also run the budgeted zephyr dedup on a warm local Ray (throughput on all cores)")
     parser.add_argument("--ray-cores", type=int, default=os.cpu_count() or 1, help="num_cpus of that local Ray (default: all cores)")
+    parser.add_argument("--peers", action="store_true",
+                        help="also run the same dedup in Ray Data and datatrove on all cores "
+                             "(needs the bench group: uv run --group bench ...)")
     parser.add_argument("--niceness", type=int, default=15,
-                        help="niceness increment of the one-core variants "
-                             "(default 15, what Ray gives its workers; 0: default priority)")
+                        help="niceness of every variant: the one-core ones and the peers' processes, and Ray's "
+                             "workers through RAY_worker_niceness (default 15, Ray's own default; 0: default "
+                             "priority, which competes fairly with other work on a shared machine)")
     parser.add_argument("--work-dir", default=None, help="where the corpus and outputs go (default: a temp dir, removed after)")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -362,6 +394,8 @@ def _bench(args: argparse.Namespace, work: str) -> dict:
     variants = [("baseline", None)] + ([] if args.skip_unbounded else [("zephyr", None)]) + [("zephyr", args.memory)]
     if args.ray:
         variants.append(("zephyr-ray", args.memory))
+    if args.peers:
+        variants += [("raydata", None), ("datatrove", None)]
     results = []
     for variant, memory in variants:
         name = variant if variant != "zephyr" else f"zephyr-{memory or 'nobudget'}"
@@ -370,12 +404,21 @@ def _bench(args: argparse.Namespace, work: str) -> dict:
         spec = {"variant": variant, "paths": paths, "out_dir": out_dir, "memory": memory,
                 "scratch": os.path.join(work, "scratch"), "cores": args.ray_cores,
                 "niceness": args.niceness}
-        r = run_child(spec) | {"name": name, "memory": memory}
+        try:
+            r = run_child(spec) | {"name": name, "memory": memory}
+        except RuntimeError as e:
+            if variant not in PEERS:
+                raise
+            print(f"{variant} failed: {e}", file=sys.stderr)
+            results.append({"name": name, "memory": None, "failed": str(e)[-500:]})
+            continue
         r["docs_per_s"] = round(info.num_docs / r["seconds"])
         r["kept"] = kept_ids(out_dir)
         results.append(r)
     reference = results[0]["kept"]
     for r in results:
+        if "failed" in r:
+            continue
         r["same_ids_as_baseline"] = r["kept"] == reference
         r["kept"] = len(r["kept"])
     result = {
@@ -391,7 +434,7 @@ def _bench(args: argparse.Namespace, work: str) -> dict:
         "variants": results,
     }
     print_table(result)
-    if not all(r["same_ids_as_baseline"] for r in results):
+    if not all(r["same_ids_as_baseline"] for r in results if r["name"] not in PEERS and "failed" not in r):
         raise SystemExit("zephyr kept a different set of ids than the baseline")
     if args.json:
         with open(args.json, "w") as f:
@@ -405,12 +448,20 @@ def print_table(r: dict) -> None:
           f"{c['mb_jsonl']} MB JSONL ({c['mb_jsonl_per_shard']} MB per shard), {c['mb_zst']} MB zst, {r['params']['shards']} shards")
     print(f"machine: {m['cores']} cores, {m['ram_gib']} GiB, Python {m['python']}, Ray {m['ray']}; "
           f"load avg before {r['load_avg_before']}, after {r['load_avg_after']}; one core and tasks one at a time unless on Ray; "
-          f"niceness +{r['params']['niceness']} (Ray's workers run at 15)")
+          f"niceness +{r['params']['niceness']} for every variant, Ray's workers included")
     print()
     print("| variant | seconds | docs/s | vs baseline | kept | same ids | RSS at start (MiB) "
           "| peak RSS per map task (MiB) | peak RSS per reduce task (MiB) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for v in r["variants"]:
+        if "failed" in v:
+            print(f"| {v['name']} | failed: {v['failed'][-120:]!r} | | | | | | | |")
+            continue
+        if v["name"] in PEERS:
+            label = {"raydata": "Ray Data groupby(key).map_groups(first)", "datatrove": "datatrove exact dedup"}[v["name"]]
+            print(f"| {label} ({v['cores']} CPUs) | {v['seconds']:.1f} | {v['docs_per_s']:,} | "
+                  f"{v['docs_per_s'] / base['docs_per_s']:.2f}x | {v['kept']:,} | {v['same_ids_as_baseline']} | | | |")
+            continue
         if v["name"] == "baseline":
             label = "hand-written sort-based (one process = one task)"
             map_peak = reduce_peak = f"{v['process_peak_rss_mib']:,.0f} (whole job)"
@@ -431,6 +482,8 @@ def print_table(r: dict) -> None:
         print("\n(zephyr on Ray: seconds exclude ray.init and a warm-up; at start = the smallest warm worker's RSS; "
               "its peak is the largest RSS any worker reached, sampled every 50 ms, over both stages)")
     for v in r["variants"][1:]:
+        if v["name"] in PEERS or "failed" in v:
+            continue
         s0, s1 = v["stages"]["0"], v["stages"]["1"]
         print(f"\n{v['name']}: map stage {s0['tasks']} tasks {s0['seconds']} s, reduce stage {s1['tasks']} tasks {s1['seconds']} s, "
               f"{v['shuffle_runs']} spilled runs")

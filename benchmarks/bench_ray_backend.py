@@ -125,6 +125,12 @@ def run_baseline(pool, paths: list[str], out_dir: str) -> float:
 # ---- zephyr ------------------------------------------------------------------------------------
 
 
+def w1_corpus(directory: str, shards: int, docs_per_shard: int):
+    """W1's input (also bench_status.py's): documents of 200-2,000 characters, no duplicates."""
+    return ensure_corpus(directory, num_shards=shards, docs_per_shard=docs_per_shard, dup_fraction=0.0,
+                         min_chars=200, max_chars=2000, seed=3)
+
+
 def run_zephyr(backend, paths: list[str], out_dir: str) -> float:
     from zephyr import Dataset
 
@@ -228,8 +234,7 @@ def _bench(args: argparse.Namespace, work: str) -> dict:
     from zephyr import create_backend
 
     load_before = load_average()
-    info = ensure_corpus(os.path.join(work, "corpus"), num_shards=args.shards, docs_per_shard=args.docs_per_shard,
-                         dup_fraction=0.0, min_chars=200, max_chars=2000, seed=3)
+    info = w1_corpus(os.path.join(work, "corpus"), args.shards, args.docs_per_shard)
     paths = list(info.paths)
     mb = info.bytes_uncompressed / 1e6
 

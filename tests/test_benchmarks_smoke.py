@@ -15,10 +15,11 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
-def _run(script: str, *args: str, tmp_path: Path) -> str:
+def _run(script: str, *args: str, tmp_path: Path, work_dir: bool = True) -> str:
     env = dict(os.environ, RAY_ENABLE_UV_RUN_RUNTIME_ENV="0", RAY_USAGE_STATS_ENABLED="0")
+    work = ["--work-dir", str(tmp_path / "work")] if work_dir else []
     proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / script), "--work-dir", str(tmp_path / "work"), "--json", str(tmp_path / "out.json"), *args],
+        [sys.executable, str(BENCHMARKS / script), *work, "--json", str(tmp_path / "out.json"), *args],
         capture_output=True, text=True, env=env, timeout=300, check=False,
     )
     assert proc.returncode == 0, f"{script} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
@@ -30,7 +31,20 @@ def _run(script: str, *args: str, tmp_path: Path) -> str:
 def test_dedup_benchmark_runs(tmp_path):
     out = _run("bench_dedup.py", "--docs", "2000", "--shards", "4", tmp_path=tmp_path)
     assert "| variant | seconds | docs/s |" in out
-    assert "| hand-written sort-based" in out and "| zephyr, memory=64MiB" in out
+    assert "| hand-written sort-based" in out and "| zephyr, memory=256MiB" in out
+
+
+@pytest.mark.slow
+def test_plan_rss_benchmark_runs(tmp_path):
+    out = _run("bench_plan_rss.py", "--maps", "200", "--partitions", "50", "--legacy", tmp_path=tmp_path, work_dir=False)
+    assert "| packed arrays (`RunIndex`) |" in out and "| per-run dicts, per-task tuples (before) |" in out
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_skew_benchmark_runs(tmp_path):
+    out = _run("bench_skew.py", "--records", "4000", "--keys", "500", "--repeats", "1", tmp_path=tmp_path, work_dir=False)
+    assert "| uniform |" in out and "| skewed |" in out and "| skewed, splitting off |" in out
 
 
 @pytest.mark.slow
@@ -48,3 +62,20 @@ def test_parquet_pushdown_benchmark_runs(tmp_path):
                "--repeats", "1", tmp_path=tmp_path)
     assert "| runner | bytes read | of the files |" in out
     assert "| zephyr, pushdown |" in out and "| hand-written pyarrow.dataset scan |" in out
+
+
+@pytest.mark.slow
+def test_train_benchmark_runs(tmp_path):
+    out = _run("bench_train.py", "--devices", "1", "2", "--steps", "12", "--repeats", "1", "--batch-size", "4",
+               "--seq-len", "16", "--embed", "16", "--hidden", "32", "--shards", "2", tmp_path=tmp_path)
+    assert "| devices | adapter | hand-written | preloaded |" in out
+    assert out.count("x |") >= 2  # one row per device count
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_status_benchmark_runs(tmp_path):
+    out = _run("bench_status.py", "--shards", "2", "--docs-per-shard", "100", "--repeats", "1", "--tiny-shards", "50",
+               tmp_path=tmp_path)
+    assert "| variant | wall, runs (s) |" in out
+    assert "| off |" in out and "| on |" in out and "| watched |" in out and "hooks" in out

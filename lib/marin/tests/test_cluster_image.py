@@ -1,9 +1,16 @@
 """The cluster image and the cloud command lines, checked as far as this machine allows.
 
 - The Dockerfile's structure (fast): every workspace member copied, installs through the one
-  script, the `ray` user's home where the template puts the token, gcloud installed.
+  script, the `ray` user's home where the template puts the token, gcloud installed, uv pinned
+  by hash, the build backend pinned, the image's Python the one developers test with.
+- `ray` on PATH where Ray's launcher looks for it (fast, real bash): the login shell Ray's docker
+  command runner wraps every command in, with this machine's Debian /etc/profile (the image's
+  base is Debian too) and the image's /etc/profile.d/marin.sh, in a private mount namespace.
+- The image's install set (fast): `install_deps.sh list` (uv export of the lock) has libtpu, the
+  development environment (what CI installs) does not.
 - The image's install steps, for real (slow): `docker/marin/install_deps.sh` run into a fresh
-  directory and a fresh virtualenv gives exactly the packages uv.lock pins.
+  directory and a fresh virtualenv gives exactly the packages `install_deps.sh list` names, less
+  libtpu (a 200 MB wheel: its presence is checked in the resolved set instead).
 - The real gcloud and docker CLIs accept every command line we build (slow; skipped where the
   CLI is absent). Both parse arguments before they need anything remote: gcloud stops at "no
   active account" in an empty config dir, docker at "cannot connect" to a socket nobody serves,
@@ -11,7 +18,7 @@
   parses the cleanup-policy file at that stage, with Google's own parser.
 
 What cannot run here: `docker build` itself (no Docker engine), and any gcloud call that reaches
-GCP (no network, no credentials).
+GCP (no network, no credentials). JAX on a TPU needs a TPU.
 """
 
 from __future__ import annotations
@@ -20,8 +27,10 @@ import fnmatch
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -34,6 +43,8 @@ from marin.cluster.config import CLUSTERS, Capacity
 ROOT = Path(__file__).resolve().parents[3]
 DOCKERFILE = ROOT / "docker" / "marin" / "Dockerfile.cluster"
 INSTALL = ROOT / "docker" / "marin" / "install_deps.sh"
+PROFILE = ROOT / "docker" / "marin" / "profile.sh"
+UV_REQUIREMENTS = ROOT / "docker" / "marin" / "uv-requirements.txt"
 
 
 def workspace_members() -> list[str]:
@@ -59,8 +70,34 @@ def test_dockerfile_installs_every_workspace_member_through_the_shared_script():
     deps, project = text.index("install_deps.sh deps"), text.index("install_deps.sh project")
     first_src = min(text.index(f"{member}/src") for member in workspace_members())
     assert deps < first_src < project
-    assert re.search(r"^ARG UV_VERSION=\d+\.\d+\.\d+$", text, re.MULTILINE)
     assert re.search(r'google-cloud-cli=\$\{GCLOUD_VERSION\}', text)  # setup_commands call gcloud
+    assert "COPY docker/marin/profile.sh /etc/profile.d/marin.sh" in text
+
+
+def test_uv_is_installed_by_version_and_hash():
+    text = DOCKERFILE.read_text()
+    assert "--require-hashes" in text and "-r /tmp/uv-requirements.txt" in text
+    assert "docker/marin/uv-requirements.txt" in copy_sources(text)
+    (requirement,) = [line for line in UV_REQUIREMENTS.read_text().splitlines() if line and not line.startswith("#")]
+    assert re.fullmatch(r"uv==\d+\.\d+\.\d+ --hash=sha256:[0-9a-f]{64}", requirement), requirement
+
+
+def test_the_build_backend_is_pinned_and_locked():
+    """Workspace packages are built (hatchling) when the image installs them: same backend every build."""
+    root = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    constraints = root["tool"]["uv"]["build-constraint-dependencies"]
+    assert all(re.fullmatch(r"[a-z0-9-]+==[0-9.]+", c) for c in constraints), constraints
+    for member in workspace_members():
+        for requirement in tomllib.loads((ROOT / member / "pyproject.toml").read_text())["build-system"]["requires"]:
+            assert requirement in constraints, (member, requirement)  # pinned, to the constrained version
+    manifest = tomllib.loads((ROOT / "uv.lock").read_text())["manifest"]
+    locked = [f"{c['name']}{c['specifier']}" for c in manifest["build-constraints"]]
+    assert sorted(locked) == sorted(constraints), "run `uv lock`"
+
+
+def test_developers_test_on_the_python_of_the_image():
+    major_minor = (ROOT / ".python-version").read_text().strip()
+    assert re.search(rf"^ARG PYTHON_IMAGE=python:{re.escape(major_minor)}-", DOCKERFILE.read_text(), re.MULTILINE)
 
 
 def test_dockerfile_user_home_is_where_the_template_puts_the_token():
@@ -78,6 +115,119 @@ def test_dockerignore_lets_every_copied_source_through():
         assert any(fnmatch.fnmatch(source, pattern) for pattern in allowed), source
 
 
+# --- `ray` on PATH in the login shells Ray's launcher uses ------------------------------------------
+
+# The official python images put /usr/local/bin first on Debian's default PATH.
+BASE_IMAGE_PATH = "/usr/local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def image_env() -> dict[str, str]:
+    """The environment the Dockerfile's ENV instructions give a process in the container."""
+    env = {"PATH": BASE_IMAGE_PATH}
+    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    for line in text.splitlines():
+        if line.startswith("ENV "):
+            for item in shlex.split(line[4:]):
+                key, value = item.split("=", 1)
+                env[key] = value.replace("$PATH", env["PATH"]).replace("${PATH}", env["PATH"])
+    return env
+
+
+def _can_unshare() -> bool:
+    probe = ["unshare", "--mount", "--map-root-user", "true"]
+    return shutil.which("unshare") is not None and subprocess.run(probe, capture_output=True).returncode == 0
+
+
+def run_like_rays_launcher(command: str, *, tmp_path: Path, with_marin_profile: bool) -> subprocess.CompletedProcess:
+    """Run `command` as Ray's docker command runner does inside the image, with this machine's bash.
+
+    Ray wraps each command in `bash --login -c -i "source ~/.bashrc; ... (cmd)"` (its own
+    `_with_interactive`) and `docker exec`s `/bin/bash -c` on that. In a private mount namespace,
+    /etc/profile.d holds this machine's scripts (plus the image's marin.sh when asked) and /opt holds
+    a stand-in virtualenv whose `ray` is this checkout's; HOME is a fresh copy of /etc/skel, as
+    `useradd --create-home` makes for the `ray` user.
+    """
+    from ray.autoscaler._private.command_runner import _with_interactive
+
+    env = image_env()
+    venv_bin = Path(env["UV_PROJECT_ENVIRONMENT"]) / "bin"
+    assert venv_bin.parent.parent == Path("/opt/marin"), "the stand-in below mounts /opt"
+    opt, profile_d, home = tmp_path / "opt", tmp_path / "profile.d", tmp_path / "home"
+    (opt / venv_bin.relative_to("/opt")).mkdir(parents=True)
+    (opt / venv_bin.relative_to("/opt") / "ray").symlink_to(Path(sys.executable).parent / "ray")
+    shutil.copytree("/etc/profile.d", profile_d, symlinks=True)
+    if with_marin_profile:
+        shutil.copy(PROFILE, profile_d / "marin.sh")
+    shutil.copytree("/etc/skel", home, symlinks=True)
+    env["HOME"] = str(home)
+    inner = " ".join(_with_interactive(command))
+    script = 'mount --bind "$1" /etc/profile.d && mount --bind "$2" /opt && exec /bin/bash -c "$3"'
+    argv = ["unshare", "--mount", "--map-root-user", "sh", "-c", script, "sh", str(profile_d), str(opt), inner]
+    return subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(not Path("/etc/profile").is_file() or not _can_unshare(),
+                    reason="needs /etc/profile and unprivileged mount namespaces (unshare)")  # fmt: skip
+def test_ray_is_on_path_in_the_login_shell_of_rays_docker_command_runner(tmp_path):
+    """Regression: /etc/profile resets PATH in login shells, so `ray start` was not found on the nodes."""
+    if "PATH=" not in Path("/etc/profile").read_text():
+        pytest.skip("this machine's /etc/profile does not reset PATH as Debian's does")
+    command = "command -v ray && ray --version"
+    without = run_like_rays_launcher(command, tmp_path=tmp_path / "without", with_marin_profile=False)
+    assert without.returncode != 0 and "/opt/marin/venv/bin/ray" not in without.stdout  # the bug, reproduced
+    fixed = run_like_rays_launcher(command, tmp_path=tmp_path / "with", with_marin_profile=True)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert fixed.stdout.splitlines()[0] == "/opt/marin/venv/bin/ray"
+    assert "ray, version" in fixed.stdout  # the image's own ray ran
+
+
+def test_profile_script_is_idempotent_and_reads_the_images_venv(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "UV_PROJECT_ENVIRONMENT": "/opt/marin/venv"}
+    twice = f". {PROFILE}; . {PROFILE}; echo $PATH"
+    out = subprocess.run(["sh", "-c", twice], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "/opt/marin/venv/bin:/usr/bin:/bin"
+    assert image_env()["UV_PROJECT_ENVIRONMENT"] == "/opt/marin/venv"
+
+
+# --- what the image installs ------------------------------------------------------------------------
+
+
+def _export(*args: str, script: bool = True) -> list[str]:
+    """Pinned requirement lines (`name==version ; marker`) of uv's export of the lock."""
+    argv = ["sh", str(INSTALL), "list", *args] if script else ["uv", "export", "--frozen", "--no-hashes",
+                                                               "--no-header", "--no-annotate", *args]  # fmt: skip
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return [line for line in result.stdout.splitlines() if line and not line.startswith(("#", "-e", "."))]
+
+
+def for_this_machine(lines: list[str], environment: dict | None = None) -> dict[str, str]:
+    """`{name: version}` of the export lines whose marker holds (here, or in `environment`)."""
+    from packaging.markers import Marker
+
+    chosen = {}
+    for line in lines:
+        requirement, _, marker = line.partition(";")
+        name, version = requirement.strip().split("==")
+        if not marker.strip() or Marker(marker.strip()).evaluate(environment):
+            chosen[_normalize(name)] = version
+    return chosen
+
+
+def test_the_image_installs_libtpu_and_development_does_not():
+    """JAX in the image must be able to use the TPUs; CI and laptops must not download libtpu."""
+    image = _export()
+    cluster_node = {"sys_platform": "linux", "platform_machine": "x86_64", "python_full_version": "3.11.9",
+                    "python_version": "3.11", "platform_system": "Linux"}  # fmt: skip
+    on_node = for_this_machine(image, cluster_node)
+    assert "libtpu" in on_node and "jax" in on_node and "jaxlib" in on_node
+    locked = locked_versions()
+    assert on_node["libtpu"] in locked["libtpu"] and on_node["ray"] in locked["ray"]
+    development = for_this_machine(_export(script=False), cluster_node)  # the default groups: what `uv sync` installs
+    assert "libtpu" not in development and "jax" in development and "pytest" in development
+    assert "pytest" not in on_node  # no dev tools in the image
+
+
 def _normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -90,10 +240,11 @@ def locked_versions() -> dict[str, set[str]]:
     return versions
 
 
-def _install(step: str, workdir: Path, venv: Path) -> None:
+def _install(step: str, workdir: Path, venv: Path, *uv_options: str) -> None:
     env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(venv), "UV_PYTHON_DOWNLOADS": "never"}
     env.pop("VIRTUAL_ENV", None)
-    result = subprocess.run(["sh", str(INSTALL), step], cwd=workdir, env=env, capture_output=True, text=True)
+    argv = ["sh", str(INSTALL), step, *uv_options]
+    result = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
 
 
@@ -114,13 +265,18 @@ def test_image_install_steps_give_exactly_the_locked_packages(tmp_path):
         (work / member).mkdir(parents=True)
         shutil.copy(ROOT / member / "pyproject.toml", work / member)
 
-    _install("deps", work, venv)
+    skip_libtpu = ("--no-install-package", "libtpu")  # 200 MB: checked in the resolved set instead
+    _install("deps", work, venv, *skip_libtpu)
     after_deps = _installed(venv)
     assert "ray" in after_deps and "marin" not in after_deps  # the cacheable layer has no project code
+    expected = for_this_machine(_export())
+    assert expected.pop("libtpu", None) is not None
+    after_deps.pop("pip", None)
+    assert after_deps == expected  # exactly what the lock says for this machine, nothing more or less
 
     for member in workspace_members():
         shutil.copytree(ROOT / member / "src", work / member / "src")
-    _install("project", work, venv)
+    _install("project", work, venv, *skip_libtpu)
     installed = _installed(venv)
 
     locked = locked_versions()
@@ -156,6 +312,8 @@ def our_gcloud_commands(tmp_path: Path) -> list[list[str]]:
         commands.gcloud_fetch_secret("RAY_AUTH_TOKEN", "hai-gcp-models"),
         commands.gcloud_list_tpus(spec.zone, spec.project),
         commands.gcloud_delete_tpu("ray-marin-us-east5-worker-1-tpu", spec.zone, spec.project),
+        commands.gcloud_delete_queued_resource("ray-worker-us-east5-v6e-8-abc123", spec.zone, spec.project),
+        commands.gcloud_grant_secret_access("RAY_AUTH_TOKEN_STAGING", "hai-gcp-models", spec.service_account),
         *[commands.gcloud_create_tpu(spec, "w1", "v6e-8", capacity) for capacity in Capacity],
         commands.gcloud_tpu_ssh(spec, "w1", commands.worker_join_script(spec, "10.0.0.1")),
     ]

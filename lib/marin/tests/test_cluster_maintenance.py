@@ -107,19 +107,39 @@ class FakeTools:
 # --- the image ----------------------------------------------------------------------------------
 
 
-def _head_commit() -> str:
-    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True, check=True).stdout.strip()  # fmt: skip
+# 2027-03-04 23:30 in New York is 2027-03-05 in UTC: the date in the tag must be the UTC one.
+BUILD_TIME = dt.datetime(2027, 3, 4, 23, 30, tzinfo=dt.timezone(dt.timedelta(hours=-5)))
+ALL_REGIONS = ["us-central2", "us-west4", "europe-west4", "us-east5", "us-east1", "us-central1"]
 
 
-def test_build_image_dry_run_prints_every_command_and_writes_nothing(capsys):
-    before = Path(config.__file__).read_text()
-    commands = printed_commands(capsys, "--dry-run", "build-image", "--region", "us-west4", "--region", "europe-west4")
-    date = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d")
-    tags = ["latest", _head_commit(), date]
-    expected = [["docker", "build", "--platform=linux/amd64", "--file=docker/marin/Dockerfile.cluster",
+def _git(repo: Path, *args: str) -> str:
+    argv = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
+    return subprocess.run([*argv, *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture
+def checkout(tmp_path, monkeypatch):
+    """A committed copy of what build-image reads (infra/, docker/), used as the repository root.
+
+    The real checkout's commit and cleanliness change while people work; this one's do not. The
+    build clock is fixed too (`image.utc_now`), so no test depends on the day it runs.
+    """
+    repo = tmp_path / "repo"
+    for rel in ("infra", "docker"):
+        shutil.copytree(ROOT / rel, repo / rel)
+    _git(tmp_path, "init", "-q", str(repo))
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "init")
+    monkeypatch.setenv("MARIN_INFRA_DIR", str(repo / "infra"))
+    monkeypatch.chdir(repo)
+    monkeypatch.setattr(image, "utc_now", lambda: BUILD_TIME)
+    return repo, _git(repo, "rev-parse", "--short", "HEAD")
+
+
+def _expected_build(commit: str, regions: list[str]) -> list[list[str]]:
+    tags = ["latest", commit, f"20270305-{commit}"]
+    expected = [["docker", "build", "--pull", "--platform=linux/amd64", "--file=docker/marin/Dockerfile.cluster",
                  "--tag=marin_cluster:latest", "."]]  # fmt: skip
-    regions = ["us-west4", "europe-west4"]
     refs = {r: [f"{r}-docker.pkg.dev/hai-gcp-models/marin/marin_cluster:{t}" for t in tags] for r in regions}
     expected += [["docker", "tag", "marin_cluster:latest", ref] for r in regions for ref in refs[r]]
     for r in regions:
@@ -129,20 +149,51 @@ def test_build_image_dry_run_prints_every_command_and_writes_nothing(capsys):
              "--project=hai-gcp-models", "--format=value(name)"],
             ["gcloud", "artifacts", "repositories", "create", "marin", "--repository-format=docker",
              f"--location={r}", "--project=hai-gcp-models", "--description=Marin cluster images"],
+            ["gcloud", "artifacts", "repositories", "set-cleanup-policies", "marin", f"--location={r}",
+             "--project=hai-gcp-models", "--policy=infra/artifact-registry-cleanup-policy.json", "--no-dry-run"],
         ]  # fmt: skip
         expected += [["docker", "push", ref] for ref in refs[r]]
-    assert commands == expected
+    return expected
+
+
+def test_build_image_dry_run_prints_every_command_and_writes_nothing(checkout, capsys):
+    _, commit = checkout
+    before = Path(config.__file__).read_text()
+    args = ["--dry-run", "build-image", "--region", "us-west4", "--region", "europe-west4"]
+    assert printed_commands(capsys, *args) == _expected_build(commit, ["us-west4", "europe-west4"])
     assert Path(config.__file__).read_text() == before
+    # every region: the same lines, and the tag that would be recorded
+    assert cli.main(["--dry-run", "build-image"]) == 0
+    out = capsys.readouterr().out
+    assert [shlex.split(line) for line in out.splitlines() if not line.startswith("#")] == _expected_build(
+        commit, ALL_REGIONS
+    )
+    assert f'# then set LATEST_DOCKER_TAG = "20270305-{commit}"' in out
 
 
 def test_makefile_regions_are_the_cluster_table_regions():
     """CLUSTER_REPOS (where images and policies go) must cover every region a cluster runs in."""
     match = re.search(r"^CLUSTER_REPOS \?= (.+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
-    assert match and match.group(1).split() == image.default_regions()
-    assert "europe-west4" in image.default_regions() and len(set(image.default_regions())) == 6
+    assert match and match.group(1).split() == image.default_regions() == ALL_REGIONS
+    project = re.search(r"^PROJECT \?= (.+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert project and project.group(1) == config.DEFAULT_PROJECT  # the project build-image defaults to
 
 
-def test_build_image_pushes_everywhere_creates_missing_repos_and_records_the_tag(tmp_path, monkeypatch, capsys):
+def _load_config(path: Path):
+    """`path` imported as a module, as `update-configs` would read it."""
+    spec = importlib.util.spec_from_file_location("config_copy", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["config_copy"] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules["config_copy"]
+    return module
+
+
+def test_build_image_pushes_everywhere_creates_missing_repos_and_records_the_tag(checkout, tmp_path, monkeypatch,
+                                                                                 capsys):  # fmt: skip
+    _, commit = checkout
     fake = FakeTools(tmp_path, monkeypatch)
     fake.answer("docker", ["info"], stdout="28.2.2\n")
     fake.answer("gcloud", ["artifacts", "repositories", "describe", "marin", "--location=us-west4"],
@@ -150,36 +201,79 @@ def test_build_image_pushes_everywhere_creates_missing_repos_and_records_the_tag
                 rc=1)  # fmt: skip
     config_copy = tmp_path / "config.py"
     shutil.copy(config.__file__, config_copy)
-    now = dt.datetime(2027, 3, 4, 23, 30, tzinfo=dt.timezone(dt.timedelta(hours=-5)))  # 2027-03-05 in UTC
-    plan = image.plan_image(["us-central2", "us-west4"], "hai-gcp-models", now=now)
-    assert plan.tags == ("latest", _head_commit(), "20270305")
+    plan = image.plan_image(None, "hai-gcp-models", now=BUILD_TIME)
+    assert plan.regions == tuple(ALL_REGIONS) and plan.tags == ("latest", commit, f"20270305-{commit}")
     image.build_and_push(plan, dry_run=False, config_file=config_copy)
 
     docker = fake.argvs("docker")
-    assert docker[0] == ["info", "--format={{.ServerVersion}}"] and docker[1][0] == "build"
+    assert docker[0] == ["info", "--format={{.ServerVersion}}"] and docker[1][:2] == ["build", "--pull"]
     pushed = [argv[1] for argv in docker if argv[0] == "push"]
-    assert pushed == plan.refs("us-central2") + plan.refs("us-west4")
-    created = [argv for argv in fake.argvs("gcloud") if argv[:3] == ["artifacts", "repositories", "create"]]
+    assert pushed == [ref for region in ALL_REGIONS for ref in plan.refs(region)]
+    gcloud = fake.argvs("gcloud")
+    created = [argv for argv in gcloud if argv[:3] == ["artifacts", "repositories", "create"]]
     assert [argv[5] for argv in created] == ["--location=us-west4"]  # only the missing repository
+    # ... which gets the cleanup policy right after it is created, in the same project
+    policies = [argv for argv in gcloud if argv[:3] == ["artifacts", "repositories", "set-cleanup-policies"]]
+    assert policies == [["artifacts", "repositories", "set-cleanup-policies", "marin", "--location=us-west4",
+                         "--project=hai-gcp-models", "--policy=infra/artifact-registry-cleanup-policy.json",
+                         "--no-dry-run"]]  # fmt: skip
+    assert gcloud.index(created[0]) + 1 == gcloud.index(policies[0])
     # every region's docker auth is configured before its first push
     order = [(c["tool"], c["argv"][:2]) for c in fake.calls()]
     assert order.index(("gcloud", ["auth", "configure-docker"])) < order.index(("docker", ["push", plan.refs("us-central2")[0]]))
 
     # the tag landed where update-configs reads it: the module's LATEST_DOCKER_TAG and every default spec
-    spec = importlib.util.spec_from_file_location("config_copy", config_copy)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["config_copy"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules["config_copy"]
-    assert module.LATEST_DOCKER_TAG == "20270305"
-    assert module.CLUSTERS["us-west4"].docker_image.endswith("/marin/marin_cluster:20270305")
-    assert config_copy.read_text().replace('"20270305"', f'"{config.LATEST_DOCKER_TAG}"') == Path(config.__file__).read_text()
+    module = _load_config(config_copy)
+    assert module.LATEST_DOCKER_TAG == f"20270305-{commit}"
+    assert module.CLUSTERS["us-west4"].docker_image.endswith(f"/marin/marin_cluster:20270305-{commit}")
+    expected_text = Path(config.__file__).read_text().replace(f'"{config.LATEST_DOCKER_TAG}"', f'"20270305-{commit}"', 1)
+    assert config_copy.read_text() == expected_text
     assert "update-configs" in capsys.readouterr().out
 
 
-def test_build_image_stops_on_a_registry_error_other_than_not_found(tmp_path, monkeypatch):
+def test_a_push_to_some_regions_is_not_recorded_as_every_clusters_tag(checkout, tmp_path, monkeypatch, capsys):
+    """LATEST_DOCKER_TAG goes into every cluster's config: a tag only us-west4 has would break the others."""
+    fake = FakeTools(tmp_path, monkeypatch)
+    fake.answer("docker", ["info"], stdout="28.2.2\n")
+    config_copy = tmp_path / "config.py"
+    shutil.copy(config.__file__, config_copy)
+    plan = image.plan_image(["us-west4"], "hai-gcp-models")
+    assert not plan.records_tag and "us-central2" in plan.missing_regions
+    image.build_and_push(plan, dry_run=False, config_file=config_copy)
+    assert [argv[1] for argv in fake.argvs("docker") if argv[0] == "push"] == plan.refs("us-west4")  # pushed
+    assert config_copy.read_text() == Path(config.__file__).read_text()  # not recorded
+    out = capsys.readouterr().out
+    assert "LATEST_DOCKER_TAG not changed" in out and f'docker_tag="{plan.pinned_tag}"' in out
+
+
+def test_two_builds_on_one_day_get_different_tags(checkout):
+    repo, first = checkout
+    (repo / "infra" / "note.txt").write_text("a change\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "second")
+    second = _git(repo, "rev-parse", "--short", "HEAD")
+    tags = [image.image_tags(commit, BUILD_TIME)[-1] for commit in (first, second)]
+    assert tags == [f"20270305-{first}", f"20270305-{second}"] and first != second
+
+
+def test_a_dirty_work_tree_is_refused_unless_allowed(checkout, tmp_path, monkeypatch, capsys):
+    repo, commit = checkout
+    (repo / "docker" / "marin" / "profile.sh").write_text("# edited, not committed\n")
+    fake = FakeTools(tmp_path, monkeypatch)
+    fake.answer("docker", ["info"], stdout="28.2.2\n")
+    assert cli.main(["build-image", "--no-push"]) == 2
+    err = capsys.readouterr().err
+    assert "uncommitted change" in err and "profile.sh" in err and "--allow-dirty" in err
+    assert fake.calls() == []  # refused before docker was asked anything
+    assert cli.main(["--dry-run", "build-image"]) == 2  # the preview says the same
+
+    assert cli.main(["build-image", "--no-push", "--allow-dirty"]) == 0
+    tagged = [argv[2] for argv in fake.argvs("docker") if argv[0] == "tag"]
+    assert tagged[:3] == [f"us-central2-docker.pkg.dev/hai-gcp-models/marin/marin_cluster:{tag}"
+                          for tag in ("latest", f"{commit}-dirty", f"20270305-{commit}-dirty")]  # fmt: skip
+
+
+def test_build_image_stops_on_a_registry_error_other_than_not_found(checkout, tmp_path, monkeypatch):
     fake = FakeTools(tmp_path, monkeypatch)
     fake.answer("gcloud", ["artifacts", "repositories", "describe"], stderr="PERMISSION_DENIED: caller lacks\n", rc=1)
     plan = image.plan_image(["us-east1"], "hai-gcp-models")
@@ -207,8 +301,8 @@ def test_record_latest_tag_rewrites_exactly_one_line(tmp_path):
 @pytest.mark.parametrize(
     ("args", "tools"),
     [
-        (["build-image", "--region", "us-central2"], "docker, gcloud"),
-        (["build-image", "--region", "us-central2", "--no-push"], "docker,"),
+        (["build-image", "--region", "us-central2", "--allow-dirty"], "docker, gcloud"),
+        (["build-image", "--region", "us-central2", "--no-push", "--allow-dirty"], "docker,"),
         (["--cluster", "us-central2", "auth"], "gcloud,"),
         (["--cluster", "us-central2-staging", "init-auth-secret"], "gcloud,"),
         (["--cluster", "us-east5", "clean-preempted-tpus"], "gcloud,"),
@@ -236,7 +330,7 @@ def test_a_missing_tool_is_refused_before_anything_runs(tmp_path, monkeypatch, c
 def test_docker_without_a_reachable_daemon_is_refused_clearly(monkeypatch, tmp_path):
     """The real docker CLI, pointed at a socket nobody serves (as on this machine: CLI, no engine)."""
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
-    plan = image.plan_image(["us-central2"], "hai-gcp-models")
+    plan = image.plan_image(["us-central2"], "hai-gcp-models", allow_dirty=True)
     with pytest.raises(RuntimeError, match="docker is installed but cannot reach its daemon"):
         image.build_and_push(plan, dry_run=False, push=False)
 
@@ -337,15 +431,29 @@ def test_configure_gcp_registry_script_command_line():
 # --- the token secret and the ssh key -----------------------------------------------------------
 
 
+GRANT = ["secrets", "add-iam-policy-binding", "RAY_AUTH_TOKEN", "--project=hai-gcp-models",
+         "--member=serviceAccount:marin-ray@hai-gcp-models.iam.gserviceaccount.com",
+         "--role=roles/secretmanager.secretAccessor"]  # fmt: skip
+
+
 def test_init_auth_secret_dry_run(capsys, tmp_path):
-    describe, generate, create = printed_commands(capsys, "--cluster", "us-central2-staging", "--dry-run",
-                                                  "init-auth-secret")  # fmt: skip
+    describe, generate, create, grant = printed_commands(capsys, "--cluster", "us-central2-staging", "--dry-run",
+                                                         "init-auth-secret")  # fmt: skip
     assert describe == ["gcloud", "secrets", "describe", "RAY_AUTH_TOKEN_STAGING", "--project=hai-gcp-models",
                         "--format=value(name)"]  # fmt: skip
     assert generate[-4:] == ["get-auth-token", "--generate", ">", "/dev/null"]
     assert create[:6] == ["gcloud", "secrets", "create", "RAY_AUTH_TOKEN_STAGING", "--project=hai-gcp-models",
                           "--replication-policy=automatic"]  # fmt: skip
     assert create[6].startswith("--data-file=")
+    assert grant == ["gcloud", *GRANT[:2], "RAY_AUTH_TOKEN_STAGING", *GRANT[3:]]
+
+
+def test_the_grant_names_the_account_the_cluster_nodes_run_as():
+    for spec in CLUSTERS.values():
+        data = yaml.safe_load((config.infra_dir() / spec.config_file).read_text())
+        nodes = data["available_node_types"]
+        assert nodes["head_default"]["node_config"]["serviceAccounts"][0]["email"] == spec.service_account
+        assert nodes["tpu_worker"]["node_config"]["serviceAccount"]["email"] == spec.service_account
 
 
 def test_init_auth_secret_creates_once_from_a_generated_token_and_never_shows_it(tmp_path, monkeypatch, capsys):
@@ -361,6 +469,35 @@ def test_init_auth_secret_creates_once_from_a_generated_token_and_never_shows_it
     assert token not in out.out + out.err and all(token not in arg for c in fake.calls() for arg in c["argv"])
     data_file = Path(create["argv"][-1].split("=", 1)[1])
     assert not data_file.exists()  # the scratch copy is gone
+    # then the cluster's nodes are allowed to read it (their setup_commands fetch it)
+    assert [c["argv"] for c in fake.calls()][-1] == GRANT
+    assert "secretAccessor" in out.out
+
+
+def test_init_auth_secret_prints_the_grant_when_it_may_not_set_it(tmp_path, monkeypatch, capsys):
+    fake = FakeTools(tmp_path, monkeypatch)
+    fake.answer("gcloud", ["secrets", "describe"], stderr="NOT_FOUND: Secret [RAY_AUTH_TOKEN] not found\n", rc=1)
+    fake.answer("gcloud", ["secrets", "add-iam-policy-binding"], stderr="PERMISSION_DENIED: setIamPolicy\n", rc=1)
+    assert cli.main(["--cluster", "us-central2", "init-auth-secret"]) == 2
+    err = capsys.readouterr().err
+    assert "PERMISSION_DENIED" in err and shlex.join(["gcloud", *GRANT]) in err  # the exact command to hand on
+    assert (tmp_path / "tokens" / "auth_token").is_file()  # the secret was created and installed all the same
+
+
+def test_auth_points_to_init_when_the_secret_does_not_exist(tmp_path, monkeypatch, capsys):
+    fake = FakeTools(tmp_path, monkeypatch)
+    fake.answer("gcloud", ["secrets", "versions", "access"],
+                stderr="ERROR: NOT_FOUND: Secret [projects/1/secrets/RAY_AUTH_TOKEN_STAGING] not found\n", rc=1)  # fmt: skip
+    assert cli.main(["--cluster", "us-central2-staging", "auth"]) == 2
+    err = capsys.readouterr().err
+    assert "make init_ray_auth_token_secret CLUSTER=us-central2-staging" in err
+    assert "marin cluster --cluster us-central2-staging init-auth-secret" in err
+    fake.answer("gcloud", [], stderr="PERMISSION_DENIED: no access\n", rc=1)  # any other failure: said as it is
+    fake.rules.reverse()
+    fake.save()
+    assert cli.main(["--cluster", "us-central2-staging", "auth"]) == 2
+    err = capsys.readouterr().err
+    assert "PERMISSION_DENIED" in err and "init_ray_auth_token_secret" not in err
 
 
 def test_init_auth_secret_refuses_to_overwrite_an_existing_secret(tmp_path, monkeypatch, capsys):
@@ -421,16 +558,21 @@ TPU_LIST = [
     _tpu("ray-worker-us-central2-v4-128-1a2b3c", "PREEMPTED"),  # add-worker's default name
     _tpu("ray-worker-us-central2-staging-v4-8-4d5e6f", "PREEMPTED"),  # staging's, not ours
     _tpu("someones-experiment", "PREEMPTED"),  # not a cluster VM
+    # add-worker --capacity best-effort: a queued resource holds the VM, under the same name
+    {**_tpu("ray-worker-us-central2-v4-8-9a8b7c", "PREEMPTED"),
+     "queuedResource": "projects/123/locations/us-central2-b/queuedResources/ray-worker-us-central2-v4-8-9a8b7c"},
 ]
 
 
 def test_preempted_tpus_are_the_clusters_dead_vms_only():
     found = housekeeping.preempted_tpus(TPU_LIST, CLUSTERS["us-central2"])
-    assert [vm.name for vm in found] == [
-        "ray-marin-us-central2-worker-aaaa-tpu",
-        "ray-marin-us-central2-worker-cccc-tpu",
-        "ray-worker-us-central2-v4-128-1a2b3c",
+    assert [(vm.name, vm.state) for vm in found] == [
+        ("ray-marin-us-central2-worker-aaaa-tpu", "PREEMPTED"),
+        ("ray-marin-us-central2-worker-cccc-tpu", "TERMINATED"),  # terminated VMs are included
+        ("ray-worker-us-central2-v4-128-1a2b3c", "PREEMPTED"),
+        ("ray-worker-us-central2-v4-8-9a8b7c", "PREEMPTED"),
     ]
+    assert [vm.queued_resource for vm in found] == [None, None, None, "ray-worker-us-central2-v4-8-9a8b7c"]
     staging = housekeeping.preempted_tpus(TPU_LIST, CLUSTERS["us-central2-staging"])
     assert [vm.name for vm in staging] == [
         "ray-marin-us-central2-staging-worker-eeee-tpu",
@@ -445,21 +587,41 @@ def test_clean_preempted_tpus_previews_first_and_deletes_only_with_yes(tmp_path,
     preview = capsys.readouterr()
     assert [argv[:4] for argv in fake.argvs("gcloud")] == [["compute", "tpus", "tpu-vm", "list"]]  # nothing deleted
     printed = [shlex.split(line) for line in preview.out.splitlines() if not line.startswith("#")]
+    where = ["--zone=us-central2-b", "--project=hai-gcp-models"]
     assert printed == [
-        ["gcloud", "compute", "tpus", "tpu-vm", "delete", name, "--zone=us-central2-b", "--project=hai-gcp-models",
-         "--quiet", "--async"]
+        ["gcloud", "compute", "tpus", "tpu-vm", "delete", name, *where, "--quiet", "--async"]
         for name in ("ray-marin-us-central2-worker-aaaa-tpu", "ray-marin-us-central2-worker-cccc-tpu",
                      "ray-worker-us-central2-v4-128-1a2b3c")
-    ]  # fmt: skip
+    ] + [["gcloud", "compute", "tpus", "queued-resources", "delete", "ray-worker-us-central2-v4-8-9a8b7c", *where,
+          "--force", "--quiet", "--async"]]  # fmt: skip
+    listed = [line for line in preview.out.splitlines() if line.startswith("#   ")]
+    assert "PREEMPTED or TERMINATED" in preview.out and any("cccc" in l and "TERMINATED" in l for l in listed)
     assert "--yes" in preview.err
 
     assert cli.main(["--cluster", "us-central2", "clean-preempted-tpus", "--yes"]) == 0
-    deleted = [argv for argv in fake.argvs("gcloud") if argv[:4] == ["compute", "tpus", "tpu-vm", "delete"]]
+    deleted = [argv for argv in fake.argvs("gcloud") if argv[3:4] == ["delete"]]
     assert deleted == [argv[1:] for argv in printed]  # exactly what the preview showed
 
 
+def test_clean_preempted_tpus_tries_every_delete_and_reports_failures(tmp_path, monkeypatch, capsys):
+    fake = FakeTools(tmp_path, monkeypatch)
+    fake.answer("gcloud", ["compute", "tpus", "tpu-vm", "list"], stdout=json.dumps(TPU_LIST))
+    fake.answer("gcloud", ["compute", "tpus", "tpu-vm", "delete", "ray-marin-us-central2-worker-aaaa-tpu"],
+                stderr="ERROR: (gcloud.compute.tpus.tpu-vm.delete) INTERNAL: try again\n", rc=1)  # fmt: skip
+    fake.answer("gcloud", ["compute", "tpus", "queued-resources", "delete"], stderr="ERROR: FAILED_PRECONDITION\n", rc=1)
+    assert cli.main(["--cluster", "us-central2", "clean-preempted-tpus", "--yes"]) == 2
+    deleted = [argv[4] for argv in fake.argvs("gcloud") if argv[3:4] == ["delete"]]
+    assert deleted == ["ray-marin-us-central2-worker-aaaa-tpu", "ray-marin-us-central2-worker-cccc-tpu",
+                       "ray-worker-us-central2-v4-128-1a2b3c", "ray-worker-us-central2-v4-8-9a8b7c"]  # fmt: skip
+    err = capsys.readouterr().err
+    assert "2 of 4 delete(s) failed" in err
+    assert "ray-marin-us-central2-worker-aaaa-tpu (exit 1)" in err and "ray-worker-us-central2-v4-8-9a8b7c (exit 1)" in err
+
+
 def test_clean_preempted_tpus_dry_run_and_local(capsys):
-    listing, delete = printed_commands(capsys, "--cluster", "big-run", "--dry-run", "clean-preempted-tpus")
+    listing, delete, delete_queued = printed_commands(capsys, "--cluster", "big-run", "--dry-run",
+                                                      "clean-preempted-tpus")  # fmt: skip
+    assert delete_queued[:6] == ["gcloud", "compute", "tpus", "queued-resources", "delete", "<queued-resource>"]
     assert listing == ["gcloud", "compute", "tpus", "tpu-vm", "list", "--zone=us-central2-b",
                        "--project=hai-gcp-models", "--format=json"]  # fmt: skip
     assert delete[:6] == ["gcloud", "compute", "tpus", "tpu-vm", "delete", "<name>"]
@@ -518,8 +680,8 @@ def make(*args: str, **env: str) -> subprocess.CompletedProcess:
         ("get_ray_auth_token", "cluster --cluster us-central2 auth"),
         ("get_ray_auth_token_staging", "cluster --cluster us-central2-staging auth"),
         ("init_ray_auth_token_secret", "cluster --cluster us-central2 init-auth-secret"),
-        ("cluster_docker", "cluster build-image --region us-central2 --region us-west4 --region europe-west4 "
-                           "--region us-east5 --region us-east1 --region us-central1"),
+        ("cluster_docker", "cluster build-image --project hai-gcp-models --region us-central2 --region us-west4 "
+                           "--region europe-west4 --region us-east5 --region us-east1 --region us-central1"),
         ("clean_preempted_tpus", "cluster --cluster us-central2 clean-preempted-tpus"),
     ],
 )  # fmt: skip
@@ -536,10 +698,12 @@ def test_make_dry_run_prints_the_cloud_command_lines(tmp_path):
     assert run.returncode == 0, run.stderr
     gcloud = [line for line in run.stdout.splitlines() if line.startswith("gcloud")]
     assert gcloud == [
-        f"gcloud artifacts repositories set-cleanup-policies marin --location={region} "
+        f"gcloud artifacts repositories set-cleanup-policies marin --location={region} --project=hai-gcp-models "
         "--policy=infra/artifact-registry-cleanup-policy.json --no-dry-run"
         for region in ("us-central2", "europe-west4")
     ]
+    run = make("configure_gcp_registry_all", "DRY_RUN=1", "CLUSTER_REPOS=us-east5", "PROJECT=other-project")
+    assert "--location=us-east5 --project=other-project " in run.stdout, run.stderr
     run = make("dev_setup", "DRY_RUN=1")
     assert run.returncode == 0, run.stderr
     assert [line.split(" > ")[0] for line in run.stdout.splitlines() if line.startswith("gcloud")] == [

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ from marin.execution.executor import (
     OutputName,
     ensure_versioned,
     executor_main,
+    get_executor_step,
     output_path_of,
     this_output_path,
     unwrap_versioned_value,
@@ -44,6 +46,7 @@ CANONICAL_NAMES = [
     "versioned",
     "ensure_versioned",
     "unwrap_versioned_value",
+    "get_executor_step",
 ]
 
 
@@ -253,6 +256,27 @@ def test_executor_main_takes_marin_call_forms(tmp_path, logs):
     assert read_info(list(first)[0])["description"] == "a step with a description"
     with pytest.raises(TypeError, match="steps twice"):
         executor_main([step], steps=[step])
+
+
+def test_get_executor_step_gives_the_step_of_a_reference(logs):
+    a = ExecutorStep("a", record, Cfg(logs, versioned(1)))
+    assert get_executor_step(a) is a and get_executor_step(a / "x") is a and get_executor_step(output_path_of(a).nonblocking()) is a
+    with pytest.raises(ValueError, match="hardcoded path 'raw/x' is not a step"):
+        get_executor_step(InputName.hardcoded("raw/x"))
+    with pytest.raises(ValueError, match="got str"):
+        get_executor_step("a")
+
+
+def test_max_concurrent_none_starts_every_ready_step(tmp_path):
+    """Review bug 4: `ExecutorMainConfig(max_concurrent=None)` (Marin's default: no limit)
+    crashed on `None < 1`. Twelve steps meet at one barrier, which only works if all twelve
+    run at once (more than the default limit of 8)."""
+    barrier = threading.Barrier(12, timeout=60)
+    steps = [ExecutorStep(f"s{i}", lambda config: config["meet"].wait(), {"i": versioned(i), "meet": barrier}) for i in range(12)]
+    config = ExecutorMainConfig(prefix=str(tmp_path / "out"), max_concurrent=None)
+    assert list(executor_main(config, steps=steps).values()) == ["SUCCESS"] * 12
+    with pytest.raises(ValueError, match="max_concurrent must be at least 1, got 0"):
+        Executor(str(tmp_path / "out"), max_concurrent=0)
 
 
 HELLO_WORLD_SHAPE = '''

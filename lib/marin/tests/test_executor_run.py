@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pytest
@@ -271,3 +273,100 @@ def test_dep_failed_not_written_over_a_live_holder(tmp_path, logs):
     with pytest.raises(ExecutorError):
         make(tmp_path, force_run_failed=True).run([b])
     assert read_status(b_path) == StepStatus.DEP_FAILED  # no live holder: marked as before
+
+
+def _wait_for(condition, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("force", [True, False])
+def test_old_failure_while_another_executor_reruns_waits_for_it(tmp_path, logs, monkeypatch, force):
+    """Review bug 1 (a): the status says FAILED (an earlier run); executor B claims the next
+    lease epoch but has not written RUNNING yet (on object stores it first sleeps `settle`).
+    This executor took "a newer epoch + FAILED" for a failure during this run and raised,
+    although B was alive. Now it waits for B and skips the step when B succeeds."""
+    from marin.execution import Lease
+    from marin.execution import runner
+    from marin.execution.status import write_status
+
+    failing = ExecutorStep("flaky", record, Cfg(logs, versioned(1), output_path=this_output_path(), fail=True))
+    with pytest.raises(ExecutorError):
+        make(tmp_path).run([failing])  # lease epoch 1, released with outcome FAILED
+    fixed = ExecutorStep("flaky", record, Cfg(logs, versioned(1), output_path=this_output_path()))  # same path
+    (path,) = [p.output_path for p in make(tmp_path).plan([fixed]).steps]
+    b = Lease(f"{path}/.executor_lease", "b:1", timeout=30, heartbeat_interval=1)
+    reads = []
+    real_read_status = runner.read_status
+
+    def read_status_playing_b(output_path):
+        reads.append(output_path)
+        if len(reads) == 1:  # just after this executor's first look at the lease: B claims epoch 2
+            assert b.try_acquire() and b.epoch == 2
+        elif len(reads) == 3:  # this executor is waiting on B; B finishes the step
+            write_status(path, StepStatus.SUCCESS)
+            b.release(outcome=StepStatus.SUCCESS.value)
+        return real_read_status(output_path)
+
+    monkeypatch.setattr(runner, "read_status", read_status_playing_b)
+    try:
+        assert make(tmp_path, force_run_failed=force).run([fixed]) == {path: SKIPPED}
+    finally:
+        b.release()
+    assert len(reads) == 3 and len(runs(logs)) == 1  # only the original failing run
+
+
+@dataclass(frozen=True)
+class GateCfg:
+    gate: str
+    log_dir: str
+    output_path: object = None
+
+
+def fail_when_gate_opens(config: GateCfg) -> None:
+    """Logs a run, waits until the gate file exists, then fails."""
+    with open(os.path.join(config.log_dir, uuid.uuid4().hex), "w") as f:
+        f.write(str(config.output_path))
+    _wait_for(lambda: os.path.exists(config.gate), "the gate")
+    raise RuntimeError("boom behind the gate")
+
+
+def test_failure_in_an_executor_that_held_the_step_at_our_first_look_is_not_rerun(tmp_path, logs, caplog):
+    """Review bug 1 (b): executor B already held lease epoch E when this one started, then
+    failed. "Newer epoch than the first look" missed that, so the failure counted as one
+    from a previous run and --force_run_failed reran the step. Now the lease record of E
+    (released with outcome FAILED after the first look) stops this run too."""
+    caplog.set_level(logging.INFO, logger="marin.execution.runner")
+    gate = tmp_path / "gate"
+    step = ExecutorStep("held", fail_when_gate_opens, GateCfg(str(gate), logs, this_output_path()))
+    (path,) = [p.output_path for p in make(tmp_path).plan([step]).steps]
+    pool = ThreadPoolExecutor(2)
+    try:
+        b_run = pool.submit(make(tmp_path).run, [step])
+        _wait_for(lambda: read_status(path) == StepStatus.RUNNING, "B to run the step")
+        a_run = pool.submit(make(tmp_path, force_run_failed=True).run, [step])
+        _wait_for(lambda: "is held by" in caplog.text, "this executor to wait on B")
+        gate.write_text("")
+        with pytest.raises(ExecutorError, match="boom behind the gate"):
+            b_run.result(timeout=60)
+        with pytest.raises(ExecutorError, match="while this one waited"):
+            a_run.result(timeout=60)
+    finally:
+        gate.write_text("")
+        pool.shutdown(wait=True)
+    assert len(runs(logs)) == 1
+
+
+def test_dep_failed_step_runs_without_force_once_its_dependency_succeeded(tmp_path, logs):
+    """The documented choice (docs/executor.md, differs from Marin): DEP_FAILED says the step
+    never ran, so it is not refused like FAILED; it runs when its dependency has succeeded."""
+    a, b, _ = chain(logs, a_fail=True)
+    with pytest.raises(ExecutorError):
+        make(tmp_path).run([b])
+    a_path, b_path = [p.output_path for p in make(tmp_path).plan([b]).steps]
+    assert read_status(b_path) == StepStatus.DEP_FAILED
+    fixed_a, fixed_b, _ = chain(logs)
+    assert make(tmp_path, force_run_failed=True).run([fixed_a]) == {a_path: "SUCCESS"}
+    assert make(tmp_path).run([fixed_b]) == {a_path: SKIPPED, b_path: "SUCCESS"}

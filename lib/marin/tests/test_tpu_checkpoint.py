@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -81,17 +82,25 @@ def test_a_half_written_checkpoint_is_never_restored_and_is_cleaned_up(tmp_path)
     save_checkpoint(str(directory), 5, state, DataPosition(token=5))
     # What a host preempted mid-save leaves: step 10's temporary directory, truncated.
     partial = directory / f"10{TMP_SUFFIX}"
-    os.rename(directory / "5", partial)
-    save_checkpoint(str(directory), 5, state, DataPosition(token=5))
+    shutil.copytree(directory / "5", partial)
+    for marker in glob.glob(str(partial / "**" / "commit_success.txt"), recursive=True):
+        os.remove(marker)  # an unfinished save has no completion markers yet
+    truncated = 0
     for path in glob.glob(str(partial / "state" / "**" / "*"), recursive=True):
         if os.path.isfile(path):
             with open(path, "r+b") as f:
                 f.truncate(max(0, os.path.getsize(path) // 2))
+            truncated += 1
+    assert truncated
     assert latest_step(str(directory)) == 5
     assert load_checkpoint(str(directory), state).data_position == DataPosition(token=5)
-    with Checkpointer(str(directory)) as checkpoints:  # a new run's checkpointer removes the leftover
+    # readers leave it alone: it could be a live run's save in progress
+    assert sorted(os.listdir(directory)) == ["10.orbax-checkpoint-tmp", "5"]
+    with Checkpointer(str(directory)) as checkpoints:  # the next run's writer removes the leftover
         assert checkpoints.latest_step() == 5
-    assert sorted(os.listdir(directory)) == ["5"]
+        checkpoints.save(6, state, DataPosition(token=6))
+        checkpoints.wait()
+    assert sorted(os.listdir(directory)) == ["5", "6"]
 
 
 @pytest.mark.slow

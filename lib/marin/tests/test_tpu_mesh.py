@@ -198,5 +198,10 @@ def test_bad_input_fails_before_any_step_and_damages_nothing(tokens, tmp_path):
     with pytest.raises(ValueError, match="missing from the checkpoint: extra"):
         train_loop(step, lambda key: {**tiny_lm.init_state(key), "extra": jax.numpy.zeros(3)}, tokens,
                    checkpoint_path=str(ckpt), **CONFIG)
+    # The same model on other data: the saved position would point into other shards.
+    with pytest.raises(ValueError, match=r"other data than this run's \(num_shards 3 -> 2; shard_names_sha256"):
+        train_loop(step, tiny_lm.init_state, tokens.replace("tok-*", "tok-[01]"), checkpoint_path=str(ckpt), **CONFIG)
+    with pytest.raises(ValueError, match=r"seq_len 24 -> 32"):
+        train_loop(step, tiny_lm.init_state, tokens, checkpoint_path=str(ckpt), **{**CONFIG, "seq_len": 32})
     assert not calls
     assert checkpoint_fingerprint(ckpt) == before

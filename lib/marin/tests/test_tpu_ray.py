@@ -71,6 +71,15 @@ class SimCluster:
         node = self.v4_8.pop(node_id)
         self.cluster.remove_node(node, allow_graceful=False)
 
+    def add_v4_16_host(self, head: bool):
+        resources = {"TPU": CHIPS_PER_HOST, SLICE: 1, **({"TPU-v4-16-head": 1} if head else {})}
+        node = self.cluster.add_node(num_cpus=1, resources=resources, labels={SLICE_NAME_LABEL: SLICE})
+        self.v4_16[node.node_id] = node
+        return node
+
+    def kill_v4_16_host(self, node_id: str) -> None:
+        self.cluster.remove_node(self.v4_16.pop(node_id), allow_graceful=False)
+
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
@@ -87,9 +96,7 @@ def sim(tmp_path_factory):
         for _ in range(2):
             sim.add_v4_8()
         for host in range(2):
-            resources = {"TPU": 4, SLICE: 1, **({"TPU-v4-16-head": 1} if host == 0 else {})}
-            node = cluster.add_node(num_cpus=1, resources=resources, labels={SLICE_NAME_LABEL: SLICE})
-            sim.v4_16[node.node_id] = node
+            sim.add_v4_16_host(head=host == 0)
         env = {"JAX_PLATFORMS": "cpu", "MARIN_LIBTPU_LOCKFILE": sim.lockfile, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
                "XLA_FLAGS": f"--xla_force_host_platform_device_count={CHIPS_PER_HOST}"}
         os.environ["MARIN_LIBTPU_LOCKFILE"] = sim.lockfile
@@ -161,6 +168,9 @@ def crash_worker_then_succeed(counter_dir: str, crashes: int):
 def fail_on_slice_0_else_heartbeat(directory: str):
     """Slice 0 fails at once; slice 1 touches a heartbeat file for two minutes, then finishes."""
     if os.environ["MARIN_TPU_SLICE_ID"] == "0":
+        deadline = time.monotonic() + 120  # fail only once slice 1 is surely running
+        while not os.path.exists(os.path.join(directory, "slice-1-heartbeat")) and time.monotonic() < deadline:
+            time.sleep(0.05)
         raise RuntimeError("slice 0 broke")
     for _ in range(600):
         with open(os.path.join(directory, "slice-1-heartbeat"), "w") as f:
@@ -183,10 +193,13 @@ def joint_sum():
 
 
 def slow_step(marker: str, state, batch):
-    """tiny_lm's step, slowed so the test can kill the node mid-run; records the node."""
-    if not os.path.exists(marker + ".node") or _read(marker + ".node") != ray.get_runtime_context().get_node_id():
-        with open(marker + ".node", "w") as f:
-            f.write(ray.get_runtime_context().get_node_id())
+    """tiny_lm's step, slowed so the test can kill the node mid-run; records the node (of
+    MARIN_TPU_HOST_ID 1 on a multi-host slice: the host that is not the slice's head)."""
+    node = ray.get_runtime_context().get_node_id()
+    if os.environ.get("MARIN_TPU_NUM_HOSTS", "1") == "1" or os.environ.get("MARIN_TPU_HOST_ID") == "1":
+        if _read(marker + ".node") != node:
+            with open(marker + ".node", "w") as f:
+                f.write(node)
     time.sleep(0.04)
     return tiny_lm.train_step(state, batch)
 
@@ -247,8 +260,10 @@ def test_a_failing_slice_stops_the_others(sim, tmp_path):
         run_on_tpu(lambda: fail_on_slice_0_else_heartbeat(directory), "v4-8", num_slices=2, max_retries_failure=0)
     beat = tmp_path / "slice-1-heartbeat"
 
-    def stopped():  # slice 1's fn never started, or its heartbeat went quiet: it was killed
-        return not beat.exists() or time.time() - beat.stat().st_mtime > 5
+    assert beat.exists()  # slice 0 failed while slice 1 was running
+
+    def stopped():  # slice 1's heartbeat went quiet: it was killed
+        return time.time() - beat.stat().st_mtime > 5
 
     _wait_for(stopped, timeout=90, what="slice 1's fn to be stopped after slice 0 failed")
     assert not (tmp_path / "slice-1-finished").exists()
@@ -283,7 +298,7 @@ def token_shards(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("tokens"))
     texts = tuple(f"{i}: it was the best of times, it was the worst of times" for i in range(40))
     tiny_lm.tokenize_corpus(tiny_lm.TokenizeConfig(output_path=root, texts=texts, num_shards=3))
-    assert len(os.listdir(root)) == 3
+    assert len([name for name in os.listdir(root) if name.startswith("part-")]) == 3  # and the run record
     return f"{root}/part-*.jsonl.zst"
 
 
@@ -395,3 +410,45 @@ def test_training_runs_as_an_executor_step(sim, tmp_path):
     (train_dir,) = (tmp_path / "tiny").glob("train-*")
     assert latest_step(str(train_dir / "checkpoints")) == 12
     assert set(executor_main([tokens, train], config=config).values()) == {"SKIPPED"}
+
+
+def test_multi_host_training_survives_losing_a_host(sim, token_shards, tmp_path):
+    """A v4-16 host dies mid-run: the whole slice restarts (a replacement host joins), the two
+    hosts form a new JAX program, restore the last complete checkpoint onto the mesh, and end
+    with the parameters of an uninterrupted 8-device run."""
+    config = dict(batch_size=8, seq_len=16, num_steps=50, checkpoint_every=5, seed=4)
+    ckpt, marker = str(tmp_path / "ckpt"), str(tmp_path / "marker")
+    outcome = {}
+
+    def train():
+        try:
+            outcome["result"] = train_on_tpu(
+                lambda s, b: slow_step(marker, s, b), tiny_lm.init_state, token_shards, tpu_type="v4-16",
+                checkpoint_path=ckpt, max_retries_failure=0, **config,
+            )
+        except BaseException as e:  # surfaced by the assertion below
+            outcome["error"] = e
+
+    thread = threading.Thread(target=train)
+    thread.start()
+    try:
+        node = _wait_for(lambda: (latest_step(ckpt) or 0) >= 10 and _read(marker + ".node"), timeout=300,
+                         what="a checkpoint at step >= 10 on the v4-16 slice")
+        assert latest_step(ckpt) < config["num_steps"], "training finished before the host was killed"
+        sim.kill_v4_16_host(node)
+        sim.add_v4_16_host(head=False)  # the replacement host of the same slice
+    finally:
+        thread.join(timeout=600)
+    assert not thread.is_alive()
+    assert "error" not in outcome, outcome.get("error")
+    result = outcome["result"]
+    assert result.step == 50 and result.resumed_from is not None and result.num_processes == 2
+
+    reference = train_loop(tiny_lm.train_step, tiny_lm.init_state, token_shards,
+                           checkpoint_path=str(tmp_path / "reference"), mesh=_mesh(8), **config)
+    template = jax.eval_shape(tiny_lm.init_state, jax.random.key(config["seed"]))
+    resumed, uninterrupted = load_checkpoint(ckpt, template), load_checkpoint(reference.checkpoint_path, template)
+    assert resumed.data_position == uninterrupted.data_position
+    for a, b in zip(jax.tree_util.tree_leaves(resumed.state["params"]),
+                    jax.tree_util.tree_leaves(uninterrupted.state["params"]), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-6)

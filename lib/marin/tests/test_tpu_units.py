@@ -297,3 +297,17 @@ def test_user_actor_errors_inside_fn_are_not_preemption():
     # max_depth=0: only the awaited task/actor itself
     assert not is_preemption(RayTaskError("step", "traceback", ActorDiedError()), max_depth=0)
     assert is_preemption(WorkerCrashedError(), max_depth=0)
+
+
+def test_jax_process_ids_follow_the_tpu_worker_number(monkeypatch):
+    """On a TPU VM the TPU runtime's worker number decides JAX's process id (the bundle index
+    of the placement group need not match the topology); off TPUs the bundle order does."""
+    from marin.tpu import runner
+
+    monkeypatch.delenv("TPU_WORKER_ID", raising=False)
+    monkeypatch.setattr(runner.glob, "glob", lambda pattern: [])  # no TPU chips on this host
+    assert runner._process_id(5) == 5
+    monkeypatch.setenv("TPU_WORKER_ID", "1")
+    monkeypatch.setenv("MARIN_TPU_SLICE_ID", "2")
+    monkeypatch.setenv("MARIN_TPU_NUM_HOSTS", "4")
+    assert runner._process_id(5) == 2 * 4 + 1

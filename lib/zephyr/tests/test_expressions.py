@@ -81,3 +81,19 @@ def test_expressions_are_data():
 def test_expression_on_non_dict_items_names_the_shard(local_backend):
     with pytest.raises(ShardError, match="col\\('a'\\) needs dict records, got int"):
         list(local_backend.execute(Dataset.from_list([1]).filter(col("a") > 0)))
+
+
+def test_booleans_are_strict(local_backend):
+    """Review bug 2: Python took any truthy value as true where pyarrow refuses non-booleans,
+    so `filter(col("n"))` on numbers kept rows in Python and failed when pushed into Parquet.
+    Both now refuse: a predicate, `&`, `|` and `~` need true, false or null."""
+    rows = [{"n": 2, "ok": True}, {"n": 0, "ok": None}]
+    for expr, where in [
+        (col("n"), "filter\\(col\\('n'\\)\\) needs true, false or null, got int 2"),
+        (~col("n"), "~col\\('n'\\) needs true, false or null, got int 2"),
+        (col("ok") & col("n"), "needs true, false or null, got int"),
+    ]:
+        with pytest.raises(ShardError, match=where):
+            list(local_backend.execute(Dataset.from_iterable(rows).filter(expr)))
+    assert [r["n"] for r in local_backend.execute(Dataset.from_iterable(rows).filter(col("ok") | (col("n") > 1)))] == [2]
+    assert (col("ok") & col("n")).evaluate({"ok": False, "n": 3}) is False  # false & anything is false, unevaluated

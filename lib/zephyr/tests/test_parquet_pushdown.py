@@ -155,3 +155,83 @@ def test_approx_shard_bytes_must_follow_the_source(big_parquet):
     sliced = Dataset.from_files(big_parquet).load_parquet(approx_shard_bytes=1).write_jsonl("/tmp/never/{basename}.jsonl")
     with pytest.raises(PlanError, match="gives shards 0 and 1 the same path"):
         sliced.plan()
+
+
+EDGE_ROWS = [
+    {"id": 1, "flag": 1, "f": 0.5, "s": "a", "b": True, "meta": {"x": 1}},
+    {"id": 2, "flag": 0, "f": None, "s": "b", "b": False, "meta": {"x": 2}},
+    {"id": 3, "flag": 2, "f": 3.0, "s": "c", "b": None, "meta": None},
+    {"id": 2**62, "flag": 0, "f": -1.0, "s": "d", "b": True, "meta": {"x": None}},
+    {"id": 2**62 + 1, "flag": 1, "f": 2.0, "s": "e", "b": False, "meta": {"x": 5}},
+]
+BIG = [2**62, 2**62 + 1]
+
+# review bug 2: each of the first five gave a different result (or an error) when pushed into
+# pyarrow; expected ids, or the error the Python evaluation raises
+EDGE_CASES = {
+    "int overflow in pyarrow": ((col("id") * 4) > 0, [1, 2, 3, *BIG]),
+    "int true division": (col("id") / 2 > 1.2, [3, *BIG]),
+    "string == int": (col("s") == 1, []),
+    "missing nested field": (col("meta")["nope"].is_null(), [1, 2, 3, *BIG]),
+    "int column as a predicate": (col("flag"), "TypeError"),
+    "~ of an int column": (~col("flag"), "TypeError"),
+    "int vs non-integral float": (col("id") > 1.5, [2, 3, *BIG]),
+    "int vs float beyond 2**53": (col("id") == 2.0**62, [2**62]),  # exact in Python, not after a cast
+    "string < int": (col("s") < 1, "TypeError"),
+    "float / 0.0": (col("f") / 0.0 > 1, "ZeroDivisionError"),
+    # pushed: pyarrow provably agrees
+    "float arithmetic": (col("f") * 2 >= 1, [1, 3, 2**62 + 1]),
+    "int + float": (col("id") + 0.5 > 3, [3, *BIG]),
+    "three-valued or": (col("b") | (col("id") < 2), [1, 2**62]),
+    "not of a bool column": (~col("b"), [2, 2**62 + 1]),
+    "nested field": (col("meta")["x"] >= 2, [2, 2**62 + 1]),
+}
+
+
+@pytest.fixture(scope="module")
+def edge_parquet(tmp_path_factory):
+    path = tmp_path_factory.mktemp("edge") / "edge.parquet"
+    pq.write_table(pa.Table.from_pylist(EDGE_ROWS), path)
+    return str(path)
+
+
+def _ids_or_error(backend, ds):
+    from zephyr import ShardError
+
+    try:
+        return [r["id"] for r in backend.execute(ds)]
+    except ShardError as e:
+        return e.error_type
+
+
+@pytest.mark.parametrize("name", list(EDGE_CASES))
+def test_parquet_pushdown_agrees_with_python_on_edge_cases(local_backend, edge_parquet, name):
+    expr, expected = EDGE_CASES[name]
+    pushed = _ids_or_error(local_backend, Dataset.from_files(edge_parquet).load_parquet().filter(expr))
+    python = _ids_or_error(local_backend, Dataset.from_iterable(pq.read_table(edge_parquet).to_pylist()).filter(expr))
+    assert pushed == python == expected
+
+
+def test_only_provably_identical_filters_go_into_pyarrow(edge_parquet):
+    from zephyr.expr_arrow import to_arrow_filter
+
+    schema = pq.read_schema(edge_parquet)
+    for name, (expr, _) in EDGE_CASES.items():
+        pushable = name in ("float arithmetic", "int + float", "three-valued or", "not of a bool column", "nested field")
+        assert (to_arrow_filter(expr, schema) is not None) == pushable, name
+    for expr in (col("id") < 100, col("f") > 1, col("id") > 2**53, col("s") >= "b", col("meta")["x"].is_null(), col("b")):
+        assert to_arrow_filter(expr, schema) is not None, expr
+    for expr in (col("f") > 2**60, col("f") / col("f") > 1, col("nope") > 1, col("id") + 1 > 2, col("b") == 1, col("id") == None):  # noqa: E711
+        assert to_arrow_filter(expr, schema) is None, expr
+
+
+def test_ops_and_datasets_holding_expressions_compare_by_text(edge_parquet):
+    """Review bug: `==` on an expression builds an expression, so comparing two Filter
+    records, loaders with a folded filter, or Datasets raised TypeError."""
+    def build(threshold):
+        return Dataset.from_files(edge_parquet).load_parquet().filter(col("id") > threshold)
+
+    assert build(1) == build(1) and build(1) != build(2)
+    assert hash(build(1).ops) == hash(build(1).ops)
+    (same,), (other,) = (build(1).plan().stages[0].ops, build(2).plan().stages[0].ops)
+    assert same == build(1).plan().stages[0].ops[0] and same != other and len({same, other}) == 2

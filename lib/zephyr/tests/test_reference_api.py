@@ -162,3 +162,31 @@ def test_write_binary_rejects_non_bytes_naming_record_and_path(local_backend, tm
     with pytest.raises(ShardError, match="b-0.bin: write_binary needs bytes items; record 1 is str"):
         run(local_backend, Dataset.from_list([[b"ok", "text"]]).flat_map(list).write_binary(str(target)))
     assert not (tmp_path / "b-0.bin").exists()  # nothing half-written
+
+
+def test_callable_output_pattern_giving_shards_one_path_is_refused_before_running(local_backend, tmp_path):
+    """Review bug 3: `write_jsonl(lambda s, t: "same.jsonl")` over 3 shards ran, and each shard
+    overwrote the last: only one shard's data was left, silently."""
+    same = str(tmp_path / "same.jsonl")
+    ran = tmp_path / "ran"
+
+    def mark(x):
+        ran.write_text("")
+        return x
+
+    ds = Dataset.from_list([1, 2, 3]).map(mark).write_jsonl(lambda shard, total: same)
+    with pytest.raises(PlanError, match="output path function .* gives shards 0 and 1 the same path .*same.jsonl"):
+        run(local_backend, ds)
+    assert not ran.exists() and not os.path.exists(same)
+    assert isinstance(PlanError("x"), ValueError)
+
+
+def test_basename_needs_files_from_from_files(tmp_path):
+    """Review bug 3: `{basename}` took any string item of from_list for a file name."""
+    pattern = write_inputs(tmp_path / "raw", ["a.jsonl.gz", "b.jsonl.gz"])
+    files = sorted(str(p) for p in (tmp_path / "raw").iterdir())
+    out = str(tmp_path / "o" / "{basename}.jsonl")
+    for listed in (Dataset.from_list(["doc one", "doc two"]), Dataset.from_list(files).load_jsonl()):
+        with pytest.raises(PlanError, match="uses \\{basename\\}, which needs one input file per shard .*items of from_list"):
+            listed.write_jsonl(out).plan()
+    assert Dataset.from_files(pattern).load_jsonl().write_jsonl(out).plan().num_shards == 2

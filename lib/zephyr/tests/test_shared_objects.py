@@ -108,3 +108,30 @@ def test_in_process_backends_run_unpicklable_functions_and_warn_once(name):
     mine = [w for w in caught if issubclass(w.category, NotPicklableWarning)]
     assert len(mine) == 1  # once, although the pipeline ran twice
     assert "count_under_lock" in str(mine[0].message) and "will not run on the ray backend" in str(mine[0].message)
+
+
+@pytest.mark.parametrize("name", ["sync", "threadpool"])
+def test_in_process_backends_pickle_a_pipeline_once_to_check_it(name, monkeypatch):
+    """Review: every execution cloudpickled every stage program (a captured model included)
+    only to decide whether to warn; in-process a stage that pickled is checked once."""
+    import cloudpickle
+
+    pickled: list[object] = []
+    real_dumps = cloudpickle.dumps
+
+    def counting_dumps(obj, *args, **kwargs):
+        pickled.append(obj)
+        return real_dumps(obj, *args, **kwargs)
+
+    monkeypatch.setattr(cloudpickle, "dumps", counting_dumps)
+    model = {"weights": list(range(1000)), "name": name}  # a fresh capture: a fingerprint no other test has
+    pipeline = Dataset.from_list([1, 2, 3]).map(lambda x: x * len(model["weights"])).reshard(1)
+    backend = create_backend(name, max_parallelism=2, progress=False)
+    try:
+        assert list(backend.execute(pipeline)) == [1000, 2000, 3000]
+        checked = len(pickled)
+        assert checked >= 2  # both stages were checked on the first run
+        assert list(backend.execute(pipeline)) == [1000, 2000, 3000]
+        assert len(pickled) == checked  # not again
+    finally:
+        backend.close()

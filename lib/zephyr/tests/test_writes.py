@@ -5,6 +5,7 @@ import os
 import pytest
 
 from zephyr import Dataset, PlanError, ShardError, counters
+from zephyr.status import RECORD_NAME  # the run record beside outputs is not an output
 
 
 def counted(x):
@@ -46,13 +47,13 @@ def test_failure_mid_shard_leaves_no_file_and_litter_is_cleaned_next_time(local_
     with pytest.raises(ShardError, match="disk on fire"):
         list(local_backend.execute(ds))
     assert not target.exists()
-    assert list(tmp_path.iterdir()) == []  # the temporary is removed on failure
+    assert [p.name for p in tmp_path.iterdir()] == [RECORD_NAME]  # the temporary is removed on failure
 
     # a killed writer (no chance to clean up) leaves a temporary behind ...
     (tmp_path / ".only.jsonl.zephyr-tmp-1234@0badc0de-deadbeef").write_bytes(b'{"x": 0}\n{"x"')
     list(local_backend.execute(Dataset.from_iterable(range(6)).map(lambda x: {"x": x}).write_jsonl(str(target))))
     # ... and the run that completes that output removes it
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["only.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [RECORD_NAME, "only.jsonl"]
     assert target.read_text().count("\n") == 6
 
 
@@ -112,4 +113,4 @@ def test_after_a_failure_no_other_shard_is_still_writing(tmp_path):
     settled = sorted(p.name for p in tmp_path.iterdir())
     time.sleep(0.8)
     assert sorted(p.name for p in tmp_path.iterdir()) == settled  # nothing still running
-    assert all(not name.startswith(".") for name in settled)
+    assert all(not name.startswith(".") for name in settled if name != RECORD_NAME)

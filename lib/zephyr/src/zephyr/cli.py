@@ -6,7 +6,11 @@ The script runs in this process with `flow_backend()` returning the backend buil
 options. A script without an `if __name__ == "__main__":` block has its entry point
 (`--entry-point`, default `main`) called after it loads. Everything after the script path
 goes to the script. `--cluster NAME` submits the same command to a Ray cluster as a job
-through Marin's job launcher instead.
+through Marin's job launcher instead. `--dashboard[=PORT]` serves a live status page of the
+script's pipelines while it runs.
+
+    zephyr status URL_OR_RECORD [--json]     print a run's state (see zephyr.status.commands)
+    zephyr dashboard RECORD [--html FILE]    serve (or save) a finished run's page again
 """
 
 from __future__ import annotations
@@ -33,7 +37,12 @@ EPILOG = """examples:
   zephyr --backend=sync --dry-run script.py --input gs://bucket/raw
   zephyr --backend=ray --resources '{"TPU": 4, "TPU-v4-8-head": 1}' train_prep.py
   zephyr --cluster us-central2 --backend=ray script.py   # submit as a Ray job
+  zephyr --backend=ray --dashboard script.py              # live status page; prints its URL
+  zephyr status http://127.0.0.1:8270/                    # that page's state, in the terminal
+  zephyr status gs://bucket/clean/                        # a finished run, from its .zephyr-run.json
 """
+
+_SUBCOMMANDS = {"status": "status_main", "dashboard": "dashboard_main"}
 
 
 def _memory(text: str) -> int:
@@ -61,6 +70,38 @@ def _non_negative_float(text: str) -> float:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
     return value
+
+
+def _port(text: str) -> int:
+    from zephyr.status import port_number
+
+    try:
+        return port_number(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{e}; write --dashboard=8270, or --dashboard alone for a free port") from None
+
+
+def _bare_dashboard(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """`--dashboard` without `=PORT` means a free port. Rewritten `--dashboard=0` up to the script
+    path, so that argparse never takes the script for a port and the script's own flags stay its own."""
+    takes_value = {s for a in parser._actions for s in a.option_strings if a.nargs is None and s != "--dashboard"}
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--dashboard":
+            if i + 1 < len(argv) and argv[i + 1].isdigit():  # `--dashboard 8270` works too
+                arg, i = f"--dashboard={argv[i + 1]}", i + 1
+            out.append(arg if arg != "--dashboard" else "--dashboard=0")
+        elif arg in takes_value:
+            out.extend(argv[i : i + 2])
+            i += 1
+        elif arg == "--" or not arg.startswith("-"):
+            return out + argv[i:]  # the script path: the rest belongs to it
+        else:
+            out.append(arg)
+        i += 1
+    return out
 
 
 def _resources(text: str) -> dict:
@@ -96,6 +137,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dry-run", action="store_true", help="print the plan of every pipeline the script executes; run nothing")
     parser.add_argument("--entry-point", default=None, help="function to call after loading the script (default: main, if defined)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars and no end-of-run summary")
+    parser.add_argument(
+        "--dashboard", type=_port, default=None, metavar="PORT",
+        help="serve a live status page while the script runs and print its URL; write --dashboard=PORT to choose "
+        "the port (default: a free one)",
+    )
+    parser.add_argument(
+        "--dashboard-host", default="127.0.0.1",
+        help="address the status page binds (default 127.0.0.1; any other address requires the token printed with the URL)",
+    )
     parser.add_argument("script", help="the pipeline script to run")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments passed on to the script")
     return parser
@@ -213,7 +263,12 @@ def make_backend(args: argparse.Namespace) -> Backend:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in _SUBCOMMANDS and not os.path.isfile(argv[0]):
+        from zephyr.status import commands
+
+        return getattr(commands, _SUBCOMMANDS[argv[0]])(argv[1:])
     parser = build_parser()
+    argv = _bare_dashboard(argv, parser)
     args = parser.parse_args(argv)
     if not os.path.isfile(args.script):
         parser.error(f"script not found: {args.script}")
@@ -230,6 +285,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(str(e))
         if not args.quiet:
             backend.on_finish.append(lambda execution: print(format_summary(execution), file=sys.stderr, flush=True))
+    dashboard = None
+    if args.dashboard is not None and not args.dry_run:
+        dashboard = _start_dashboard(parser, args.dashboard_host, args.dashboard)
     set_flow_backend(backend)
     try:
         _run_script(args.script, args.script_args, args.entry_point)
@@ -239,7 +297,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         set_flow_backend(None)
         backend.close()
+        if dashboard is not None:
+            dashboard.stop()
     return 0
+
+
+def _start_dashboard(parser: argparse.ArgumentParser, host: str, port: int):
+    """Start the status page and print its URL, once (it holds the token off loopback)."""
+    from zephyr.status import start_dashboard
+
+    try:
+        dashboard = start_dashboard(host, port)
+    except OSError as e:
+        parser.error(f"--dashboard: {e}")
+    note = " (requires the token in this URL; it is not shown again)" if dashboard.requires_token else ""
+    print(f"zephyr: status page at {dashboard.url}{note}", file=sys.stderr, flush=True)
+    return dashboard
 
 
 def importlib_missing(name: str) -> bool:

@@ -206,8 +206,10 @@ class Dataset:
     def write_jsonl(self, pattern: op.OutputPattern, skip_existing: bool = False) -> Dataset:
         """Write each shard as JSON Lines to its path; yields the paths.
 
-        `pattern` takes `{shard}` (e.g. `{shard:05d}`), `{total}` and `{basename}` (the
-        shard's input file name without extensions), or is a function `(shard, total) -> path`.
+        `pattern` takes `{shard}` (e.g. `{shard:05d}`), `{total}` and `{basename}` (the name,
+        without extensions, of the `from_files` input file the shard reads), or is a function
+        `(shard, total) -> path`. When the plan is built, a pattern that gives two shards one
+        path (or `{basename}` without one input file per shard) raises `PlanError`.
         Compression follows the extension (.gz, .zst/.zstd). With `skip_existing`, a shard
         whose output exists is not recomputed at all (none of its upstream work runs).
         """

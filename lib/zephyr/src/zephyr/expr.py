@@ -6,11 +6,13 @@
 
 An expression is data, not a function: a plan prints it (`filter((col('score') > 0.5))`), and
 a filter right after `load_parquet()` is handed to pyarrow, which skips row groups whose
-statistics rule the predicate out (see `zephyr.pushdown`). The same expression evaluates on
-Python dicts wherever it cannot be pushed down, with the same (SQL) null rules in both places:
-a comparison or arithmetic with a missing value gives null, `&`/`|` follow three-valued logic,
-and `filter` keeps only rows where the predicate is true. Use `&`, `|`, `~` (Python's `and`,
-`or`, `not` cannot be overloaded and raise a TypeError on an expression).
+statistics rule the predicate out (see `zephyr.pushdown`), wherever pyarrow provably gives
+the same result as Python (see `zephyr.expr_arrow`). Here it evaluates on Python dicts, with
+SQL null rules: a comparison or arithmetic with a missing value gives null, `&`/`|` follow
+three-valued logic, and `filter` keeps only rows where the predicate is true. Booleans are
+strict: `&`, `|`, `~` and `filter` need true, false or null and raise a TypeError on any other
+value (`filter(col("n"))` on a number is an error, not a truthiness test). Use `&`, `|`, `~`
+(Python's `and`, `or`, `not` cannot be overloaded and raise a TypeError on an expression).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Expr", "col", "lit", "referenced_columns", "to_pyarrow_expr"]
+__all__ = ["Expr", "col", "lit", "referenced_columns"]
 
 
 class Expr:
@@ -29,14 +31,9 @@ class Expr:
         """The value of this expression for one record (a dict); None stands for null."""
         raise NotImplementedError
 
-    def to_arrow(self) -> Any:
-        """The equivalent `pyarrow.compute.Expression` (ValueError when there is none)."""
-        raise NotImplementedError
-
     def __call__(self, record: Any) -> bool:
         """As a predicate: true only when the expression is true (null counts as false)."""
-        value = self.evaluate(record)
-        return value is not None and bool(value)
+        return _truth(self.evaluate(record), f"filter({self!r})") is True
 
     def __bool__(self) -> bool:
         raise TypeError(f"the truth value of the expression {self!r} is unknown until it runs; use & | ~ instead of and/or/not")
@@ -144,11 +141,6 @@ class Column(Expr):
             raise TypeError(f"{self!r} needs dict records, got {type(record).__name__}: {record!r:.80}")
         return record.get(self.name)
 
-    def to_arrow(self) -> Any:
-        import pyarrow.compute as pc
-
-        return pc.field(self.name)
-
     def __repr__(self) -> str:
         return f"col({self.name!r})"
 
@@ -159,11 +151,6 @@ class Literal(Expr):
 
     def evaluate(self, record: Any) -> Any:
         return self.value
-
-    def to_arrow(self) -> Any:
-        import pyarrow.compute as pc
-
-        return pc.scalar(self.value)
 
     def __repr__(self) -> str:
         return repr(self.value)
@@ -178,37 +165,12 @@ class Field(Expr):
         value = self.parent.evaluate(record)
         return value.get(self.name) if isinstance(value, dict) else None
 
-    def path(self) -> tuple[str, ...]:
-        """("meta", "score") for col("meta")["score"]; ValueError for other parents."""
-        if isinstance(self.parent, Column):
-            return (self.parent.name, self.name)
-        if isinstance(self.parent, Field):
-            return (*self.parent.path(), self.name)
-        raise ValueError(f"{self!r}: only fields of columns can be read by pyarrow")
-
-    def to_arrow(self) -> Any:
-        import pyarrow.compute as pc
-
-        return pc.field(*self.path())
-
     def __repr__(self) -> str:
         return f"{self.parent!r}[{self.name!r}]"
 
 
-_COMPARE = {
-    "==": (operator.eq, "equal"),
-    "!=": (operator.ne, "not_equal"),
-    "<": (operator.lt, "less"),
-    "<=": (operator.le, "less_equal"),
-    ">": (operator.gt, "greater"),
-    ">=": (operator.ge, "greater_equal"),
-}
-_ARITHMETIC = {
-    "+": (operator.add, "add"),
-    "-": (operator.sub, "subtract"),
-    "*": (operator.mul, "multiply"),
-    "/": (operator.truediv, "divide"),
-}
+_COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+_ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -219,12 +181,7 @@ class Compare(Expr):
 
     def evaluate(self, record: Any) -> Any:
         a, b = self.left.evaluate(record), self.right.evaluate(record)
-        return None if a is None or b is None else _COMPARE[self.op][0](a, b)
-
-    def to_arrow(self) -> Any:
-        import pyarrow.compute as pc
-
-        return getattr(pc, _COMPARE[self.op][1])(self.left.to_arrow(), self.right.to_arrow())
+        return None if a is None or b is None else _COMPARE[self.op](a, b)
 
     def __repr__(self) -> str:
         return f"({self.left!r} {self.op} {self.right!r})"
@@ -238,23 +195,17 @@ class Arithmetic(Expr):
 
     def evaluate(self, record: Any) -> Any:
         a, b = self.left.evaluate(record), self.right.evaluate(record)
-        return None if a is None or b is None else _ARITHMETIC[self.op][0](a, b)
-
-    def to_arrow(self) -> Any:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        left, right = self.left.to_arrow(), self.right.to_arrow()
-        if self.op == "/":  # true division, as in Python (pyarrow divides integers integrally)
-            left, right = left.cast(pa.float64()), right.cast(pa.float64())
-        return getattr(pc, _ARITHMETIC[self.op][1])(left, right)
+        return None if a is None or b is None else _ARITHMETIC[self.op](a, b)
 
     def __repr__(self) -> str:
         return f"({self.left!r} {self.op} {self.right!r})"
 
 
-def _truth(value: Any) -> bool | None:
-    return None if value is None else bool(value)
+def _truth(value: Any, where: str) -> bool | None:
+    """A boolean operand (None for null); any other value is a TypeError naming `where`."""
+    if value is None or isinstance(value, bool):
+        return value
+    raise TypeError(f"{where} needs true, false or null, got {type(value).__name__} {value!r:.80}; compare it explicitly")
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -267,19 +218,13 @@ class Logical(Expr):
 
     def evaluate(self, record: Any) -> Any:
         decisive = self.op == "|"  # the value that settles the result on its own
-        a = _truth(self.left.evaluate(record))
+        a = _truth(self.left.evaluate(record), repr(self))
         if a is decisive:
             return decisive
-        b = _truth(self.right.evaluate(record))
+        b = _truth(self.right.evaluate(record), repr(self))
         if b is decisive:
             return decisive
         return None if a is None or b is None else not decisive
-
-    def to_arrow(self) -> Any:
-        import pyarrow.compute as pc
-
-        combine = pc.and_kleene if self.op == "&" else pc.or_kleene
-        return combine(self.left.to_arrow(), self.right.to_arrow())
 
     def __repr__(self) -> str:
         return f"({self.left!r} {self.op} {self.right!r})"
@@ -290,13 +235,8 @@ class Not(Expr):
     child: Expr
 
     def evaluate(self, record: Any) -> Any:
-        value = _truth(self.child.evaluate(record))
+        value = _truth(self.child.evaluate(record), repr(self))
         return None if value is None else not value
-
-    def to_arrow(self) -> Any:
-        import pyarrow.compute as pc
-
-        return pc.invert(self.child.to_arrow())
 
     def __repr__(self) -> str:
         if isinstance(self.child, IsNull):
@@ -311,11 +251,6 @@ class IsNull(Expr):
     def evaluate(self, record: Any) -> Any:
         return self.child.evaluate(record) is None
 
-    def to_arrow(self) -> Any:
-        import pyarrow.compute as pc
-
-        return pc.is_null(self.child.to_arrow())
-
     def __repr__(self) -> str:
         return f"{self.child!r}.is_null()"
 
@@ -329,8 +264,3 @@ def referenced_columns(expr: Expr) -> set[str]:
     if isinstance(expr, (Compare, Arithmetic, Logical)):
         return referenced_columns(expr.left) | referenced_columns(expr.right)
     return set()
-
-
-def to_pyarrow_expr(expr: Expr) -> Any:
-    """`expr` as a `pyarrow.compute.Expression` (for `pyarrow.dataset` filters)."""
-    return expr.to_arrow()

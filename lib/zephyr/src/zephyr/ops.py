@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import string
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Union
 
 __all__ = [
@@ -88,9 +88,15 @@ class FlatMap:
 
 @dataclass(frozen=True)
 class FilterExpr:
-    """A filter given as a column expression: printable, and pushed into Parquet reads."""
+    """A filter given as a column expression: printable, and pushed into Parquet reads.
 
-    expr: Any  # a zephyr.expr.Expr
+    Records compare by the expression's text (`==` on an expression builds an expression)."""
+
+    expr: Any = field(compare=False)  # a zephyr.expr.Expr
+    expr_text: str = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "expr_text", repr(self.expr))
 
     def describe(self) -> str:
         return f"filter({self.expr!r})"
@@ -145,7 +151,11 @@ class _Load:
     include_file_paths: bool = False
     file_path_column: str = DEFAULT_FILE_PATH_COLUMN
     columns: tuple[str, ...] | None = None  # select() folded in (in that order); None: all
-    filter: Any = None  # a zephyr.expr.Expr folded in, applied before `columns`
+    filter: Any = field(default=None, compare=False)  # a zephyr.expr.Expr folded in, applied before `columns`
+    filter_text: str | None = field(default=None, init=False, repr=False)  # what loaders compare by
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "filter_text", None if self.filter is None else repr(self.filter))
 
     def _extras(self) -> list[str]:
         extras = []

@@ -20,9 +20,9 @@ from zephyr.errors import PlanError
 from zephyr.fingerprint import fingerprint
 from zephyr.pushdown import push_down
 from zephyr.shuffle import Concatenate, FirstPerKey, HashPartition, ReduceGroups, RoundRobin, ScatterSink, ShuffleReader, keep_first
-from zephyr.sources import SourceShard, input_path_of, resolve_source, split_parquet_shards
+from zephyr.sources import SourceShard, resolve_source, split_parquet_shards
 
-__all__ = ["Plan", "Stage", "compile_plan", "shard_input_paths", "stage_output_paths"]
+__all__ = ["Plan", "Stage", "compile_plan", "shard_input_paths", "stage_output_path", "stage_output_paths"]
 
 
 @dataclass(frozen=True)
@@ -142,56 +142,66 @@ def _bind_join(record: sop.SortedMergeJoin, num_shards: int):
 
 
 def _check_writers(stage: Stage) -> None:
-    """Writers of a stage must give each shard its own path: {shard} (or {basename} of
-    distinct input files) in a pattern; {basename} needs one input file per shard."""
+    """Writers of a stage must give each shard its own path, checked before anything runs:
+    {shard} (or {basename} of distinct input files) in a string pattern, distinct answers
+    from a callable one; {basename} needs one `from_files` input file per shard."""
     for record in stage.ops:
-        if not isinstance(record, op.WRITE_OPS) or callable(record.pattern):
+        if not isinstance(record, op.WRITE_OPS):
             continue
-        uses_basename = "basename" in op.pattern_fields(record.pattern)
-        if uses_basename:
-            _check_basenames(stage, record)
-        elif stage.num_shards > 1 and not op.has_shard_field(record.pattern):
-            raise PlanError(
-                f"Output pattern must contain '{{shard}}' when writing {stage.num_shards} shards; "
-                f"got {record.pattern!r} (e.g. 'out/part-{{shard:05d}}-of-{{total:05d}}.jsonl.zst')"
-            )
+        if isinstance(record.pattern, str):
+            if "basename" in op.pattern_fields(record.pattern):
+                _check_basename_inputs(stage, record.pattern)
+            elif stage.num_shards > 1 and not op.has_shard_field(record.pattern):
+                raise PlanError(
+                    f"Output pattern must contain '{{shard}}' when writing {stage.num_shards} shards; "
+                    f"got {record.pattern!r} (e.g. 'out/part-{{shard:05d}}-of-{{total:05d}}.jsonl.zst')"
+                )
+        _check_distinct_paths(stage, record)
 
 
-def _check_basenames(stage: Stage, record) -> None:
-    paths = stage_output_paths(stage, record, _shard_inputs(stage, record.pattern))
+def _check_distinct_paths(stage: Stage, record) -> None:
+    """Two shards writing one path would silently keep only the last one written."""
     seen: dict[str, int] = {}
-    for shard, path in enumerate(paths):
+    for shard, path in enumerate(stage_output_paths(stage, record)):
         if path in seen:
-            raise PlanError(
-                f"Output pattern {record.pattern!r} gives shards {seen[path]} and {shard} the same path {path!r} "
-                "(their input files share a name, or one file was split into several shards); add {shard}"
-            )
+            if callable(record.pattern):
+                why = f"output path function {op.callable_name(record.pattern)}"
+                fix = "return a different path for each shard (e.g. include the shard argument)"
+            else:
+                why = f"Output pattern {record.pattern!r}"
+                fix = "their input files share a name, or one file was split into several shards: add {shard}"
+            raise PlanError(f"{why} gives shards {seen[path]} and {shard} the same path {path!r}; {fix}")
         seen[path] = shard
 
 
 def shard_input_paths(stage: Stage) -> list[str | None]:
-    """Per shard, the one input file it reads (for `{basename}`); None where there is none."""
+    """Per shard, the `from_files` input file it reads (for `{basename}`); None where there is
+    none (list items, or the output of a shuffle)."""
     if not isinstance(stage.input, tuple):
         return [None] * stage.num_shards
-    return [input_path_of(shard.items[0]) if len(shard.items) == 1 else None for shard in stage.input]
+    return [shard.path for shard in stage.input]
 
 
-def _shard_inputs(stage: Stage, pattern: str) -> list[str]:
-    inputs = shard_input_paths(stage)
-    for shard, path in enumerate(inputs):
+def _check_basename_inputs(stage: Stage, pattern: str) -> None:
+    for shard, path in enumerate(shard_input_paths(stage)):
         if path is None:
-            source = "the output of a shuffle" if not isinstance(stage.input, tuple) else f"{len(stage.input[shard].items)} items"
+            source = "the output of a shuffle" if not isinstance(stage.input, tuple) else "items of from_list/from_iterable"
             raise PlanError(
                 f"Output pattern {pattern!r} uses {{basename}}, which needs one input file per shard "
                 f"(Dataset.from_files(...) before any shuffle); shard {shard} of stage {stage.index} reads {source}"
             )
-    return inputs
 
 
-def stage_output_paths(stage: Stage, record, inputs: list[str | None] | None = None) -> list[str]:
+def stage_output_paths(stage: Stage, record) -> list[str]:
     """The path writer `record` of `stage` writes for each shard (calls a callable pattern)."""
-    inputs = shard_input_paths(stage) if inputs is None else inputs
+    inputs = shard_input_paths(stage)
     return [op.shard_output_path(record.pattern, i, stage.num_shards, inputs[i]) for i in range(stage.num_shards)]
+
+
+def stage_output_path(stage: Stage, record, shard: int) -> str:
+    """The path writer `record` of `stage` writes for one shard."""
+    path = stage.input[shard].path if isinstance(stage.input, tuple) else None
+    return op.shard_output_path(record.pattern, shard, stage.num_shards, path)
 
 
 def _check_load_file_extensions(stage: Stage) -> None:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from zephyr.runner import Execution
     from zephyr.shard import ShardResult
 
-__all__ = ["format_summary", "make_progress"]
+__all__ = ["format_largest", "format_summary", "make_progress"]
 
 
 class _NoProgress:
@@ -27,10 +27,11 @@ class _NoProgress:
 
 
 class _StageBar:
-    def __init__(self, stage: Stage):
+    def __init__(self, stage: Stage, largest: list = ()):
         from tqdm import tqdm
 
         self._bar = tqdm(total=stage.num_shards, desc=f"stage {stage.index}", unit="shard", file=sys.stderr, leave=True)
+        self._note = f", largest {format_largest(largest[:1])}" if largest else ""
         self._start = time.perf_counter()
         self._items = 0
         self._bytes = 0
@@ -39,18 +40,33 @@ class _StageBar:
         self._items += result.num_items or result.counters.get("zephyr/records_written", 0)
         self._bytes += result.counters.get("zephyr/bytes_read", 0)
         elapsed = max(time.perf_counter() - self._start, 1e-9)
-        self._bar.set_postfix_str(f"{self._items / elapsed:,.0f} items/s, {self._bytes / elapsed / 1e6:,.1f} MB/s in", refresh=False)
+        self._bar.set_postfix_str(f"{self._items / elapsed:,.0f} items/s, {self._bytes / elapsed / 1e6:,.1f} MB/s in{self._note}", refresh=False)
         self._bar.update(1)
 
     def close(self) -> None:
         self._bar.close()
 
 
-def make_progress(enabled: bool | None, stage: Stage):
-    """A bar for `stage` when enabled (None: only if stderr is a terminal)."""
+def make_progress(enabled: bool | None, stage: Stage, largest: list = ()):
+    """A bar for `stage` when enabled (None: only if stderr is a terminal); after a shuffle,
+    `largest` (the biggest partitions) shows in its description."""
     if enabled is None:
         enabled = sys.stderr.isatty()
-    return _StageBar(stage) if enabled else _NoProgress()
+    return _StageBar(stage, largest) if enabled else _NoProgress()
+
+
+def format_largest(largest: list) -> str:
+    """'partition 3: 412.0 MB in 16 key ranges, partition 0: 9.1 MB' (shuffle bytes)."""
+    return ", ".join(
+        f"partition {p.partition}: {_size(p.bytes)}" + (f" in {p.pieces} key ranges" if p.pieces > 1 else "") for p in largest
+    )
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n} B"
 
 
 def format_summary(execution: Execution) -> str:
@@ -61,9 +77,13 @@ def format_summary(execution: Execution) -> str:
         if s.retries_user or s.retries_lost:
             retries = f", retried {s.retries_user} failed / {s.retries_lost} lost"
         lines.append(f"  stage {s.index}: {s.num_shards} shards, {s.items_out} items back, {s.elapsed:.2f}s{retries}")
+        if s.largest_partitions:
+            lines.append(f"    largest partitions: {format_largest(s.largest_partitions)}")
     if execution.counters:
         lines.append("  counters:")
         width = max(len(k) for k in execution.counters)
         for name in sorted(execution.counters):
             lines.append(f"    {name:<{width}}  {execution.counters[name]:,}")
+    if getattr(execution, "run_record", None):
+        lines.append(f"  run record: {execution.run_record} (zephyr status / zephyr dashboard DIR)")
     return "\n".join(lines)

@@ -14,7 +14,9 @@ is the same as without pushdown; these are the conditions under which folding ke
 - a filter that reads the file path column (`include_file_paths`) is left in place: the
   reader adds that column after filtering;
 - a later projection narrows an earlier one (keeping the later order); a projection that
-  leaves out the file path column turns `include_file_paths` off.
+  leaves out the file path column turns `include_file_paths` off;
+- a folded filter goes into pyarrow only where it provably gives Python's result for that
+  file's schema (`zephyr.expr_arrow`); otherwise the reader evaluates it on the rows.
 """
 
 from __future__ import annotations

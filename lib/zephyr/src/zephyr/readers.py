@@ -1,8 +1,9 @@
 """Reading a path item into records: the loaders behind load_jsonl/load_parquet/load_file.
 
 A loader op carries what pushdown folded into it (a projection and a filter, see
-`zephyr.pushdown`) and the file path column. Parquet gets both inside pyarrow; JSON Lines
-applies them to each record, in the same order: filter, then the file path, then projection.
+`zephyr.pushdown`) and the file path column. Parquet gets both inside pyarrow (the filter
+where it provably agrees with Python, see `zephyr.expr_arrow`); JSON Lines applies them to
+each record, in the same order: filter, then the file path, then projection.
 """
 
 from __future__ import annotations

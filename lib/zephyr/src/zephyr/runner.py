@@ -10,6 +10,7 @@ Counters of failed attempts are dropped, so totals count each shard exactly once
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import tempfile
@@ -34,6 +35,10 @@ from zephyr.progress import make_progress
 from zephyr.retry import BackoffQueue, backoff_delay
 from zephyr.shard import ShardResult, ShardTask, StageProgram, run_shard
 from zephyr.shuffle import ScatterSink
+from zephyr.status import registry as status_registry
+from zephyr.status.model import RunStatus
+from zephyr.status.observe import ObservedBackend
+from zephyr.status.record import final_output_dir, record_path_for, write_run_record
 
 __all__ = ["Execution", "NotPicklableWarning", "StageStats"]
 
@@ -50,15 +55,20 @@ class StageStats:
     retries_user: int = 0
     retries_lost: int = 0
     resumed: int = 0
+    largest_partitions: list = dataclasses.field(default_factory=list)  # after a shuffle: the biggest inputs (run_index.PartitionInfo)
 
 
 class Execution:
-    """An iterator over a run's results in shard order, with `.counters` and `.stats`.
+    """An iterator over a run's results in shard order, with `.counters` and `.stats`, and
+    `.status` (its live state: `status.snapshot()`, see `zephyr.status`) and `.run_record`
+    (the path of the `.zephyr-run.json` written when it ended, if any).
 
     The plan is compiled and checked on creation (on Ray, every user function must pickle;
     the in-process backends only warn once per function that such a pipeline cannot run on
-    Ray); tasks run as the iterator is consumed. `.counters` and `.stats` are complete (and scratch
-    removed) once every shard has finished, i.e. before the last item is handed out.
+    Ray, and pickle a stage to check it only until it pickled once in this process, by its
+    fingerprint); tasks run as the iterator is consumed. `.counters` and `.stats` are
+    complete (and scratch removed) once every shard has finished, i.e. before the last item
+    is handed out.
     """
 
     def __init__(self, backend: Backend, dataset):
@@ -81,7 +91,11 @@ class Execution:
         self.finished = False
         self.elapsed = 0.0
         self._started = time.perf_counter()
-        self._results = self._run()
+        # the live state the status page and the run record show (zephyr.status)
+        self.status = RunStatus(self.plan, backend.describe(), self.counters, record_path_for(self.plan))
+        self.run_record: str | None = None  # the record's path, once written
+        status_registry.publish(self.status)
+        self._results = self._published(self._run())
 
     def __iter__(self) -> Execution:
         return self
@@ -93,6 +107,9 @@ class Execution:
 
     def _program(self, stage: Stage) -> StageProgram:
         program = StageProgram(stage.index, stage.ops, reader=stage.input if not isinstance(stage.input, tuple) else None, sink=stage.sink)
+        in_process = not self.backend.requires_pickling
+        if in_process and stage.fingerprint in _pickled_in_process:
+            return program  # in-process the check only feeds a warning: pickle a big capture once
         try:
             cloudpickle.dumps(program)
         except Exception as e:
@@ -105,6 +122,8 @@ class Execution:
                 f"{type(e).__name__}: {e}. Define it at module level or avoid capturing locks, open files or clients "
                 "(share large objects with backend.put(name, obj) and zephyr.get_shared(name))."
             ) from e
+        if in_process and stage.fingerprint:
+            _pickled_in_process.add(stage.fingerprint)
         return program
 
     # ---- running -------------------------------------------------------------------------------
@@ -114,13 +133,16 @@ class Execution:
         sweep_dead_temporaries()  # what killed runs left in this machine's temp dir
         previous: list[ShardResult] | None = None
         first = 0
-        if len(self.plan.stages) > 1 and _final_outputs_exist(self.plan.stages[-1]):
+        if len(self.plan.stages) > 1 and _final_outputs_exist(self.plan.stages[-1]) and not self._scratch_exists():
             # every output of a skip_existing writer is there: nothing upstream needs to run
             first = len(self.plan.stages) - 1
             self.counters["zephyr/stages_skipped_outputs_exist"] += first
         self._started = started
         for stage, program in list(zip(self.plan.stages, self.programs))[first:]:
             tasks = self._tasks(stage, previous)
+            previous = None  # the map summaries are in the reduce tasks now; free them
+            if len(tasks) != stage.num_shards:  # a skewed partition was cut into key ranges
+                stage = self._resize(stage, len(tasks))
             final = stage.index == len(self.plan.stages) - 1
             ordered = self._run_stage(stage, program, tasks)
             if not final:
@@ -135,6 +157,11 @@ class Execution:
                 yield from result.items or ()
         self._finish()
 
+    def _resize(self, stage: Stage, num_shards: int) -> Stage:
+        resized = replace(stage, num_shards=num_shards)
+        self.plan = replace(self.plan, stages=tuple(resized if s.index == stage.index else s for s in self.plan.stages))
+        return resized
+
     def _finish(self) -> None:
         if self.finished:
             return
@@ -142,17 +169,40 @@ class Execution:
         _remove_write_temporaries(self.plan.stages[-1])
         self._remove_scratch()
         self.elapsed = time.perf_counter() - self._started
+        self.status.succeeded()
+        self._write_run_record()
         for callback in self.backend.on_finish:
             callback(self)
+
+    def _published(self, results: Iterator[Any]) -> Iterator[Any]:
+        """`results`, telling the status when the run fails or its caller stops early."""
+        try:
+            yield from results
+        except GeneratorExit:
+            self.status.ended_early(None)
+            raise
+        except BaseException as e:
+            self.status.ended_early(e)
+            self._write_run_record()
+            raise
+
+    def _write_run_record(self) -> None:
+        """The final snapshot beside the outputs (`.zephyr-run.json`), for `zephyr status DIR`."""
+        path = self.status.record_path
+        if path is not None and write_run_record(self.status.snapshot(), path):
+            self.run_record = path
 
     def _tasks(self, stage: Stage, previous: list[ShardResult] | None) -> list[ShardTask]:
         memory = self.backend.task_resources.memory
         if isinstance(stage.input, tuple):
             return [
-                ShardTask(stage.index, i, stage.num_shards, shard.label, shard.items, memory)
+                ShardTask(stage.index, i, stage.num_shards, shard.label, shard.items, memory, shard.path)
                 for i, shard in enumerate(stage.input)
             ]
-        return [replace(task, memory=memory) for task in stage.input.tasks(stage, previous)]
+        tasks = stage.input.tasks(stage, previous)  # a list that may carry `largest` (partitions)
+        for i, task in enumerate(tasks):
+            tasks[i] = replace(task, memory=memory)
+        return tasks
 
     def _completed_scatter(self, stage: Stage) -> dict[int, ShardResult]:
         """Map shards of a scatter stage whose manifest exists: finished by an earlier run."""
@@ -165,6 +215,16 @@ class Execution:
             shard = summary["map_shard"]
             done[shard] = ShardResult(shard=shard, items=None, counters=summary.get("counters", {}), summary=summary)
         return done
+
+    def _scratch_exists(self) -> bool:
+        """An unfinished earlier run left scratch: its outputs may be incomplete (a stage whose
+        partitions were split writes more shards than the plan says), so resume it instead."""
+        for stage in self.plan.stages:
+            if isinstance(stage.sink, ScatterSink):
+                fs, root = url_to_fs(stage.sink.root)
+                if fs.exists(root):
+                    return True
+        return False
 
     def _remove_scratch(self) -> None:
         for stage in self.plan.stages:
@@ -181,8 +241,9 @@ class Execution:
     def _run_stage(self, stage: Stage, program: StageProgram, tasks: list[ShardTask]) -> Iterator[ShardResult]:
         backend = self.backend
         stats = StageStats(stage.index, stage.describe(), stage.num_shards)
+        stats.largest_partitions = list(getattr(tasks, "largest", ()))
         self.stats.append(stats)
-        progress = make_progress(backend.progress, stage)
+        progress = make_progress(backend.progress, stage, stats.largest_partitions)
         finished: dict[int, ShardResult] = self._completed_scatter(stage)
         if finished:
             self.counters["zephyr/map_shards_resumed"] += len(finished)
@@ -190,6 +251,7 @@ class Execution:
             for result in finished.values():
                 self.counters.update(result.counters)
                 progress.update(result)
+        backend = ObservedBackend(backend, self.status, stage.index, list(finished.values()))
         shared = backend.share(program) if len(finished) < len(tasks) else None
         pending: deque[ShardTask] = deque(t for t in tasks if t.shard not in finished)
         in_flight: dict[Any, ShardTask] = {}
@@ -287,11 +349,9 @@ def scratch_dir_for(backend: Backend, plan: Plan) -> str:
         return backend.scratch_dir.rstrip("/")
     if os.environ.get("ZEPHYR_SCRATCH_DIR"):
         return os.environ["ZEPHYR_SCRATCH_DIR"].rstrip("/")
-    final = plan.stages[-1]
-    for record in reversed(final.ops):
-        if isinstance(record, WRITE_OPS) and final.num_shards:
-            first = stage_output_paths(final, record)[0]
-            return f"{first.rsplit('/', 1)[0] if '/' in first else '.'}/.zephyr-scratch"
+    directory = final_output_dir(plan)
+    if directory is not None:
+        return f"{directory}/.zephyr-scratch"
     return os.path.join(tempfile.gettempdir(), "zephyr-scratch")
 
 
@@ -331,6 +391,7 @@ def _final_outputs_exist(stage: Stage) -> bool:
     return wanted <= listed
 
 
+_pickled_in_process: set[str] = set()  # fingerprints of stages an in-process run found picklable
 _warned: weakref.WeakSet = weakref.WeakSet()  # functions warned about in this process
 _warned_names: set[str] = set()  # culprits without a function object to hold on to
 

@@ -51,6 +51,7 @@ class SourceShard:
 
     items: tuple[Any, ...]
     label: str  # a short description for errors and progress, e.g. the file path
+    path: str | None = None  # the input file of a `from_files` shard (for `{basename}`); None for list items
 
 
 def resolve_source(source: Source) -> list[SourceShard]:
@@ -67,7 +68,7 @@ def resolve_source(source: Source) -> list[SourceShard]:
                 raise FileNotFoundError(f"Input pattern {pattern!r} matched no files (pass empty_glob_ok=True to allow this)")
         paths.extend(matches)
     # overlapping patterns must not read a file twice; one sorted order whatever the patterns
-    return [SourceShard((p,), p) for p in sorted(set(paths))]
+    return [SourceShard((p,), p, p) for p in sorted(set(paths))]
 
 
 @dataclass(frozen=True)
@@ -99,23 +100,24 @@ def split_parquet_shards(shards: Sequence[SourceShard], approx_bytes: int, parqu
     """
     from zephyr.readers import FileFormat, format_for
 
-    paths: list[str] = []
+    paths: list[tuple[str, bool]] = []  # (path, whether it came from from_files)
     for shard in shards:
         for item in shard.items:
             if not isinstance(item, str):
                 raise TypeError(f"approx_shard_bytes splits input files, so the items must be paths; got {type(item).__name__}: {item!r:.100}")
-            paths.append(item)
-    splittable = [p for p in paths if not parquet_only or format_for(p) is FileFormat.PARQUET]
+            paths.append((item, shard.path is not None))
+    splittable = list(dict.fromkeys(p for p, _ in paths if not parquet_only or format_for(p) is FileFormat.PARQUET))
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(splittable)))) as pool:
         sizes = dict(zip(splittable, pool.map(_row_group_sizes, splittable)))
     out: list[SourceShard] = []
-    for path in paths:
+    for path, from_files in paths:
+        file = path if from_files else None
         if path not in sizes:
-            out.append(SourceShard((path,), path))
+            out.append(SourceShard((path,), path, file))
             continue
         for groups in _pack(sizes[path], approx_bytes):
             piece = ParquetSlice(path, groups) if groups else path  # a file without row groups: itself
-            out.append(SourceShard((piece,), str(piece)))
+            out.append(SourceShard((piece,), str(piece), file))
     return out
 
 

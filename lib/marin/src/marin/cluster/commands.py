@@ -29,11 +29,14 @@ __all__ = [
     "gcloud_create_repository",
     "gcloud_create_secret",
     "gcloud_create_tpu",
+    "gcloud_delete_queued_resource",
     "gcloud_delete_tpu",
     "gcloud_describe_repository",
     "gcloud_describe_secret",
     "gcloud_fetch_secret",
+    "gcloud_grant_secret_access",
     "gcloud_list_tpus",
+    "gcloud_not_found",
     "gcloud_set_cleanup_policies",
     "gcloud_tpu_ssh",
     "git_short_commit",
@@ -144,6 +147,14 @@ def gcloud_create_secret(secret: str, project: str, data_file: Path) -> list[str
     ]  # fmt: skip
 
 
+def gcloud_grant_secret_access(secret: str, project: str, service_account: str) -> list[str]:
+    """Let `service_account` (the cluster's nodes) read `secret`'s versions."""
+    return [
+        "gcloud", "secrets", "add-iam-policy-binding", secret, f"--project={project}",
+        f"--member=serviceAccount:{service_account}", "--role=roles/secretmanager.secretAccessor",
+    ]  # fmt: skip
+
+
 def gcloud_list_tpus(zone: str, project: str) -> list[str]:
     """Every TPU VM of the zone, whatever its state, as JSON (the TPU API's `Node` records)."""
     return ["gcloud", "compute", "tpus", "tpu-vm", "list", f"--zone={zone}", f"--project={project}", "--format=json"]
@@ -154,6 +165,19 @@ def gcloud_delete_tpu(name: str, zone: str, project: str) -> list[str]:
         "gcloud", "compute", "tpus", "tpu-vm", "delete", name,
         f"--zone={zone}", f"--project={project}", "--quiet", "--async",
     ]  # fmt: skip
+
+
+def gcloud_delete_queued_resource(name: str, zone: str, project: str) -> list[str]:
+    """Delete a queued resource and, `--force`, the TPU VMs it holds (which `tpu-vm delete` refuses)."""
+    return [
+        "gcloud", "compute", "tpus", "queued-resources", "delete", name,
+        f"--zone={zone}", f"--project={project}", "--force", "--quiet", "--async",
+    ]  # fmt: skip
+
+
+def gcloud_not_found(stderr: str) -> bool:
+    """Whether a failed gcloud call said the resource does not exist (rather than, say, PERMISSION_DENIED)."""
+    return "NOT_FOUND" in stderr or "not found" in stderr.lower()
 
 
 def gcloud_describe_repository(repository: str, region: str, project: str) -> list[str]:
@@ -193,8 +217,11 @@ def docker_daemon_check() -> list[str]:
 
 
 def docker_build(dockerfile: Path, image: str, context: Path) -> list[str]:
-    # Cluster nodes (n2 heads, TPU VM hosts) are x86-64 whatever machine builds the image.
-    return ["docker", "build", "--platform=linux/amd64", f"--file={dockerfile}", f"--tag={image}", str(context)]
+    # Cluster nodes (n2 heads, TPU VM hosts) are x86-64 whatever machine builds the image; --pull
+    # takes the base image's current patch release rather than whatever this machine has cached.
+    return [
+        "docker", "build", "--pull", "--platform=linux/amd64", f"--file={dockerfile}", f"--tag={image}", str(context),
+    ]  # fmt: skip
 
 
 def docker_tag(source: str, target: str) -> list[str]:

@@ -113,6 +113,11 @@ class ClusterSpec:
         return image_ref(self.region, self.docker_tag, self.project)
 
     @property
+    def service_account(self) -> str:
+        """The service account every node of the cluster runs as (it reads the token secret)."""
+        return f"marin-ray@{self.project}.iam.gserviceaccount.com"
+
+    @property
     def runtime_version(self) -> str:
         return _TPU_RUNTIME[self.tpu_generation]
 

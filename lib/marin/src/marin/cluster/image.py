@@ -2,14 +2,17 @@
 
 `make cluster_docker` runs `marin cluster build-image`, which
 
-1. builds the image once (`docker build`, linux/amd64) as `marin_cluster:latest`;
-2. tags it `latest`, the short git commit and the UTC date (`YYYYMMDD`) for each region:
-   `<region>-docker.pkg.dev/<project>/marin/marin_cluster:<tag>`;
-3. per region, lets docker authenticate (`gcloud auth configure-docker`) and creates the
-   Artifact Registry repository `marin` when it does not exist;
-4. pushes every tag to every region;
-5. rewrites `LATEST_DOCKER_TAG` in `marin/cluster/config.py` to the date tag: the one place
-   `marin cluster update-configs` reads the tag from.
+1. refuses a work tree with uncommitted changes (unless `allow_dirty`: the tags then say `-dirty`);
+2. builds the image once (`docker build --pull`, linux/amd64) as `marin_cluster:latest`;
+3. tags it `latest`, the short git commit and `YYYYMMDD-<commit>` (UTC date) for each region:
+   `<region>-docker.pkg.dev/<project>/marin/marin_cluster:<tag>`; the last one names this build
+   alone (a second build the same day has another commit), so it is the one clusters pin;
+4. per region, lets docker authenticate (`gcloud auth configure-docker`) and creates the
+   Artifact Registry repository `marin` when it does not exist, with the cleanup policy;
+5. pushes every tag to every region;
+6. rewrites `LATEST_DOCKER_TAG` in `marin/cluster/config.py` to the pinned tag, the one place
+   `marin cluster update-configs` reads it from, but only when the image went to every region
+   of the cluster table: that tag is written into every cluster's config.
 
 Every external command is built in `commands.py`; with `dry_run` they are printed, not run.
 """
@@ -19,11 +22,10 @@ from __future__ import annotations
 import datetime as dt
 import re
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from marin.cluster import config
+from marin.cluster import config, registry
 from marin.cluster.commands import (
     docker_build,
     docker_daemon_check,
@@ -33,6 +35,7 @@ from marin.cluster.commands import (
     gcloud_configure_docker,
     gcloud_create_repository,
     gcloud_describe_repository,
+    gcloud_not_found,
     git_short_commit,
     git_status,
     require_tools,
@@ -41,6 +44,7 @@ from marin.cluster.commands import (
 
 __all__ = [
     "DOCKERFILE",
+    "DirtyTreeError",
     "ImagePlan",
     "build_and_push",
     "default_regions",
@@ -48,6 +52,7 @@ __all__ = [
     "image_tags",
     "plan_image",
     "record_latest_tag",
+    "utc_now",
 ]
 
 DOCKERFILE = Path("docker") / "marin" / "Dockerfile.cluster"
@@ -61,9 +66,23 @@ def default_regions() -> list[str]:
     return list(dict.fromkeys(spec.region for spec in config.CLUSTERS.values()))
 
 
-def image_tags(commit: str, now: dt.datetime) -> list[str]:
-    """`latest`, the short commit and the UTC date; the date tag (last) is the one clusters pin."""
-    return ["latest", commit, now.astimezone(dt.timezone.utc).strftime("%Y%m%d")]
+def utc_now() -> dt.datetime:
+    """The build's clock (tests replace it)."""
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def image_tags(commit: str, now: dt.datetime, *, dirty: bool = False) -> list[str]:
+    """`latest`, the commit and `YYYYMMDD-<commit>` (UTC date); the last is the one clusters pin.
+
+    A build from a dirty work tree is not what the commit describes: its tags say `-dirty`, so it
+    never replaces the image of the clean commit.
+    """
+    commit = f"{commit}-dirty" if dirty else commit
+    return ["latest", commit, f"{now.astimezone(dt.timezone.utc):%Y%m%d}-{commit}"]
+
+
+class DirtyTreeError(RuntimeError):
+    """The checkout has uncommitted changes, so no commit describes the image it would build."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +93,9 @@ class ImagePlan:
     regions: tuple[str, ...]
     project: str
     tags: tuple[str, ...]
+    commit: str = ""
+    changes: tuple[str, ...] = ()  # uncommitted changes (`git status --porcelain` lines)
+    allow_dirty: bool = False
 
     @property
     def dockerfile(self) -> Path:
@@ -82,6 +104,16 @@ class ImagePlan:
     @property
     def pinned_tag(self) -> str:
         return self.tags[-1]
+
+    @property
+    def missing_regions(self) -> list[str]:
+        """Regions of the cluster table this plan does not push to."""
+        return [region for region in default_regions() if region not in self.regions]
+
+    @property
+    def records_tag(self) -> bool:
+        """Whether the pinned tag may become LATEST_DOCKER_TAG, which every cluster's config uses."""
+        return not self.missing_regions
 
     def refs(self, region: str) -> list[str]:
         return [config.image_ref(region, tag, self.project) for tag in self.tags]
@@ -94,38 +126,60 @@ def _relative(path: Path) -> Path:
         return path
 
 
-def plan_image(regions: list[str] | None, project: str, now: dt.datetime | None = None) -> ImagePlan:
-    """The plan for this checkout: reads the short commit with git (local, read-only)."""
+def _git(argv: list[str]) -> str:
+    return run_command(argv, dry_run=False, capture=True, quiet=True).stdout.strip()
+
+
+def plan_image(
+    regions: list[str] | None,
+    project: str,
+    now: dt.datetime | None = None,
+    *,
+    allow_dirty: bool = False,
+) -> ImagePlan:
+    """The plan for this checkout (git is only read; `build_and_push` refuses uncommitted changes)."""
     require_tools("git", purpose="Tagging the image with the commit")
     root = _relative(config.infra_dir().parent)
-    commit = run_command(git_short_commit(root), dry_run=False, capture=True, quiet=True).stdout.strip()
-    if run_command(git_status(root), dry_run=False, capture=True, quiet=True).stdout.strip():
-        print(f"warning: the work tree has uncommitted changes; tag {commit} will not describe them", file=sys.stderr)
+    commit = _git(git_short_commit(root))
+    changes = tuple(_git(git_status(root)).splitlines())
     regions = list(dict.fromkeys(regions or default_regions()))
     for region in regions:
         if not re.fullmatch(r"[a-z]+-[a-z]+\d", region):
             raise ValueError(f"{region!r} is not a GCP region (e.g. us-central2, europe-west4)")
-    return ImagePlan(root, tuple(regions), project, tuple(image_tags(commit, now or dt.datetime.now(dt.timezone.utc))))
+    tags = image_tags(commit, now or utc_now(), dirty=bool(changes))
+    return ImagePlan(root, tuple(regions), project, tuple(tags), commit, changes, allow_dirty)
 
 
-def _not_found(stderr: str) -> bool:
-    return "NOT_FOUND" in stderr or "not found" in stderr.lower()
+def _refuse_dirty(plan: ImagePlan) -> None:
+    if plan.changes and not plan.allow_dirty:
+        raise DirtyTreeError(
+            f"The work tree has {len(plan.changes)} uncommitted change(s) (e.g. {plan.changes[0].strip()}), so "
+            f"the image would not be what commit {plan.commit} describes. Commit them, or pass --allow-dirty "
+            f"(tags {plan.commit}-dirty, never taken for the clean commit's image)."
+        )
 
 
 def ensure_repository(region: str, project: str, *, dry_run: bool) -> None:
-    """Create the region's docker repository `marin` unless it exists (any other error is raised)."""
+    """Create the region's docker repository `marin` unless it exists (any other error is raised).
+
+    A repository this creates gets the cleanup policy at once (`registry.configure_registry`).
+    """
     describe = gcloud_describe_repository(config.IMAGE_REPOSITORY, region, project)
     create = gcloud_create_repository(config.IMAGE_REPOSITORY, region, project)
     if dry_run:
         print(format_command(describe))
-        print(f"# only if it does not exist:\n{format_command(create)}")
+        print("# only if it does not exist:")
+        print(format_command(create))
+        registry.configure_registry(config.IMAGE_REPOSITORY, region, project, dry_run=True)
         return
     result = run_command(describe, dry_run=False, capture=True, check=False)
     if result.returncode == 0:
         return
-    if not _not_found(result.stderr):
-        raise RuntimeError(f"Could not look up repository {config.IMAGE_REPOSITORY} in {region}: {result.stderr.strip()}")
+    if not gcloud_not_found(result.stderr):
+        detail = result.stderr.strip()
+        raise RuntimeError(f"Could not look up repository {config.IMAGE_REPOSITORY} in {region}: {detail}")
     run_command(create, dry_run=False)
+    registry.configure_registry(config.IMAGE_REPOSITORY, region, project, dry_run=False)
 
 
 def record_latest_tag(tag: str, path: Path | None = None) -> Path:
@@ -149,9 +203,17 @@ def _check_docker_daemon() -> None:
 
 
 def build_and_push(plan: ImagePlan, *, dry_run: bool, push: bool = True, config_file: Path | None = None) -> None:
-    """Build, tag, push to every region and record the tag in `config_file` (default: config.py)."""
+    """Build, tag, push to every region and record the tag in `config_file` (default: config.py).
+
+    Refuses (DirtyTreeError, dry run too) uncommitted changes unless the plan allows them. The tag
+    is recorded only when `plan` covers every region of the cluster table.
+    """
+    if push and registry.check_policy_file():  # new repositories get it: fail before building
+        raise FileNotFoundError(f"{registry.policy_path()} is missing or stale; run `marin cluster update-configs`")
     if not dry_run:
         require_tools("docker", *(["gcloud"] if push else []), purpose="Building and pushing the cluster image")
+    _refuse_dirty(plan)
+    if not dry_run:
         _check_docker_daemon()
     run_command(docker_build(plan.dockerfile, LOCAL_IMAGE, plan.root), dry_run=dry_run)
     for region in plan.regions:
@@ -164,13 +226,24 @@ def build_and_push(plan: ImagePlan, *, dry_run: bool, push: bool = True, config_
         ensure_repository(region, plan.project, dry_run=dry_run)
         for ref in plan.refs(region):
             run_command(docker_push(ref), dry_run=dry_run)
-    config_file = _relative(config_file or Path(config.__file__))
-    if dry_run:
-        print(f'# then set LATEST_DOCKER_TAG = "{plan.pinned_tag}" in {config_file}')
+    _record(plan, _relative(config_file or Path(config.__file__)), dry_run=dry_run)
+
+
+def _record(plan: ImagePlan, config_file: Path, *, dry_run: bool) -> None:
+    tag = plan.pinned_tag
+    if not plan.records_tag:
+        print(
+            f"# LATEST_DOCKER_TAG not changed: every cluster's config uses it, and {', '.join(plan.missing_regions)} "
+            f"did not get {tag}. Push to every region (make cluster_docker) to roll it out, or pin one cluster "
+            f'in a pushed region to it with docker_tag="{tag}" on its row of {config_file}.'
+        )
         return
-    record_latest_tag(plan.pinned_tag, config_file)
+    if dry_run:
+        print(f'# then set LATEST_DOCKER_TAG = "{tag}" in {config_file}')
+        return
+    record_latest_tag(tag, config_file)
     print(f"Pushed {config.IMAGE_NAME}:{{{','.join(plan.tags)}}} to {', '.join(plan.regions)}.")
-    print(f'Recorded LATEST_DOCKER_TAG = "{plan.pinned_tag}" in {config_file}. Next:')
+    print(f'Recorded LATEST_DOCKER_TAG = "{tag}" in {config_file}. Next:')
     print("  uv run marin cluster update-configs   # write the tag into infra/marin-*.yaml")
     print("  uv run marin cluster --cluster us-central2-staging restart-cluster   # try it on staging first")
     print("  then commit, and restart the other clusters")

@@ -31,6 +31,7 @@ from marin.cluster.commands import (
     DASHBOARD_PORT,
     format_command,
     gcloud_fetch_secret,
+    gcloud_not_found,
     ray_get_head_ip,
     require_tools,
     run_command,
@@ -96,7 +97,17 @@ def fetch_token(target: Target, dry_run: bool = False) -> Path:
     if dry_run:
         print(f"{format_command(argv)} > {shlex.quote(str(path))}")
         return path
-    token = run_command(argv, dry_run=False, capture=True).stdout.strip()
+    result = run_command(argv, dry_run=False, capture=True, check=False)
+    if result.returncode != 0:  # stderr only: stdout would be the secret
+        detail = result.stderr.strip()[-1000:]
+        if gcloud_not_found(detail):
+            raise RuntimeError(
+                f"Secret {spec.auth_secret} does not exist in {spec.project}. Create it once (it refuses to "
+                f"overwrite one): `make init_ray_auth_token_secret CLUSTER={spec.name}` "
+                f"(= `marin cluster --cluster {spec.name} init-auth-secret`)"
+            )
+        raise RuntimeError(f"Could not read secret {spec.auth_secret} in {spec.project}: {detail}")
+    token = result.stdout.strip()
     if not token:
         raise RuntimeError(f"Secret {spec.auth_secret} in {spec.project} is empty")
     return write_private_file(path, token)

@@ -38,7 +38,7 @@ import hashlib
 import json
 from typing import Any, Callable, Iterator
 
-from marin.execution.steps import ExecutorStep, InputName, OutputName, VersionedValue, is_dataclass_instance
+from marin.execution.steps import ExecutorStep, InputName, OutputName, VersionedValue, is_dataclass_instance, join_path
 
 __all__ = ["HASH_LENGTH", "dependencies_of", "pseudo_dependencies_of", "version_of", "hash_version", "resolve_config"]
 
@@ -156,10 +156,10 @@ def resolve_config(
         ref = _as_input(obj)
         if ref is not None:
             if ref.step is not None:
-                return _join(output_path(ref.step), ref.subpath)
+                return join_path(output_path(ref.step), ref.subpath)
             return under_prefix(prefix, ref.path)
         if isinstance(obj, OutputName):
-            return _join(own_output_path, obj.name)
+            return join_path(own_output_path, obj.name)
         if isinstance(obj, VersionedValue):
             return obj.value
         if is_dataclass_instance(obj):
@@ -180,10 +180,4 @@ def under_prefix(prefix: str | None, path: str) -> str:
     """`path` itself when absolute (`/x`, `gs://b/x`), else `<prefix>/<path>`."""
     if prefix is None or "://" in path or path.startswith("/"):
         return path
-    return _join(prefix.rstrip("/"), path)
-
-
-def _join(base: str, subpath: str | None) -> str:
-    if not subpath:
-        return base
-    return base.rstrip("/") + "/" + subpath.lstrip("/")
+    return join_path(prefix.rstrip("/"), path)

@@ -140,6 +140,12 @@ class Lease:
         claims = self._claims().get(epoch)
         return self._owner_record(epoch, claims[0]) if claims else None
 
+    def records_since(self, epoch: int) -> list[dict[str, Any]]:
+        """The owner records of `epoch` and every newer epoch, oldest first (one listing)."""
+        claims = self._claims()
+        records = (self._owner_record(e, claims[e][0]) for e in sorted(claims) if e >= epoch)
+        return [r for r in records if r is not None]
+
     @staticmethod
     def is_live(record: dict[str, Any] | None, now: float | None = None) -> bool:
         """True when `record` (from `current`) is held: not released, heartbeating within its timeout."""

@@ -2,14 +2,17 @@
 
     python experiments/hello_world.py --prefix /tmp/x [--dry_run true] [--force_run_failed true]
         [--run_only '["stats"]'] [--max_concurrent 4] [--executor_info_base_path DIR]
+        [--dashboard true [--dashboard_port 8270]]
 
-`--prefix` falls back to the MARIN_PREFIX environment variable.
+`--prefix` falls back to the MARIN_PREFIX environment variable. `--dashboard true` serves
+Zephyr's live status page of the pipelines the steps run in this process (see docs/zephyr.md).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -37,14 +40,20 @@ class ExecutorMainConfig:
     """Rerun steps that failed before instead of stopping with an error."""
     run_only: list[str] | None = None
     """Regexes of step names: run only those steps and the dependencies they need."""
-    max_concurrent: int = 8
-    """At most this many steps run at once."""
+    max_concurrent: int | None = 8
+    """At most this many steps run at once; None (`--max_concurrent null`): every ready step starts."""
     lease_timeout: float = 60.0
     """Seconds without a heartbeat after which another executor takes a step over."""
     heartbeat_interval: float = 10.0
     """Seconds between lease heartbeats of a running step."""
     poll_interval: float = 5.0
     """Seconds between checks while another executor runs a step this one needs."""
+    dashboard: bool = False
+    """Serve Zephyr's live status page of the pipelines steps run in this process; prints its URL."""
+    dashboard_port: int = 0
+    """Port of the status page (0: a free one)."""
+    dashboard_host: str = "127.0.0.1"
+    """Address the status page binds; any other than loopback requires the token printed with the URL."""
 
 
 def executor_main(
@@ -93,4 +102,18 @@ def executor_main(
     )
     if config.dry_run:
         return executor.dry_run(steps, config.run_only)
-    return executor.run(steps, config.run_only)
+    dashboard = _start_dashboard(config) if config.dashboard else None
+    try:
+        return executor.run(steps, config.run_only)
+    finally:
+        if dashboard is not None:
+            dashboard.stop()
+
+
+def _start_dashboard(config: ExecutorMainConfig):
+    """Zephyr's status page for this run; its URL (with the token, off loopback) is printed once."""
+    from zephyr.status import start_dashboard
+
+    dashboard = start_dashboard(config.dashboard_host, config.dashboard_port)
+    print(f"marin: zephyr status page at {dashboard.url}", file=sys.stderr, flush=True)
+    return dashboard

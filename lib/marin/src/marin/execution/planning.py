@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from marin.execution.hashing import dependencies_of, hash_version, pseudo_dependencies_of, version_of
-from marin.execution.steps import ExecutorStep, InputName
+from marin.execution.steps import ExecutorStep, InputName, get_executor_step
 
 __all__ = ["PlannedStep", "Plan", "plan_steps", "output_path_for"]
 
@@ -71,8 +71,8 @@ def plan_steps(steps: Iterable[ExecutorStep | InputName], prefix: str, run_only:
     """Plan `steps` (steps, or references to steps) and all their dependencies under `prefix`.
 
     Raises:
-        TypeError: an entry is not an ExecutorStep.
-        ValueError: a dependency cycle, or a `run_only` pattern that matches no step.
+        ValueError: an entry is neither a step nor a reference to one (`get_executor_step`),
+            a dependency cycle, or a `run_only` pattern that matches no step.
     """
     by_step: dict[int, PlannedStep] = {}
     by_path: dict[str, PlannedStep] = {}
@@ -104,21 +104,13 @@ def plan_steps(steps: Iterable[ExecutorStep | InputName], prefix: str, run_only:
         by_step[id(step)] = planned
         return planned
 
-    roots = [_step_of(entry) for entry in steps]
+    roots = [get_executor_step(entry) for entry in steps]
     for step in roots:
         visit(step)
     order = _needed(order, by_path, [by_step[id(step)].output_path for step in roots])
     if run_only:
         order = _select(order, by_path, run_only)
     return Plan(order, by_step, prefix.rstrip("/"))
-
-
-def _step_of(entry: ExecutorStep | InputName) -> ExecutorStep:
-    if isinstance(entry, InputName):
-        if entry.step is None:
-            raise TypeError(f"expected ExecutorStep, got a hardcoded path {entry.path!r}, which is not a step")
-        return entry.step
-    return entry
 
 
 def _closure(by_path: dict[str, PlannedStep], start: Iterable[str]) -> set[str]:

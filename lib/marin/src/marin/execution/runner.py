@@ -5,7 +5,8 @@
 For every planned step, in dependency order and at most `max_concurrent` at a time:
 
 1. a step whose status file says SUCCESS is skipped; FAILED raises unless
-   `force_run_failed`; a step whose dependency failed gets DEP_FAILED and does not run;
+   `force_run_failed` (or waits while another executor holds the step's live lease, which
+   may be rerunning it); a step whose dependency failed gets DEP_FAILED and does not run;
 2. otherwise the executor takes the step's lease (see `lease`), waiting while another live
    executor holds it, and re-reads the status under the lease (the other may have finished);
 3. it writes RUNNING and the info file, calls the function with the resolved config (in a
@@ -85,7 +86,8 @@ class Executor:
 
     Args:
         prefix: where output paths go (local directory or URL such as gs://bucket/dir).
-        max_concurrent: at most this many steps run (or wait on a lease) at once.
+        max_concurrent: at most this many steps run (or wait on a lease) at once; None: no
+            limit, every ready step starts (as Marin's `max_concurrent=None`).
         force_run_failed: rerun steps whose status is FAILED instead of raising.
         lease_timeout, heartbeat_interval: lease parameters (seconds); others take over a
             step whose holder has not heartbeated for `lease_timeout`.
@@ -100,7 +102,7 @@ class Executor:
         self,
         prefix: str,
         *,
-        max_concurrent: int = 8,
+        max_concurrent: int | None = 8,
         force_run_failed: bool = False,
         lease_timeout: float = 60.0,
         heartbeat_interval: float = 10.0,
@@ -112,7 +114,7 @@ class Executor:
     ) -> None:
         if not prefix:
             raise ValueError("Executor needs a prefix: pass --prefix or set MARIN_PREFIX, e.g. --prefix /tmp/marin")
-        if max_concurrent < 1:
+        if max_concurrent is not None and max_concurrent < 1:
             raise ValueError(f"max_concurrent must be at least 1, got {max_concurrent}")
         self.prefix = prefix.rstrip("/")
         self.max_concurrent = max_concurrent
@@ -179,7 +181,8 @@ class Executor:
         states: dict[str, str] = {}
         failed: dict[str, str] = {}
         waiting = list(plan.steps)
-        with ThreadPoolExecutor(max_workers=self.max_concurrent, thread_name_prefix="marin-step") as pool:
+        workers = self.max_concurrent or max(1, len(plan.steps))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="marin-step") as pool:
             running: dict[Future, PlannedStep] = {}
             while waiting or running:
                 for planned in self._ready(waiting, states):
@@ -241,8 +244,8 @@ class Executor:
             heartbeat_interval=self.heartbeat_interval,
             settle=self.settle,
         )
-        initial_epoch = lease.latest_epoch()
-        if self._settled(planned, lease, _status(path), initial_epoch, initial_epoch):
+        since = _first_epoch_of_this_run(lease)
+        if self._settled(planned, lease, _status(path), since, waiting=True):
             return SKIPPED
         announced = False
         while not lease.try_acquire():
@@ -251,13 +254,13 @@ class Executor:
                 logger.info("Step %s is held by %s; waiting", planned.name, holder.get("owner", "another executor"))
                 announced = True
             time.sleep(self.poll_interval)
-            if self._settled(planned, lease, _status(path), initial_epoch, lease.latest_epoch()):
+            if self._settled(planned, lease, _status(path), since, waiting=True):
                 return SKIPPED
         outcome: str | None = None
         error: str | None = None
         try:
-            # under the lease; the epoch before ours is the last one someone else held
-            if self._settled(planned, lease, _status(path), initial_epoch, lease.epoch - 1):
+            # under the lease: the status may come from an executor that held it meanwhile
+            if self._settled(planned, lease, _status(path), since, waiting=False):
                 return SKIPPED
             try:
                 self._execute(plan, planned)
@@ -277,26 +280,38 @@ class Executor:
         finally:
             lease.release(outcome=outcome, error=error)
 
-    def _settled(self, planned: PlannedStep, lease: Lease, status: str | None, initial_epoch: int, epoch: int) -> bool:
+    def _settled(self, planned: PlannedStep, lease: Lease, status: str | None, since: int, waiting: bool) -> bool:
         """True when the step needs no run (succeeded); raises when it failed and must not rerun.
 
-        A FAILED status from before this run raises unless `force_run_failed`; a FAILED
-        status written during this run (by an executor that held a newer epoch of the lease
-        than the newest one at our first look, `initial_epoch`) always raises.
+        Whether a FAILED status belongs to this run is read from the lease, not inferred from
+        epoch numbers: an epoch from `since` on (see `_first_epoch_of_this_run`) that was
+        released with outcome FAILED means another executor failed the step while this one
+        waited, which always raises. Otherwise the FAILED status is from a previous run: while
+        `waiting` and another executor holds a live lease, that holder decides (it may be
+        rerunning the step with --force_run_failed, and not have written RUNNING yet), so
+        this executor keeps waiting; else it raises unless `force_run_failed`.
         """
         if status == StepStatus.SUCCESS.value:
             logger.info("Step %s already succeeded; skipping: %s", planned.name, planned.output_path)
             return True
-        if status == StepStatus.FAILED.value:
-            where = f"{planned.output_path}/{STATUS_FILE}"
-            if epoch > initial_epoch:
-                owner = (lease.record(epoch) or {}).get("owner", "another executor")
-                raise StepFailedError(f"failed in executor {owner} while this one waited (see {where} and {lease.directory})")
-            if not self.force_run_failed:
-                raise StepFailedError(
-                    f"failed in a previous run (see {where}; its error is in {lease.directory}); "
-                    "rerun with --force_run_failed true"
-                )
+        if status != StepStatus.FAILED.value:
+            return False
+        where = f"{planned.output_path}/{STATUS_FILE}"
+        failed = next(
+            (r for r in lease.records_since(since) if r["released"] and r.get("outcome") == StepStatus.FAILED.value), None
+        )
+        if failed is not None:
+            raise StepFailedError(
+                f"failed in executor {failed['owner']} (lease epoch {failed['epoch']}) while this one waited "
+                f"(see {where} and {lease.directory})"
+            )
+        if waiting and Lease.is_live(lease.current()):
+            return False
+        if not self.force_run_failed:
+            raise StepFailedError(
+                f"failed in a previous run (see {where}; its error is in {lease.directory}); "
+                "rerun with --force_run_failed true"
+            )
         return False
 
     def _execute(self, plan: Plan, planned: PlannedStep) -> None:
@@ -354,6 +369,15 @@ class Executor:
                 ],
             },
         )
+
+
+def _first_epoch_of_this_run(lease: Lease) -> int:
+    """The oldest lease epoch whose outcome can belong to this run: the newest epoch when
+    its holder has not released it yet (it may still fail while this executor waits), else
+    the next one."""
+    latest = lease.latest_epoch()
+    record = lease.record(latest) if latest else None
+    return latest if record is not None and not record["released"] else latest + 1
 
 
 def _is_preemption(error: BaseException) -> bool:

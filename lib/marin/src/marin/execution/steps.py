@@ -29,6 +29,7 @@ __all__ = [
     "OutputName",
     "VersionedValue",
     "ensure_versioned",
+    "get_executor_step",
     "output_path_of",
     "this_output_path",
     "unwrap_versioned_value",
@@ -120,7 +121,7 @@ class InputName:
         if path is not None:
             if step is not None or name is not None:
                 raise ValueError("InputName takes path= (a hardcoded location) or step=/name=, not both")
-            name = _join(path, subpath)
+            name = join_path(path, subpath)
         elif subpath is not None:
             if name is not None:
                 raise ValueError("InputName takes name= or subpath= (the same thing), not both")
@@ -155,7 +156,7 @@ class InputName:
 
     def cd(self, name: str) -> InputName:
         """The same input, `name` further down."""
-        return InputName(self.step, _join(self.name, name), self.block_on_step)
+        return InputName(self.step, join_path(self.name, name), self.block_on_step)
 
     def __truediv__(self, name: str) -> InputName:
         return self.cd(name)
@@ -197,6 +198,21 @@ def output_path_of(step: ExecutorStep, name: str | None = None) -> InputName:
     if not isinstance(step, ExecutorStep):
         raise TypeError(f"output_path_of expects an ExecutorStep, got {type(step).__name__}")
     return InputName(step, name)
+
+
+def get_executor_step(run: ExecutorStep | InputName) -> ExecutorStep:
+    """The step itself, or the step a reference (`step / "sub"`, `output_path_of(step)`) points to.
+
+    Raises ValueError (as Marin's does) for a hardcoded path, which is no step, and for
+    anything that is neither a step nor a reference.
+    """
+    if isinstance(run, ExecutorStep):
+        return run
+    if isinstance(run, InputName):
+        if run.step is None:
+            raise ValueError(f"hardcoded path {run.path!r} is not a step of the pipeline")
+        return run.step
+    raise ValueError(f"expected an ExecutorStep or a step reference (InputName), got {type(run).__name__}: {run!r:.100}")
 
 
 def this_output_path(name: str | None = None) -> OutputName:
@@ -274,7 +290,8 @@ def _placeholder_inside(value: Any, at: str) -> tuple[str, Any] | None:
     return None
 
 
-def _join(base: str | None, name: str | None) -> str | None:
+def join_path(base: str | None, name: str | None) -> str | None:
+    """`base/name` with one slash between them; either alone when the other is empty."""
     if not name:
         return base
     if not base:

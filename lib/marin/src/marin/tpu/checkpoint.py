@@ -20,7 +20,10 @@ What :class:`Checkpointer` guarantees, through orbax's ``CheckpointManager``:
 - **Restore onto the mesh**: each array comes back with the sharding of the abstract state
   it is restored into (any mesh shape: a run checkpointed on 8 devices resumes on 4).
   A checkpoint of a different model (other leaf names, shapes or dtypes) is refused with a
-  ``ValueError`` naming the leaves before anything is read; nothing on disk changes.
+  ``ValueError`` naming the leaves before anything is read; no checkpoint is modified.
+- **Readers stay out of the way**: ``load_checkpoint`` and ``latest_step`` (and a
+  ``Checkpointer(read_only=True)``) never create, clean up or delete anything, so an eval job
+  can read a live run's directory while it saves.
 
 Every host must call ``save``/``restore`` (they synchronise); only the state's own shards
 are written by each host.
@@ -54,6 +57,7 @@ class Checkpoint:
     metrics: dict[str, float] = field(default_factory=dict)
     path: str = ""
     history: list[dict] = field(default_factory=list)  # the metrics logged so far, one dict per log step
+    data: dict = field(default_factory=dict)  # what the data position refers to (see train_loop)
 
 
 class Checkpointer:
@@ -64,7 +68,7 @@ class Checkpointer:
     ...     checkpoints.save(100, state, batches.position, metrics={"loss": 2.1})
     """
 
-    def __init__(self, directory: str, *, keep: int = 2, async_save: bool = True):
+    def __init__(self, directory: str, *, keep: int = 2, async_save: bool = True, read_only: bool = False):
         import orbax.checkpoint as ocp
 
         if keep < 1:
@@ -72,9 +76,12 @@ class Checkpointer:
         self.directory = directory.rstrip("/")
         _refuse_legacy(self.directory)
         _forget_listings(self.directory)  # orbax's leftover cleanup must see what is there now
-        options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep, enable_async_checkpointing=async_save, create=True, cleanup_tmp_directories=True,
-        )
+        if read_only:  # a reader (an eval job, a tool) never touches a live run's in-flight save
+            options = ocp.CheckpointManagerOptions(read_only=True, create=False, save_interval_steps=0)
+        else:  # the run's writer: leftovers of a dead attempt's unfinished saves are removed
+            options = ocp.CheckpointManagerOptions(
+                max_to_keep=keep, enable_async_checkpointing=async_save, create=True, cleanup_tmp_directories=True,
+            )
         self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"),
                                               item_handlers=_handlers())
 
@@ -82,8 +89,12 @@ class Checkpointer:
         return self._manager.latest_step()
 
     def save(self, step: int, state: Any, data_position: DataPosition, *,
-             metrics: dict[str, float] | None = None, history: list[dict] | None = None) -> None:
-        """Start writing checkpoint ``step`` (returns once the arrays are off the devices)."""
+             metrics: dict[str, float] | None = None, history: list[dict] | None = None,
+             data: dict | None = None) -> None:
+        """Start writing checkpoint ``step`` (returns once the arrays are off the devices).
+
+        ``data``: JSON-able facts about the data the position refers to, returned on restore.
+        """
         import orbax.checkpoint as ocp
 
         meta = {
@@ -92,6 +103,7 @@ class Checkpointer:
             "data_position": data_position.to_dict(),
             "metrics": {k: float(v) for k, v in (metrics or {}).items()},
             "history": [dict(point) for point in history or ()],
+            "data": dict(data or {}),
         }
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
         if not self._manager.save(int(step), args=args, force=True):
@@ -129,6 +141,7 @@ class Checkpointer:
             metrics=meta.get("metrics", {}),
             path=path,
             history=meta.get("history", []),
+            data=meta.get("data", {}),
         )
 
     def wait(self) -> None:
@@ -141,8 +154,14 @@ class Checkpointer:
     def __enter__(self) -> Checkpointer:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:  # an error is on its way out: a failing close (a broken background save) must not mask it
+            self.close()
+        except Exception as close_error:  # noqa: BLE001
+            logger.warning("%s: closing the checkpointer after an error failed too: %s", self.directory, close_error)
 
 
 def _handlers() -> dict:
@@ -167,12 +186,12 @@ def load_checkpoint(directory: str, template: Any, step: int | None = None) -> C
     """Restore the latest (or ``step``'s) checkpoint into ``template``'s structure, or None.
 
     ``template`` leaves are arrays or ``ShapeDtypeStruct``s; those without a sharding come
-    back replicated on every device.
+    back replicated on every device. Read-only: safe beside a live run that is saving.
     """
     if latest_step(directory) is None:
         _refuse_legacy(directory)
         return None
-    with Checkpointer(directory, async_save=False) as checkpoints:
+    with Checkpointer(directory, read_only=True) as checkpoints:
         return checkpoints.restore(template, step)
 
 

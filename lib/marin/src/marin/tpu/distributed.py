@@ -62,7 +62,7 @@ def initialize(config: DistributedConfig) -> None:
             initialization_timeout=INIT_TIMEOUT_S,
         )
     except RuntimeError as e:
-        if "before any JAX" in str(e) or "already" in str(e):
+        if any(text in str(e) for text in ("before any JAX", "only be called once", "already")):
             raise RuntimeError(
                 f"cannot join multi-host JAX as process {config.process_id}: this worker process already "
                 f"used JAX ({e}); run multi-host work in fresh processes (run_on_tpu(fresh_process=True))"

@@ -59,8 +59,6 @@ def make_mesh(
             not match the device count (the message gives both).
     """
     import jax
-    import numpy as np
-    from jax.sharding import Mesh
 
     devices = list(jax.devices() if devices is None else devices)
     names = tuple(axis_names)
@@ -69,11 +67,10 @@ def make_mesh(
     if len(set(names)) != len(names):
         raise ValueError(f"axis_names must be distinct, got {names}")
     shape = _resolve_shape(mesh_shape, names, len(devices))
-    # A plain reshape keeps each process's devices together (jax.devices() is ordered by
-    # process), so each host holds a contiguous block of batch rows. Auto axes: classic
-    # GSPMD propagation, which is what a user's jitted train_step expects.
-    grid = np.array(devices, dtype=object).reshape(shape)
-    return Mesh(grid, names, axis_types=(jax.sharding.AxisType.Auto,) * len(names))
+    # jax.make_mesh orders the devices for the physical topology on TPUs (neighbours along
+    # each axis share fast links); on the CPU it is a plain reshape. Auto axes: classic GSPMD
+    # propagation, which is what a user's jitted train_step expects.
+    return jax.make_mesh(shape, names, axis_types=(jax.sharding.AxisType.Auto,) * len(names), devices=devices)
 
 
 def _resolve_shape(mesh_shape: Sequence[int] | None, names: tuple[str, ...], count: int) -> tuple[int, ...]:
@@ -121,8 +118,8 @@ def process_rows(sharding: NamedSharding, global_shape: tuple[int, ...]) -> list
     """This process's rows of a global array with ``sharding``, as sorted, merged ``[start, stop)``.
 
     These are the rows ``jax.make_array_from_process_local_data`` expects this process to
-    supply, in this order. With the batch axis first in the mesh, a host's rows are one
-    contiguous block.
+    supply, in this order: usually one contiguous block of ``batch_size / hosts`` rows, but
+    a topology-ordered mesh may give a host several ranges.
     """
     rows = set()
     for index in sharding.addressable_devices_indices_map(global_shape).values():

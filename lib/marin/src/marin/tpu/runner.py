@@ -13,7 +13,8 @@
    task sets the multislice variables (``MEGASCALE_*``) when ``num_slices > 1``, runs
    ``fn()``, and removes the libtpu lockfile however ``fn`` ends. When the run spans more
    than one host, every host first joins one multi-host JAX program
-   (``jax.distributed.initialize``): the host that becomes JAX process 0 picks a port,
+   (``jax.distributed.initialize``; on TPU VMs process ids follow the TPU worker numbers,
+   elsewhere the bundle order): the host that becomes JAX process 0 picks a port,
    publishes ``ip:port`` through a small rendezvous actor, and the others read it there;
    each host leaves the program (``jax.distributed.shutdown``) when ``fn`` returns (a
    failed host's process just exits: the others are cancelled).
@@ -33,6 +34,7 @@ raised and with the remote traceback in its message.
 from __future__ import annotations
 
 import asyncio
+import glob
 import logging
 import os
 import sys
@@ -250,7 +252,10 @@ def _attempt(fn: Callable[[], Any], launch: _Launch) -> list[Any]:
         for _ in range(launch.num_slices)
     ]
     groups: list[PlacementGroup | None] = []
-    rendezvous = ray.remote(num_cpus=0, max_restarts=0)(_Rendezvous).remote() if launch.jax_distributed else None
+    rendezvous = None
+    if launch.jax_distributed:  # on the driver's node, not on a preemptible TPU host
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        rendezvous = ray.remote(num_cpus=0, max_restarts=0)(_Rendezvous).options(scheduling_strategy=here).remote()
     try:
         infos: list[_SliceInfo] = ray.get([h.info.remote() for h in holders])
         # The driver owns the placement groups, so they go away with the attempt even when
@@ -391,12 +396,34 @@ def _join_jax(join: DistributedConfig, rendezvous: Any) -> None:
     """Join the multi-host JAX program: process 0 picks the coordinator address, others wait for it."""
     from marin.tpu import distributed
 
-    if join.process_id == 0:
+    process_id = _process_id(join.process_id)
+    if process_id == 0:
         address = f"{ray.util.get_node_ip_address()}:{distributed.free_port()}"
         ray.get(rendezvous.publish.remote(address))
     else:
         address = ray.get(rendezvous.address.remote(), timeout=INIT_TIMEOUT_S)
-    distributed.initialize(DistributedConfig(address, join.num_processes, join.process_id))
+    distributed.initialize(DistributedConfig(address, join.num_processes, process_id))
+
+
+def _process_id(bundle_process_id: int) -> int:
+    """This host's JAX process id: on a TPU VM it must follow the TPU runtime's worker number
+    (which host of the slice's topology this is), so ``slice * hosts + worker``; elsewhere
+    (simulated hosts, GPUs) the placement-group bundle's order."""
+    worker = _tpu_worker_id()
+    if worker is None:
+        return bundle_process_id
+    return int(os.environ[SLICE_ID_ENV]) * int(os.environ[NUM_HOSTS_ENV]) + worker
+
+
+def _tpu_worker_id() -> int | None:
+    """GKE's ``TPU_WORKER_ID``, else (only on a host with TPU chips) the GCE metadata's worker number."""
+    if os.environ.get("TPU_WORKER_ID"):
+        return int(os.environ["TPU_WORKER_ID"])
+    if not (glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*")):
+        return None
+    from ray._private.accelerators import TPUAcceleratorManager
+
+    return TPUAcceleratorManager.get_current_node_tpu_worker_id()
 
 
 def _show_marin_logs() -> None:

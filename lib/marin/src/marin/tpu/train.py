@@ -111,8 +111,9 @@ def train_loop(
 
     Raises:
         ValueError: bad counts, ``batch_size`` not divisible by the data axis, a mesh that
-            does not match the devices, or a checkpoint of a different model (all before
-            any step; no checkpoint is modified).
+            does not match the devices, a checkpoint of a different model, or one whose data
+            position refers to other shards or another batch shape (all before any step; no
+            checkpoint is modified).
         FileNotFoundError: if ``data`` matches no files.
     """
     import jax
@@ -139,6 +140,7 @@ def train_loop(
     abstract = jax.tree_util.tree_map(
         lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding), abstract, shardings,
     )
+    data_facts = _data_facts(shards, batch_size, seq_len, field)
     with Checkpointer(checkpoint_path, keep=keep_checkpoints, async_save=async_checkpoints) as checkpoints, \
             jax.set_mesh(mesh):
         restored = checkpoints.restore(abstract)
@@ -148,6 +150,7 @@ def train_loop(
             logger.info("starting at step 0 on %d %s devices, mesh %s (%d shards)", jax.device_count(),
                         jax.default_backend(), dict(mesh.shape), len(shards))
         else:
+            _check_same_data(restored.data, data_facts, restored.path)
             state, step, position, metrics = restored.state, restored.step, restored.data_position, restored.metrics
             history = list(restored.history)
             logger.info("resuming at step %d from %s (data at %s), mesh %s", step, restored.path, position,
@@ -170,14 +173,34 @@ def train_loop(
                     window_start, window_step = now, step
                     logger.info("step %d: %s (%.1f steps/s)", step, _format(metrics), rate)
                 if step % checkpoint_every == 0 or step == num_steps:
-                    checkpoints.save(step, state, position, metrics=metrics, history=history)
+                    checkpoints.save(step, state, position, metrics=metrics, history=history, data=data_facts)
                     last_saved = step
         if last_saved != step:  # num_steps == 0 on a fresh run
-            checkpoints.save(step, state, position, metrics=metrics, history=history)
+            checkpoints.save(step, state, position, metrics=metrics, history=history, data=data_facts)
         checkpoints.wait()
     return TrainResult(step=step, checkpoint_path=checkpoint_path, metrics=metrics,
                        resumed_from=None if restored is None else restored.step, history=history,
                        mesh=dict(mesh.shape), num_processes=jax.process_count())
+
+
+def _data_facts(shards: Sequence[str], batch_size: int, seq_len: int, field: str) -> dict:
+    """What a saved data position means: which shards (by name, in order) and how they are cut."""
+    import hashlib
+
+    names = "\n".join(path.rstrip("/").rsplit("/", 1)[-1] for path in shards)
+    return {"num_shards": len(shards), "shard_names_sha256": hashlib.sha256(names.encode()).hexdigest(),
+            "batch_size": batch_size, "seq_len": seq_len, "field": field}
+
+
+def _check_same_data(saved: dict, now: dict, path: str) -> None:
+    """Refuse to resume on other data: the position indexes the sorted shard list."""
+    changed = [f"{key} {saved[key]!r} -> {now[key]!r}" for key in now if key in saved and saved[key] != now[key]]
+    if changed:
+        raise ValueError(
+            f"{path}: the checkpoint's data position refers to other data than this run's ({'; '.join(changed)}); "
+            "resuming would read different batches. Keep the shard list and batch shape of the run, or start "
+            "in a new checkpoint_path"
+        )
 
 
 class _Prefetcher:

@@ -24,6 +24,7 @@ from typing import BinaryIO
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from zephyr.counters import increment
 from zephyr.io.compression import codec_for, open_compressed_reader, open_compressed_writer
 from zephyr.io.temporaries import is_stale, make_temp_file, owner_tag
 
@@ -57,16 +58,29 @@ def exists(path: str) -> bool:
 def expand_glob(pattern: str) -> list[str]:
     """Sorted files matching an fsspec glob, with the protocol kept (`gs://b/x`, not `b/x`).
 
-    A pattern without wildcards matches itself if it is a file.
+    A pattern without wildcards matches itself if it is a file. As in a shell (and Hadoop),
+    wildcards do not match hidden names (a leading "."): run records, executor status files
+    and in-progress temporaries beside outputs are never taken for inputs; name them
+    explicitly (`out/.*`) to match them.
     """
     fs, fs_path = url_to_fs(pattern)
     if not fsspec.core.has_magic(fs_path):
         return [pattern] if fs.isfile(fs_path) else []
     found = fs.glob(fs_path, detail=True)
-    files = sorted(p for p, info in found.items() if info.get("type") == "file")
+    files = sorted(p for p, info in found.items() if info.get("type") == "file" and not _hidden_match(fs_path, p))
     if "://" in pattern:
         return [fs.unstrip_protocol(p) for p in files]
     return files
+
+
+def _hidden_match(pattern: str, path: str) -> bool:
+    """True when a wildcard matched a hidden name: a component below the pattern's literal
+    prefix starts with "." while no component of the pattern there does."""
+    parts = pattern.split("/")
+    literal = next(i for i, part in enumerate(parts) if fsspec.core.has_magic(part))
+    if any(part.startswith(".") for part in parts[literal:]):
+        return False
+    return any(part.startswith(".") for part in path.split("/")[literal:])
 
 
 def open_input(path: str) -> BinaryIO:
@@ -108,6 +122,7 @@ def atomic_write(path: str, mode: str = "wb", *, remove_stale: bool = True) -> I
                 text.detach()
             else:
                 yield raw
+        _count_written(os.path.getsize(tmp))
         if _is_local(fs):
             os.replace(tmp, os.path.join(directory, name))
             if remove_stale:
@@ -146,6 +161,11 @@ def remove_empty_dir(path: str) -> bool:
     except OSError:  # missing, not empty, or busy: leave it
         return False
     return True
+
+
+def _count_written(size: int) -> None:
+    """Bytes a shard task wrote (its outputs, shuffle runs, manifests): the `zephyr/bytes_written` counter."""
+    increment("zephyr/bytes_written", size)
 
 
 @contextlib.contextmanager

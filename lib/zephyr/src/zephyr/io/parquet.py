@@ -63,14 +63,17 @@ def read_parquet(
     Args:
         columns: the columns to keep, in this order; names the file lacks are skipped.
         filter: a `zephyr.expr.Expr`; rows for which it is not true are dropped. It runs
-            inside pyarrow (row groups excluded by statistics are never read) unless it
-            reads columns the file lacks, in which case it is evaluated on the rows.
+            inside pyarrow (row groups excluded by statistics are never read) where pyarrow
+            provably gives what Python gives for this file's schema (`zephyr.expr_arrow`);
+            otherwise (a column the file lacks, integer arithmetic, mixed types, ...) it
+            is evaluated on the rows in Python.
         row_groups: read only these row groups (a slice made by `approx_shard_bytes`).
     """
     import pyarrow.dataset as pads
 
     from zephyr import counters
     from zephyr.expr import referenced_columns
+    from zephyr.expr_arrow import to_arrow_filter
 
     fs, fs_path = url_to_fs(path)
     # object stores: no read-ahead cache, so a skipped row group costs no bytes; pyarrow
@@ -84,17 +87,17 @@ def read_parquet(
     try:
         try:
             fragment = pads.ParquetFileFormat().make_fragment(reader)
-            names = fragment.physical_schema.names
+            schema = fragment.physical_schema
         except Exception as e:
             raise ValueError(f"{path}: not a readable Parquet file: {e}") from e
+        names = schema.names
         wanted = [c for c in columns if c in names] if columns is not None else None
         pushed, late = None, None
         if filter is not None:
-            needed = referenced_columns(filter)
-            if needed <= set(names):
-                pushed = filter.to_arrow()
-            else:  # the file lacks a column: every row's value is null there, as in Python
+            pushed = to_arrow_filter(filter, schema)
+            if pushed is None:  # pyarrow could differ from Python here: evaluate on the rows
                 late = filter
+                needed = referenced_columns(filter)
                 wanted = wanted if wanted is None else wanted + sorted((needed & set(names)) - set(wanted))
         for batch in _row_group_batches(fragment, row_groups, wanted, pushed):
             rows = batch.to_pylist()

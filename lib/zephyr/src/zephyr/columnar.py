@@ -1,0 +1,164 @@
+"""Records <-> Arrow columns for the shuffle, exactly or not at all.
+
+A batch of records converts when every record is a plain `dict` with the same `str` keys in the
+same order (what `load_jsonl` and `load_parquet` produce). Each field becomes one column:
+
+- values that are all `str`, all `int` (64-bit), all `float` or all `bool`, each optionally
+  mixed with `None`, become a native Arrow column (`None` is null; `NaN` and `-0.0` survive);
+- anything else (lists, nested dicts, tuples, bytes, `int` mixed with `float`, subclasses such
+  as enums or `OrderedDict`, integers beyond 64 bits) becomes a column of per-value pickles.
+
+Types are checked exactly (`type(v) is int`), so nothing is ever coerced: `1` stays an `int`
+and `1.0` a `float`, a tuple stays a tuple, a dict keeps its key order. Records that are not
+such dicts return None and travel pickled. Keys convert when all are `str` or all 64-bit `int`.
+Reading back gives equal records of identical types, in the same key order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from zephyr.shuffle_keys import hash_key_bytes
+
+__all__ = ["batch_rows", "columns_of", "conform", "dumps", "key_column", "key_of", "records_of", "sort_value_column", "unify_schemas"]
+
+FIELDS_META = b"zephyr.fields"
+_NATIVE = {str: pa.large_string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
+_PICKLE = "p"
+_NATIVE_TAG = "n"
+
+
+def dumps(obj: Any) -> bytes:
+    """pickle, or cloudpickle for classes defined in `__main__` or dynamically."""
+    try:
+        return pickle.dumps(obj, protocol=5)
+    except Exception:
+        return cloudpickle.dumps(obj, protocol=5)
+
+
+def _column(values: list) -> tuple[pa.Array, str]:
+    types = set(map(type, values))
+    types.discard(type(None))
+    if not types:
+        return pa.nulls(len(values)), _NATIVE_TAG
+    if len(types) == 1:
+        arrow_type = _NATIVE.get(types.pop())
+        if arrow_type is not None:
+            try:
+                return pa.array(values, arrow_type), _NATIVE_TAG
+            except (OverflowError, UnicodeEncodeError, pa.ArrowException):
+                pass  # integers beyond 64 bits, strings with lone surrogates
+    return pa.array([dumps(v) for v in values], pa.large_binary()), _PICKLE
+
+
+def columns_of(items: Sequence[Any]) -> tuple[list[pa.Array], dict] | None:
+    """Payload columns of `items` and their description, or None when they are not uniform dicts."""
+    first = items[0]
+    if type(first) is not dict:
+        return None
+    names = tuple(first)
+    if not names or not all(type(name) is str for name in names):  # empty dicts: no column to count rows
+        return None
+    if set(map(type, items)) != {dict} or set(map(tuple, items)) != {names}:
+        return None
+    columns, encodings = [], []
+    for name in names:
+        column, encoding = _column([item[name] for item in items])
+        columns.append(column)
+        encodings.append(encoding)
+    return columns, {"names": list(names), "encodings": encodings}
+
+
+def records_of(columns: Sequence[pa.Array], description: dict) -> list:
+    """The records back from payload columns: equal values, identical types, same key order."""
+    names, encodings = description["names"], description["encodings"]
+    if _PICKLE not in encodings:
+        return pa.StructArray.from_arrays(list(columns), names=names).to_pylist()
+    values = [
+        [pickle.loads(b) for b in column.to_pylist()] if encoding == _PICKLE else column.to_pylist()
+        for column, encoding in zip(columns, encodings)
+    ]
+    return [dict(zip(names, row)) for row in zip(*values)]
+
+
+def key_column(keys: Sequence[Any]) -> tuple[pa.Array, np.ndarray] | None:
+    """Canonical key bytes (`key_bytes`) as an Arrow column, and their hashes; None unless the
+    keys are all `str` or all 64-bit `int` (the kinds whose bytes decode back exactly)."""
+    types = set(map(type, keys))
+    if types == {str}:
+        try:
+            kbs = [b"s" + k.encode() for k in keys]
+        except UnicodeEncodeError:
+            return None
+    elif types == {int} and -(1 << 63) <= min(keys) and max(keys) < (1 << 63):
+        kbs = [b"j%d" % k for k in keys]
+    else:
+        return None
+    return pa.array(kbs, pa.large_binary()), hash_key_bytes(kbs)
+
+
+def key_of(kb: bytes) -> Any:
+    """The key a columnar run's key bytes stand for (a `str` or an `int`, see `key_column`)."""
+    return kb[1:].decode() if kb[:1] == b"s" else orjson.loads(kb[1:])
+
+
+def sort_value_column(values: Sequence[Any]) -> pa.Array | None:
+    """`sort_by` values as a column that sorts as Python would: all `int` (64-bit), all
+    `float` without NaN, or all `str`. None otherwise."""
+    types = set(map(type, values))
+    if len(types) != 1:
+        return None
+    kind = types.pop()
+    if kind not in (int, float, str):
+        return None
+    try:
+        column = pa.array(values, _NATIVE[kind])
+    except (OverflowError, UnicodeEncodeError, pa.ArrowException):
+        return None
+    if kind is float and np.isnan(column.to_numpy(zero_copy_only=False)).any():
+        return None
+    return column
+
+
+def unify_schemas(a: pa.Schema, b: pa.Schema) -> pa.Schema | None:
+    """A schema both conform to when they differ only by all-null columns (null widens to the
+    other's type); None when they truly differ (the caller falls back to pickles)."""
+    if a.equals(b, check_metadata=True):
+        return a
+    if a.names != b.names or a.metadata != b.metadata:
+        return None
+    fields = []
+    for x, y in zip(a, b):
+        if x.type == y.type or y.type == pa.null():
+            fields.append(x)
+        elif x.type == pa.null():
+            fields.append(y)
+        else:
+            return None
+    return pa.schema(fields, metadata=a.metadata)
+
+
+def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """Cast a batch's all-null columns to `schema`'s (after `unify_schemas` widened it)."""
+    if batch.schema.equals(schema, check_metadata=True):
+        return batch
+    columns = [c if c.type == f.type else pa.nulls(len(c), f.type) for c, f in zip(batch.columns, schema)]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def batch_rows(batch: pa.RecordBatch, keyed: bool) -> Iterator[tuple]:
+    """`(h, kb, sort value, pos, key, item)` per row of a shuffle batch (key None unless keyed)."""
+    description = orjson.loads(batch.schema.metadata[FIELDS_META])
+    items = records_of([batch.column(f"c{i}") for i in range(len(description["names"]))], description)
+    kbs = batch.column("kb").to_pylist()
+    values = batch.column("sv").to_pylist() if "sv" in batch.schema.names else itertools.repeat(None)
+    keys = map(key_of, kbs) if keyed else itertools.repeat(None)
+    return zip(batch.column("h").to_pylist(), kbs, values, batch.column("pos").to_pylist(), keys, items)

@@ -1,0 +1,234 @@
+"""The reduce side's k-way merge of columnar runs, a batch at a time.
+
+Each source is a sorted stream of record batches (one partition, or one key range of it, from
+one run). A round takes, from every source's current batch, the rows whose full sort key
+`(h, kb, sort value, map shard, position)` is at most the *frontier*: the smallest last key of
+any current batch. No later row of any source can sort before the frontier, so those rows
+are final; they are concatenated and ordered with one NumPy `lexsort` (Arrow's multi-column
+sort when hashes collide or a sort value is involved) and handed on as one sorted chunk.
+Memory is one batch per source plus one chunk. Full sort keys are unique (shard, position),
+so the source whose batch ends at the frontier always empties it: every round progresses.
+
+The modes (keep the first row per key, reduce groups, concatenate) read chunks and convert
+only the rows they hand to Python (`columnar.records_of`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import inspect
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from zephyr.columnar import FIELDS_META, key_of, records_of
+
+_RECORD_SLICE = 4096
+
+__all__ = ["Chunk", "concatenate", "first_per_key", "group_starts", "merge_sorted", "payload_records", "reduce_groups", "sort_order", "with_shard"]
+
+
+def with_shard(batch: pa.RecordBatch, shard: int) -> pa.RecordBatch:
+    """Add the map shard column `s` (a run's rows all come from one shard) if it is missing."""
+    if "s" in batch.schema.names:
+        return batch
+    column = pa.array(np.full(batch.num_rows, shard, dtype=np.int32))
+    return batch.add_column(batch.schema.get_field_index("pos"), "s", column)
+
+
+def sort_order(table: pa.Table, leading: str | None = None) -> np.ndarray:
+    """Row order by ([leading,] h, kb, sv, s, pos) of rows already in (s, pos) order.
+
+    Rows arrive in (map shard, position) order: a spill buffer in position order, a merge
+    round's pieces concatenated in run order (runs are listed by map shard, then run number,
+    and each piece is sorted). So without a sort value a *stable* sort on ([leading,] h) is
+    the full order, as long as equal hashes only ever mean equal key bytes (checked; Arrow's
+    multi-column sort handles a collision, and any sort value).
+    """
+    names = table.schema.names
+    h = _numpy(table, "h")
+    if "sv" not in names:
+        order = np.lexsort((h, _numpy(table, leading))) if leading else np.argsort(h, kind="stable")
+        if not _has_collisions(table, h, order):
+            return order
+    keys = [(c, "ascending") for c in ((leading,) if leading else ()) + ("h", "kb", "sv", "s", "pos") if c in names]
+    return pc.sort_indices(table, sort_keys=keys).to_numpy()
+
+
+def _numpy(table, name: str) -> np.ndarray:
+    column = table.column(name)
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    return column.to_numpy()
+
+
+def _has_collisions(table, h: np.ndarray, order: np.ndarray) -> bool:
+    """Whether two different key bytes share a hash among these rows (then h alone cannot order)."""
+    hs = h[order]
+    same = np.flatnonzero(hs[1:] == hs[:-1])
+    if not len(same):
+        return False
+    kb = table.column("kb")
+    left = kb.take(pa.array(order[same]))
+    right = kb.take(pa.array(order[same + 1]))
+    return not pc.all(pc.equal(left, right)).as_py()
+
+
+class _Cursor:
+    """One sorted source: its current batch and how far into it the merge has taken."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch]):
+        self._batches = batches
+        self.batch: pa.RecordBatch | None = None
+        self.start = 0
+        self.advance()
+
+    def advance(self) -> None:
+        self.batch, self.start = None, 0
+        for batch in self._batches:
+            if batch.num_rows:
+                self.batch, self.h = batch, batch.column("h").to_numpy()
+                return
+
+    def key(self, row: int) -> tuple:
+        return tuple(self.batch.column(c)[row].as_py() for c in _key_columns(self.batch))
+
+    def take_until(self, frontier: tuple) -> pa.RecordBatch:
+        """Rows from `start` whose full key is <= frontier (the batch is sorted)."""
+        h = np.uint64(frontier[0])
+        lo = self.start + int(np.searchsorted(self.h[self.start :], h, side="left"))
+        hi = self.start + int(np.searchsorted(self.h[self.start :], h, side="right"))
+        cut = bisect.bisect_right(range(lo, hi), frontier, key=self.key) + lo  # rows with equal hashes
+        piece = self.batch.slice(self.start, cut - self.start)
+        self.start = cut
+        if self.start == self.batch.num_rows:
+            self.advance()
+        return piece
+
+
+def _key_columns(batch) -> tuple[str, ...]:
+    return tuple(c for c in ("h", "kb", "sv", "s", "pos") if c in batch.schema.names)
+
+
+def merge_sorted(sources: list[Iterator[pa.RecordBatch]], schema: pa.Schema) -> Iterator[Chunk]:
+    """Sorted chunks of the union of sorted sources that share `schema` (see the module doc)."""
+    cursors = [c for c in (_Cursor(s) for s in sources) if c.batch is not None]
+    while cursors:
+        if len(cursors) == 1:  # one source left: its batches are already in order
+            cursor = cursors[0]
+            piece = cursor.batch.slice(cursor.start)
+            yield Chunk(pa.Table.from_batches([piece], schema=schema), np.arange(piece.num_rows))
+            cursor.advance()
+            cursors = [c for c in cursors if c.batch is not None]
+            continue
+        frontier = min(c.key(c.batch.num_rows - 1) for c in cursors)
+        pieces = [c.take_until(frontier) for c in cursors]
+        cursors = [c for c in cursors if c.batch is not None]
+        table = pa.Table.from_batches([p for p in pieces if p.num_rows], schema=schema).combine_chunks()
+        yield Chunk(table, sort_order(table))
+
+
+class Chunk:
+    """Rows of a merge round (`table`, one chunk per column) and their sorted `order`."""
+
+    def __init__(self, table: pa.Table, order: np.ndarray):
+        self.table, self.order = table, order
+
+    def sorted(self, rows: np.ndarray | None = None) -> pa.Table:
+        """The table in sorted order (or just the sorted positions `rows`)."""
+        order = self.order if rows is None else self.order[rows]
+        if rows is None and len(order) and (order[1:] > order[:-1]).all() and order[0] == 0:
+            return self.table
+        return self.table.take(pa.array(order))
+
+    def starts(self, previous: tuple | None) -> np.ndarray:
+        """Per sorted row: does it start a new key (vs the row before, or the last chunk's key)?"""
+        return group_starts(_numpy(self.table, "h")[self.order], self.table.column("kb"), self.order, previous)
+
+    def last_key(self) -> tuple:
+        row = int(self.order[-1])
+        return int(self.table.column("h")[row].as_py()), self.table.column("kb")[row].as_py()
+
+    def record_lists(self, rows: np.ndarray | None = None) -> Iterator[list]:
+        """Python records of the sorted rows (or of `rows`), a list per slice of rows, so a big
+        round never holds all its rows as Python objects at once."""
+        order = self.order if rows is None else self.order[rows]
+        contiguous = len(order) and order[0] == 0 and (np.diff(order) == 1).all()
+        for start in range(0, len(order), _RECORD_SLICE):
+            if contiguous:
+                part = self.table.slice(start, min(_RECORD_SLICE, len(order) - start))
+            else:
+                part = self.table.take(pa.array(order[start : start + _RECORD_SLICE]))
+            yield payload_records(part)
+
+
+def group_starts(h: np.ndarray, kb, order: np.ndarray, previous: tuple | None) -> np.ndarray:
+    """For rows in sorted order (hashes `h`; key bytes `kb[order[i]]`): does row i start a key?"""
+    if not len(h):
+        return np.zeros(0, dtype=bool)
+    starts = np.empty(len(h), dtype=bool)
+    starts[1:] = h[1:] != h[:-1]
+    same = np.flatnonzero(~starts[1:]) + 1
+    if len(same):  # equal hashes: a new key only if the key bytes differ (a collision)
+        differ = pc.not_equal(kb.take(pa.array(order[same])), kb.take(pa.array(order[same - 1])))
+        starts[same[differ.to_numpy(zero_copy_only=False)]] = True
+    starts[0] = previous is None or (int(h[0]), kb[int(order[0])].as_py()) != previous
+    return starts
+
+
+def payload_records(table: pa.Table) -> list:
+    """The records of a shuffle table's payload columns (`c0, c1, ...`)."""
+    import orjson
+
+    description = orjson.loads(table.schema.metadata[FIELDS_META])
+    columns = [table.column(f"c{i}") for i in range(len(description["names"]))]
+    return records_of([c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns], description)
+
+
+def first_per_key(chunks: Iterator[Chunk]) -> Iterator[Any]:
+    """Deduplicate: the first row of each key (rows arrive by shard and position within a key).
+    Records are handed on through `chain` (no Python frame per record)."""
+    return itertools.chain.from_iterable(_first_lists(chunks))
+
+
+def _first_lists(chunks: Iterator[Chunk]) -> Iterator[list]:
+    previous = None
+    for chunk in chunks:
+        starts = chunk.starts(previous)
+        previous = chunk.last_key()
+        yield from chunk.record_lists(None if starts.all() else np.flatnonzero(starts))
+
+
+def concatenate(chunks: Iterator[Chunk]) -> Iterator[Any]:
+    return itertools.chain.from_iterable(records for chunk in chunks for records in chunk.record_lists())
+
+
+def reduce_groups(chunks: Iterator[Chunk], reducer: Callable[..., Any]) -> Iterator[Any]:
+    """`reducer(key, items)` per key; a key's items stream across chunks, never held whole."""
+    yields_many = inspect.isgeneratorfunction(reducer)
+
+    def rows() -> Iterator[tuple[int, Any, Any]]:
+        previous, group = None, 0
+        for chunk in chunks:
+            starts = chunk.starts(previous)
+            previous = chunk.last_key()
+            kb = chunk.table.column("kb")
+            records = itertools.chain.from_iterable(chunk.record_lists())
+            for i, (start, item) in enumerate(zip(starts.tolist(), records)):
+                if start:
+                    group += 1
+                    key = key_of(kb[int(chunk.order[i])].as_py())
+                yield group, key, item
+
+    for _, members in itertools.groupby(rows(), key=lambda r: r[0]):
+        first = next(members)
+        items = itertools.chain([first[2]], (r[2] for r in members))
+        result = reducer(first[1], items)
+        if yields_many:
+            yield from result
+        else:
+            yield result

@@ -1,0 +1,270 @@
+"""The map side of a shuffle: partition, buffer, sort and spill runs; write the manifest.
+
+Items arrive one at a time and are gathered into chunks of about a MiB. Each chunk's keys
+(and `sort_by` values) are computed, encoded and hashed as a batch (`shuffle_keys`), and the
+chunk becomes an Arrow record batch when its records convert exactly (`columnar`), else a list
+of pickled records. A buffer of a quarter of the task's `memory` (256 MiB without a budget;
+an eighth for Arrow data, which the sort holds twice) holds chunks; when full it is sorted by
+(partition, hash, key bytes, sort value, position) with NumPy/Arrow, combined (deduplicate's
+keep-first is vectorized), and spilled as one run (`runs.py`). A buffer is columnar while every chunk converts with one schema; the first chunk
+that does not turns it (and what it holds) into pickles, so mixed data always shuffles exactly.
+When the shard is done its manifest (`map-NNNNN.json`, the run list with packed offsets) is
+written atomically: its existence marks the map shard finished for a resumed run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from zephyr import counters
+from zephyr.columnar import FIELDS_META, batch_rows, columns_of, conform, dumps, key_column, sort_value_column, unify_schemas
+from zephyr.io.files import atomic_write
+from zephyr.merge import group_starts, sort_order
+from zephyr.ops import callable_name
+from zephyr.run_index import BATCH_DTYPE, pack
+from zephyr.runs import ArrowRunWriter, write_pickle_frames
+from zephyr.shuffle_keys import hash_key_bytes, key_bytes
+
+__all__ = ["HashPartition", "RoundRobin", "ScatterSink", "keep_first"]
+
+DEFAULT_BUFFER = 256 * 1024 * 1024  # without a task memory budget
+MIN_BUFFER = 1024 * 1024
+CHUNK_BYTES = 1024 * 1024
+_RECORD_OVERHEAD = 300  # bytes of tuple/list/bytes bookkeeping per pickled record (measured ~700 B/record in all)
+
+
+def _columnar_enabled() -> bool:
+    """`ZEPHYR_SHUFFLE_COLUMNAR=0` forces the pickled path (to compare the two, or to debug)."""
+    return os.environ.get("ZEPHYR_SHUFFLE_COLUMNAR", "1").lower() not in ("0", "false", "no", "off")
+
+
+def keep_first(key: Any, items: Iterator[Any]) -> Any:
+    """The combiner behind `deduplicate`: the first item of a group (they arrive in position order)."""
+    return next(items)
+
+
+@dataclass(frozen=True)
+class HashPartition:
+    """Partition by a stable hash of `key(item)`; within a partition, sort by key then `sort_by`."""
+
+    key: Callable[[Any], Any]
+    sort_by: Callable[[Any], Any] | None = None
+    combiner: Callable[..., Any] | None = None
+
+    def describe(self) -> str:
+        return f"hash({callable_name(self.key)})"
+
+
+@dataclass(frozen=True)
+class RoundRobin:
+    """Spread items evenly, keeping input order within each output shard."""
+
+    def describe(self) -> str:
+        return "round-robin"
+
+
+@dataclass(frozen=True)
+class ScatterSink:
+    num_partitions: int
+    partitioner: HashPartition | RoundRobin
+    root: str = ""  # bound by the runner: <scratch>/<stage fingerprint>
+
+    def describe(self) -> str:
+        return f"scatter({self.partitioner.describe()} into {self.num_partitions} shards)"
+
+    def manifest_path(self, shard: int) -> str:
+        return f"{self.root}/map-{shard:05d}.json"
+
+    def write(self, stream: Iterator[Any], task) -> dict:
+        budget = max(MIN_BUFFER, task.memory // 4) if task.memory else DEFAULT_BUFFER
+        # sorting an Arrow buffer holds it twice (the buffer, then its sorted copy): budget half
+        arrow_budget = budget // 2
+        attempt = os.urandom(4).hex()  # a zombie attempt never overwrites runs another manifest names
+        buffer = _Buffer(self, task.shard)
+        runs: list[dict] = []
+        records = 0
+        rows = 256
+        for chunk in iter(lambda: list(itertools.islice(stream, rows)), []):
+            buffer.add(chunk, records)
+            records += len(chunk)
+            rows = buffer.chunk_rows()
+            if buffer.used >= (budget if buffer.pickled is not None else arrow_budget):
+                runs.append(buffer.spill(f"{self.root}/map-{task.shard:05d}-run-{attempt}-{len(runs):03d}"))
+                buffer = _Buffer(self, task.shard)
+        if buffer.rows:
+            runs.append(buffer.spill(f"{self.root}/map-{task.shard:05d}-run-{attempt}-{len(runs):03d}"))
+        counters.increment("zephyr/shuffle_records", records)
+        counters.increment("zephyr/shuffle_runs", len(runs))
+        counters.increment("zephyr/shuffle_runs_columnar", sum(r["format"] == "arrow" for r in runs))
+        # the shard's counters travel with its manifest, so a resumed run still counts it once
+        summary = {"map_shard": task.shard, "records": records, "runs": runs, "counters": counters.current()}
+        with atomic_write(self.manifest_path(task.shard), remove_stale=False) as f:
+            f.write(orjson.dumps(summary))
+        return summary
+
+
+class _Buffer:
+    """One run's worth of records: Arrow batches while every chunk converts, else pickles."""
+
+    def __init__(self, sink: ScatterSink, shard: int):
+        self.sink = sink
+        self.shard = shard
+        self.part = sink.partitioner
+        self.hashed = isinstance(self.part, HashPartition)
+        self.batches: list[pa.RecordBatch] = []
+        self.schema: pa.Schema | None = None
+        # (p, h, kb, sort value, pos, payload) once the buffer holds pickles
+        self.pickled: list[tuple] | None = None if _columnar_enabled() else []
+        self.used = 0
+        self.rows = 0
+        self._bytes_per_row = 512.0
+
+    def chunk_rows(self) -> int:
+        return int(min(16384, max(64, CHUNK_BYTES / max(self._bytes_per_row, 1.0))))
+
+    def add(self, items: list, first_pos: int) -> None:
+        keys = list(map(self.part.key, items)) if self.hashed else None
+        sort_by = self.part.sort_by if self.hashed else None
+        values = list(map(sort_by, items)) if sort_by is not None else None
+        before = self.used
+        batch = None if self.pickled is not None else self._columnar(items, keys, values, first_pos)
+        if batch is None:
+            self._to_pickles()
+            self._add_pickled(items, keys, values, first_pos)
+        else:
+            self.batches.append(batch)
+            self.used += batch.nbytes
+        self.rows += len(items)
+        self._bytes_per_row = (self.used - before) / len(items)
+
+    def _columnar(self, items, keys, values, first_pos: int) -> pa.RecordBatch | None:
+        payload = columns_of(items)
+        if payload is None:
+            return None
+        n = len(items)
+        if self.hashed:
+            key = key_column(keys)
+            if key is None:
+                return None
+            kb, h = key
+            p = (h % np.uint64(self.sink.num_partitions)).astype(np.uint32)
+        else:
+            kb = pa.array([b""] * n, pa.large_binary())
+            h = np.zeros(n, dtype=np.uint64)
+            p = ((self.shard + np.arange(first_pos, first_pos + n)) % self.sink.num_partitions).astype(np.uint32)
+        columns, names = [pa.array(p), pa.array(h), kb], ["p", "h", "kb"]
+        if values is not None:
+            sv = sort_value_column(values)
+            if sv is None:
+                return None
+            columns.append(sv)
+            names.append("sv")
+        columns.append(pa.array(np.arange(first_pos, first_pos + n, dtype=np.int64)))
+        names.append("pos")
+        data, description = payload
+        columns += data
+        names += [f"c{i}" for i in range(len(data))]
+        batch = pa.RecordBatch.from_arrays(columns, names=names, metadata={FIELDS_META: orjson.dumps(description)})
+        schema = batch.schema if self.schema is None else unify_schemas(self.schema, batch.schema)
+        if schema is None:
+            return None
+        self.schema = schema
+        return batch
+
+    def _add_pickled(self, items, keys, values, first_pos: int) -> None:
+        n = len(items)
+        positions = range(first_pos, first_pos + n)
+        if self.hashed:
+            kbs = [key_bytes(k) for k in keys]
+            h = hash_key_bytes(kbs)
+            p = (h % np.uint64(self.sink.num_partitions)).tolist()
+            payloads = [dumps(pair) for pair in zip(keys, items)]
+        else:
+            kbs, h = [b""] * n, np.zeros(n, dtype=np.uint64)
+            p = [(self.shard + pos) % self.sink.num_partitions for pos in positions]
+            payloads = [dumps((None, item)) for item in items]
+        self.pickled.extend(zip(p, h.tolist(), kbs, values or itertools.repeat(None), positions, payloads))
+        self.used += sum(map(len, payloads)) + sum(map(len, kbs)) + n * _RECORD_OVERHEAD
+
+    def _to_pickles(self) -> None:
+        """From now on this buffer holds pickles; convert the Arrow batches it already has."""
+        if self.pickled is not None:
+            return
+        self.pickled = []
+        for batch in self.batches:
+            rows = batch_rows(conform(batch, self.schema), keyed=self.hashed)
+            partitions = batch.column("p").to_pylist()
+            self.pickled.extend((p, h, kb, sv, pos, dumps((key, item))) for p, (h, kb, sv, pos, key, item) in zip(partitions, rows))
+        self.batches, self.schema = [], None
+
+    def spill(self, stem: str) -> dict:
+        combiner = self.part.combiner if self.hashed else None
+        if self.pickled is None and combiner not in (None, keep_first):
+            self._to_pickles()  # a general combiner runs on Python items
+        if self.pickled is None:
+            return self._spill_arrow(stem, combiner)
+        return self._spill_pickled(stem, combiner)
+
+    def _spill_arrow(self, stem: str, combiner) -> dict:
+        table = pa.Table.from_batches([conform(b, self.schema) for b in self.batches], schema=self.schema)
+        table = table.combine_chunks()  # Arrow's take is several times faster on one chunk
+        self.batches = []
+        order = sort_order(table, leading="p")
+        if combiner is keep_first:  # keep the first row per key without moving the others
+            order = order[group_starts(table.column("h").to_numpy()[order], table.column("kb"), order, None)]
+            counters.increment("zephyr/combined_records", len(order))  # what crosses the shuffle
+        table = table.take(pa.array(order))
+        p = table.column("p").to_numpy()
+        bounds = np.searchsorted(p, np.arange(self.sink.num_partitions + 1, dtype=np.uint32), side="left")
+        table = table.drop_columns(["p"])
+        path = stem + ".arrow"
+        with atomic_write(path, remove_stale=False) as f:
+            writer = ArrowRunWriter(f, path, table.schema, self.sink.num_partitions)
+            writer.write(table, bounds)
+        del table
+        pa.default_memory_pool().release_unused()  # hand the sort's copies back before the next buffer fills
+        batches = np.array(writer.batches, dtype=BATCH_DTYPE)
+        return {"path": path, "format": "arrow", "schema_len": writer.schema_len,
+                "offsets": pack(writer.offsets), "batches": pack(batches) if len(batches) else ""}
+
+    def _spill_pickled(self, stem: str, combiner) -> dict:
+        records = self.pickled
+        by_value = self.hashed and self.part.sort_by is not None
+        records.sort(key=(lambda r: (r[0], r[1], r[2], r[3], r[4])) if by_value else (lambda r: (r[0], r[1], r[2], r[4])))
+        if combiner is not None:
+            records = list(self._combine(records, combiner))
+            counters.increment("zephyr/combined_records", len(records))
+        offsets = np.zeros(self.sink.num_partitions + 1, dtype=np.int64)
+        path = stem + ".bin"
+        length = 0
+        index: list[tuple] = []  # (partition, first hash, records, offset) of partitions of several frames
+        with atomic_write(path, remove_stale=False) as f:
+            for p, group in itertools.groupby(records, key=lambda r: r[0]):
+                offsets[p] = length
+                frames: list[tuple] = []
+                length += write_pickle_frames(f, ((h, kb, sv, self.shard, pos, pl) for _, h, kb, sv, pos, pl in group), frames)
+                if len(frames) > 1:
+                    index += [(p, h, n, offsets[p] + at) for h, n, at in frames]
+                offsets[p + 1 :] = length
+        batches = np.array(index, dtype=BATCH_DTYPE)
+        return {"path": path, "format": "pickle", "offsets": pack(offsets), "batches": pack(batches) if index else ""}
+
+    def _combine(self, records: list[tuple], combiner) -> Iterator[tuple]:
+        import pickle
+
+        sort_by = self.part.sort_by
+        for _, group in itertools.groupby(records, key=lambda r: (r[0], r[1], r[2])):
+            first = next(group)
+            key, item0 = pickle.loads(first[5])
+            items = itertools.chain([item0], (pickle.loads(r[5])[1] for r in group))
+            combined = combiner(key, items)
+            sv = sort_by(combined) if sort_by is not None else None
+            yield (first[0], first[1], first[2], sv, first[4], dumps((key, combined)))

@@ -1,0 +1,51 @@
+"""A live view of running pipelines: the run-state model, the status page, `zephyr status`.
+
+    from zephyr.status import start_dashboard
+    dashboard = start_dashboard()          # 127.0.0.1, a free port
+    print(dashboard.url)                   # open it while pipelines run in this process
+    ...
+    dashboard.stop()
+
+Every `Execution` publishes a `RunStatus` (`execution.status`); `snapshot()` gives its state
+as JSON-ready data, the same data the page, `zephyr status` and the run record
+(`.zephyr-run.json` beside the outputs) show. The server (aiohttp) is imported only when a
+dashboard is started.
+"""
+
+from zephyr.status.model import RunStatus
+from zephyr.status.record import RECORD_NAME, read_run_record
+from zephyr.status.registry import latest, runs
+
+__all__ = ["RECORD_NAME", "RunStatus", "fetch_snapshot", "format_snapshot", "latest", "port_number", "read_run_record",
+           "runs", "start_dashboard"]
+
+
+def port_number(text: str) -> int:
+    """A command-line port (0: any free one); raises ValueError saying what is expected."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"expected a port number 0-65535 (0: a free one), got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise ValueError(f"expected a port number 0-65535 (0: a free one), got {value}")
+    return value
+
+
+def start_dashboard(host: str = "127.0.0.1", port: int = 0, source=None):
+    """Serve the status page of this process's runs; see `zephyr.status.server.start_dashboard`."""
+    from zephyr.status.server import start_dashboard as start
+
+    return start(host, port, source)
+
+
+def fetch_snapshot(location: str, token: str | None = None, run: str | None = None) -> dict:
+    """A snapshot from a status page URL or a run record; see `zephyr.status.terminal`."""
+    from zephyr.status.terminal import fetch_snapshot as fetch
+
+    return fetch(location, token=token, run=run)
+
+
+def format_snapshot(snapshot: dict) -> str:
+    from zephyr.status.terminal import format_snapshot as fmt
+
+    return fmt(snapshot)

@@ -1,0 +1,99 @@
+"""`zephyr status` and `zephyr dashboard`: look at a run from outside its driver.
+
+    zephyr status http://127.0.0.1:8270/            the live run, as text (--json: the snapshot)
+    zephyr status gs://bucket/clean/                a finished run, from its .zephyr-run.json
+    zephyr dashboard gs://bucket/clean/ --port 8270  serve that record's page again
+    zephyr dashboard out/.zephyr-run.json --html run.html   a self-contained page, no server
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+import orjson
+
+from zephyr.status import port_number
+from zephyr.status.record import read_run_record
+from zephyr.status.server import FileSource, page_html, start_dashboard
+from zephyr.status.terminal import fetch_snapshot, format_snapshot
+
+__all__ = ["dashboard_main", "status_main"]
+
+
+def _port(text: str) -> int:
+    try:
+        return port_number(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def status_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="zephyr status",
+        description="Print a run's state: from a live status page (the URL `zephyr --dashboard` printed) "
+        "or from a finished run's record (.zephyr-run.json, or the output directory holding it).",
+        epilog="examples:\n  zephyr status http://127.0.0.1:8270/\n  zephyr status --json 'http://head:8270/?token=...'\n"
+        "  zephyr status gs://bucket/clean/\n  zephyr status --watch 5 http://127.0.0.1:8270/",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("location", help="status page URL, or a run record file or the directory holding one (local or gs://...)")
+    parser.add_argument("--json", action="store_true", help="print the snapshot as JSON (for scripts)")
+    parser.add_argument("--token", default=None, help="the page's token, if it is not in the URL")
+    parser.add_argument("--run", default=None, help="which run of the driver process (default: the latest)")
+    parser.add_argument("--watch", type=float, default=None, metavar="SECONDS", help="print again every SECONDS until the run ends")
+    args = parser.parse_args(list(argv))
+    while True:
+        try:
+            snapshot = fetch_snapshot(args.location, token=args.token, run=args.run)
+        except (PermissionError, ConnectionError, FileNotFoundError, ValueError) as e:
+            print(f"zephyr status: error: {e}", file=sys.stderr)
+            return 1
+        if args.json:
+            sys.stdout.write(orjson.dumps(snapshot, option=orjson.OPT_INDENT_2).decode() + "\n")
+        else:
+            print(format_snapshot(snapshot), flush=True)
+        if args.watch is None or snapshot.get("state") not in ("pending", "running", "waiting"):
+            return 0
+        time.sleep(args.watch)
+        print()
+
+
+def dashboard_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="zephyr dashboard",
+        description="Serve the status page of a finished run from its record (.zephyr-run.json), or write it as one HTML file.",
+        epilog="examples:\n  zephyr dashboard gs://bucket/clean/\n  zephyr dashboard out/.zephyr-run.json --port 8270\n"
+        "  zephyr dashboard out/ --html run.html",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("record", help="a run record, or the output directory holding .zephyr-run.json (local or gs://...)")
+    parser.add_argument("--port", type=_port, default=0, help="port to serve on (default: a free one)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other address requires a printed token)")
+    parser.add_argument("--html", default=None, metavar="FILE", help="write a self-contained page to FILE instead of serving")
+    args = parser.parse_args(list(argv))
+    try:
+        snapshot = read_run_record(args.record)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"zephyr dashboard: error: {e}", file=sys.stderr)
+        return 1
+    if args.html:
+        with open(args.html, "w", encoding="utf-8") as f:
+            f.write(page_html(snapshot))
+        print(f"zephyr: wrote {args.html}", file=sys.stderr)
+        return 0
+    try:
+        dashboard = start_dashboard(args.host, args.port, FileSource(snapshot))
+    except OSError as e:
+        print(f"zephyr dashboard: error: {e}", file=sys.stderr)
+        return 1
+    print(f"zephyr: status page of run {snapshot.get('run_id')} at {dashboard.url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        dashboard.stop()

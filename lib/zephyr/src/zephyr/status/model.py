@@ -1,0 +1,358 @@
+"""The one model of a run's state that the status page, `zephyr status` and the run record show.
+
+The runner reports each task's life here as it happens (`ObservedBackend` does it for the
+backend calls; the runner itself says when the run ends). Reporting is a few dict updates
+per task under a lock; nothing is serialized until someone asks for a `snapshot()`, so a run
+nobody watches pays almost nothing (measured in `benchmarks/bench_status.py`).
+
+A snapshot is a JSON-ready dict (schema `zephyr-run/1`, described in docs/zephyr.md).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import threading
+import time
+import traceback
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from zephyr.errors import ShardError
+
+if TYPE_CHECKING:
+    from zephyr.plan import Plan, Stage
+    from zephyr.shard import ShardResult, ShardTask
+
+__all__ = ["SCHEMA", "RunState", "RunStatus", "StageState"]
+
+SCHEMA = "zephyr-run/1"
+MAX_FAILURES = 100  # failed attempts kept per run (the first ones and the latest ones)
+MAX_TRACEBACK = 8000  # characters of a traceback kept (its end: where it failed)
+MAX_SAMPLES = 240  # throughput samples kept per stage; older ones are thinned out
+STRAGGLERS = 10  # slowest in-flight shards shown per stage
+_run_ids = itertools.count(1)
+
+
+class RunState:
+    PENDING = "pending"  # created, not iterated yet: no task has been submitted
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"  # the caller stopped iterating before the end
+
+
+class StageState:
+    WAITING = "waiting"
+    RUNNING = "running"
+    DONE = "done"
+    SKIPPED = "skipped"  # every output of a final skip_existing writer already existed
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+@dataclass(eq=False)
+class _Failure:
+    stage: int
+    shard: int
+    source: str
+    attempt: int
+    kind: str  # "lost" (worker or node died) or "user_error" (the shard's code or input)
+    error_type: str
+    message: str
+    traceback: str
+    at: float
+    outcome: str | None = None  # "retried", "fatal", or "abandoned" (the run ended first)
+    exc: Any = field(default=None, repr=False)  # until the outcome is known: to recognise the fatal one
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "exc"}
+
+
+@dataclass
+class _Stage:
+    index: int
+    name: str
+    ops: list[str]
+    description: str
+    num_shards: int
+    state: str = StageState.WAITING
+    started: float | None = None  # monotonic
+    ended: float | None = None
+    done: int = 0
+    resumed: int = 0
+    failed: int = 0  # shards given up on (the run failed with them)
+    lost: int = 0  # attempts lost to dead workers or nodes
+    user_errors: int = 0  # attempts that raised
+    retried_lost: int = 0
+    retried_user: int = 0
+    items_in: int = 0
+    items_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    counters: Counter = field(default_factory=Counter)
+    running: dict = field(default_factory=dict)  # shard -> (submitted monotonic, source, attempt)
+    attempts: Counter = field(default_factory=Counter)
+    pending_failure: dict = field(default_factory=dict)  # shard -> its last _Failure, until resubmitted
+    samples: list = field(default_factory=list)
+    sample_every: float = 1.0
+    last_sample: float = float("-inf")
+
+
+class RunStatus:
+    """What one `Execution` has done so far; updated by the runner, read by anyone.
+
+    Every method takes the lock, so the status page (another thread) always sees a
+    consistent state. `counters` is the execution's own Counter (shared, read-only here).
+    """
+
+    def __init__(self, plan: Plan, backend: str, counters: Counter, record_path: str | None = None):
+        self.run_id = str(next(_run_ids))
+        self.backend = backend
+        self.record_path = record_path
+        self.state = RunState.PENDING
+        self.error: dict | None = None
+        self.started_at = time.time()
+        self._t0 = time.monotonic()
+        self._ended: float | None = None
+        self._counters = counters
+        self._stages = [_stage_of(s) for s in plan.stages]
+        self._failures: list[_Failure] = []  # the first MAX_FAILURES // 2
+        self._recent: deque[_Failure] = deque(maxlen=MAX_FAILURES // 2)
+        self._failures_total = 0
+        self._lock = threading.Lock()
+
+    # ---- reports from the runner -------------------------------------------------------------
+
+    def stage_started(self, index: int, resumed: list[ShardResult]) -> None:
+        """A stage begins; `resumed` are its shards finished by an earlier run (scatter manifests)."""
+        with self._lock:
+            self.state = RunState.RUNNING
+            st = self._stages[index]
+            st.state = StageState.RUNNING
+            st.started = time.monotonic()
+            st.resumed = st.done = len(resumed)
+            for result in resumed:
+                st.counters.update(result.counters)
+            self._sample(st, st.started, force=True)
+
+    def shard_submitted(self, index: int, task: ShardTask) -> None:
+        with self._lock:
+            st = self._stages[index]
+            st.attempts[task.shard] += 1
+            st.running[task.shard] = (time.monotonic(), task.label, st.attempts[task.shard])
+            failure = st.pending_failure.pop(task.shard, None)
+            if failure is not None:  # a resubmission: the earlier attempt is retried
+                failure.outcome, failure.exc = "retried", None
+                if failure.kind == "lost":
+                    st.retried_lost += 1
+                else:
+                    st.retried_user += 1
+
+    def shard_succeeded(self, index: int, task: ShardTask, result: ShardResult) -> None:
+        with self._lock:
+            st = self._stages[index]
+            st.running.pop(task.shard, None)
+            st.done += 1
+            st.counters.update(result.counters)
+            c = result.counters
+            st.items_in += getattr(result, "items_in", 0)
+            st.items_out += _items_out(result)
+            st.bytes_in += c.get("zephyr/bytes_read", 0)
+            st.bytes_out += c.get("zephyr/bytes_written", 0)
+            now = time.monotonic()
+            if st.done == st.num_shards:
+                st.state, st.ended = StageState.DONE, now
+            self._sample(st, now, force=st.done == st.num_shards)
+
+    def shard_failed(self, index: int, task: ShardTask, error: BaseException, *, lost: bool) -> None:
+        """An attempt failed; whether it is retried shows when (if) the shard is resubmitted."""
+        with self._lock:
+            st = self._stages[index]
+            started = st.running.pop(task.shard, None)
+            attempt = started[2] if started else st.attempts[task.shard]
+            if lost:
+                st.lost += 1
+            else:
+                st.user_errors += 1
+            failure = _failure_of(task, attempt, error, lost)
+            failure.exc = error
+            st.pending_failure[task.shard] = failure
+            self._keep(failure)
+
+    def tasks_cancelled(self, index: int, tasks: list[ShardTask]) -> None:
+        with self._lock:
+            for task in tasks:
+                self._stages[index].running.pop(task.shard, None)
+
+    def succeeded(self) -> None:
+        """Every shard of the final stage is done (stages never started were skipped)."""
+        with self._lock:
+            self._end(RunState.SUCCEEDED)
+
+    def ended_early(self, error: BaseException | None) -> None:
+        """The run raised `error`, or (None) its caller stopped iterating."""
+        with self._lock:
+            if self.state not in (RunState.PENDING, RunState.RUNNING):
+                return
+            if error is not None:
+                self.error = {"type": type(error).__name__, "message": _short(str(error), 4000)}
+                self._mark_fatal(error)
+            self._end(RunState.FAILED if error is not None else RunState.STOPPED)
+
+    def _mark_fatal(self, error: BaseException) -> None:
+        """The attempt whose error the run raised (itself, or as its cause) was given up on."""
+        for st in self._stages:
+            for shard, failure in list(st.pending_failure.items()):
+                if failure.exc is not None and (failure.exc is error or failure.exc is error.__cause__):
+                    failure.outcome, failure.exc = "fatal", None
+                    st.failed += 1
+                    del st.pending_failure[shard]
+
+    def _end(self, state: str) -> None:
+        self.state = state
+        now = time.monotonic()
+        self._ended = now
+        for st in self._stages:
+            for failure in st.pending_failure.values():
+                failure.outcome, failure.exc = "abandoned", None
+            st.pending_failure.clear()
+            if st.state == StageState.WAITING and state == RunState.SUCCEEDED:
+                st.state = StageState.SKIPPED
+            elif st.state == StageState.RUNNING:
+                st.state = StageState.FAILED if st.failed else StageState.STOPPED
+                st.ended = now
+                st.running.clear()
+                self._sample(st, now, force=True)
+
+    # ---- reading -----------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """A JSON-ready copy of the whole state (see the module docstring)."""
+        with self._lock:
+            now = time.monotonic()
+            stages = [_stage_snapshot(st, now, self._t0) for st in self._stages]
+            failures = self._failures + list(self._recent)  # disjoint: recent fills once the first are kept
+            return {
+                "schema": SCHEMA,
+                "run_id": self.run_id,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "state": self.state,
+                "backend": self.backend,
+                "started_at": self.started_at,
+                "ended_at": self.started_at + (self._ended - self._t0) if self._ended is not None else None,
+                "elapsed_s": round((self._ended if self._ended is not None else now) - self._t0, 3),
+                "error": self.error,
+                "record_path": self.record_path,
+                "stages": stages,
+                # a C-level copy under the GIL: the runner only ever adds str keys to it
+                "counters": dict(sorted(dict(self._counters).items())),
+                "failures": [f.to_dict() for f in failures],
+                "failures_total": self._failures_total,
+            }
+
+    def summary(self) -> dict[str, Any]:
+        """One line's worth: id, state, timing, shard totals (for the list of runs)."""
+        with self._lock:
+            done = sum(st.done for st in self._stages)
+            total = sum(st.num_shards for st in self._stages)
+            return {"run_id": self.run_id, "state": self.state, "started_at": self.started_at,
+                    "stages": len(self._stages), "shards_done": done, "shards": total,
+                    "title": self._stages[-1].description if self._stages else ""}
+
+    # ---- helpers (lock held) -----------------------------------------------------------------
+
+    def _keep(self, failure: _Failure) -> None:
+        self._failures_total += 1
+        if len(self._failures) < MAX_FAILURES // 2:
+            self._failures.append(failure)
+        else:
+            self._recent.append(failure)
+
+    def _sample(self, st: _Stage, now: float, force: bool = False) -> None:
+        """Append a cumulative point at most every `sample_every` seconds; thin out when full."""
+        if not force and now - st.last_sample < st.sample_every:
+            return
+        st.last_sample = now
+        st.samples.append((round(now - self._t0, 3), st.done, st.items_in, st.items_out, st.bytes_in, st.bytes_out))
+        if len(st.samples) > MAX_SAMPLES:
+            st.samples = st.samples[::2]
+            st.sample_every *= 2
+
+
+def _stage_of(stage: Stage) -> _Stage:
+    ops = [stage.input_label] + [o.describe() for o in stage.ops]
+    if stage.sink is not None:
+        ops.append(stage.sink.describe())
+    return _Stage(stage.index, f"stage {stage.index}", ops, stage.describe(), stage.num_shards)
+
+
+def _stage_snapshot(st: _Stage, now: float, t0: float) -> dict[str, Any]:
+    slowest = sorted(st.running.items(), key=lambda kv: kv[1][0])[:STRAGGLERS]
+    end = st.ended if st.ended is not None else now
+    return {
+        "index": st.index,
+        "name": st.name,
+        "ops": list(st.ops),
+        "description": st.description,
+        "state": st.state,
+        "num_shards": st.num_shards,
+        "shards": {
+            "done": st.done,
+            "running": len(st.running),
+            "queued": max(0, st.num_shards - st.done - len(st.running) - st.failed),
+            "resumed": st.resumed,
+            "failed": st.failed,
+            "lost": st.lost,
+            "user_errors": st.user_errors,
+            "retried_lost": st.retried_lost,
+            "retried_user": st.retried_user,
+        },
+        "items_in": st.items_in,
+        "items_out": st.items_out,
+        "bytes_in": st.bytes_in,
+        "bytes_out": st.bytes_out,
+        "started_s": round(st.started - t0, 3) if st.started is not None else None,
+        "elapsed_s": round(end - st.started, 3) if st.started is not None else None,
+        "counters": dict(sorted(st.counters.items())),
+        "throughput": {
+            "columns": ["t_s", "shards_done", "items_in", "items_out", "bytes_in", "bytes_out"],
+            "samples": [list(s) for s in st.samples] + _live_point(st, now, t0),
+        },
+        "stragglers": [
+            {"shard": shard, "source": source, "attempt": attempt, "elapsed_s": round(now - submitted, 3)}
+            for shard, (submitted, source, attempt) in slowest
+        ],
+    }
+
+
+def _live_point(st: _Stage, now: float, t0: float) -> list[list]:
+    """While a stage runs, its totals now, so the chart reaches the present between samples."""
+    if st.state != StageState.RUNNING or not st.samples or now - st.last_sample < 0.05:
+        return []
+    return [[round(now - t0, 3), st.done, st.items_in, st.items_out, st.bytes_in, st.bytes_out]]
+
+
+def _items_out(result: ShardResult) -> int:
+    """Records a shard wrote (files or shuffle) or handed back to the driver."""
+    c = result.counters
+    if "zephyr/records_written" in c or "zephyr/shuffle_records" in c:
+        return c.get("zephyr/records_written", 0) + c.get("zephyr/shuffle_records", 0)
+    return result.num_items
+
+
+def _failure_of(task: ShardTask, attempt: int, error: BaseException, lost: bool) -> _Failure:
+    if isinstance(error, ShardError):
+        error_type, message, text = error.error_type, error.error_message, error.traceback_text
+    else:
+        error_type, message = type(error).__name__, str(error)
+        text = "".join(traceback.format_exception(error))
+    return _Failure(task.stage, task.shard, task.label, attempt, "lost" if lost else "user_error",
+                    error_type, _short(message, 2000), text[-MAX_TRACEBACK:], time.time())
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 15] + " ... (truncated)"

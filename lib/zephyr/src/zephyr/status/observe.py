@@ -1,0 +1,61 @@
+"""The runner's view of a backend during one stage, reporting every task's life to a RunStatus.
+
+Wrapping the backend keeps the runner's own loop as it is: what was submitted, what finished,
+what failed and how all pass through `submit`, `result` and `cancel`. Whether a failed attempt
+is retried shows when (if) the runner submits the same shard again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from zephyr.backends.base import TaskLost
+
+if TYPE_CHECKING:
+    from zephyr.backends.base import Backend
+    from zephyr.shard import ShardResult, ShardTask
+    from zephyr.status.model import RunStatus
+
+__all__ = ["ObservedBackend"]
+
+
+class ObservedBackend:
+    """Delegates to `backend`; tells `status` about each task of stage `index`."""
+
+    def __init__(self, backend: Backend, status: RunStatus, index: int, resumed: Sequence[ShardResult] = ()):
+        self._backend = backend
+        self._status = status
+        self._index = index
+        self._tasks: dict[Any, ShardTask] = {}
+        # read in the runner's inner loop: plain attributes, not __getattr__
+        self.max_parallelism = backend.max_parallelism
+        self.max_user_retries = backend.max_user_retries
+        self.max_infra_retries = backend.max_infra_retries
+        status.stage_started(index, list(resumed))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def submit(self, fn: Callable, shared: Any, task: ShardTask) -> Any:
+        handle = self._backend.submit(fn, shared, task)
+        self._tasks[handle] = task
+        self._status.shard_submitted(self._index, task)
+        return handle
+
+    def result(self, handle: Any) -> Any:
+        task = self._tasks.pop(handle)
+        try:
+            result = self._backend.result(handle)
+        except TaskLost as e:
+            self._status.shard_failed(self._index, task, e, lost=True)
+            raise
+        except Exception as e:
+            self._status.shard_failed(self._index, task, e, lost=False)
+            raise
+        self._status.shard_succeeded(self._index, task, result)
+        return result
+
+    def cancel(self, handles: Sequence[Any]) -> None:
+        self._status.tasks_cancelled(self._index, [self._tasks[h] for h in handles if h in self._tasks])
+        self._backend.cancel(handles)

@@ -1,0 +1,143 @@
+"""The status page in a real headless Chromium: what it renders matches the JSON it was served.
+
+Chromium comes from the system (`apt-get install chromium`; `.ci/run` installs it). Without it
+the tests skip locally, but fail in CI (the CI environment variable is set), so that a missing
+browser is never a silent pass there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from zephyr import Dataset, create_backend
+from zephyr.status import start_dashboard
+
+pytestmark = pytest.mark.slow
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    path = next((p for p in (os.environ.get("ZEPHYR_CHROMIUM"), *map(shutil.which, BROWSERS)) if p), None)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI needs a headless Chromium for the status page tests: .ci/run installs Debian's "
+                        "`chromium` (apt-get install -y chromium), or set ZEPHYR_CHROMIUM to a browser binary")
+        pytest.skip("no chromium on this machine (apt-get install -y chromium); CI runs this test")
+    return path
+
+
+def browse(chromium: str, url: str, profile: Path, *options: str) -> str:
+    """Run headless Chromium on `url`; return its stdout (the DOM, with --dump-dom)."""
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", "--no-first-run", f"--user-data-dir={profile}"]
+    done = subprocess.run([chromium, *flags, *options, url], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+class Elements(HTMLParser):
+    """Every element of a DOM dump with its attributes and its whole text."""
+
+    VOID = {"br", "img", "input", "meta", "link", "hr", "col", "source"}
+
+    def __init__(self, html: str):
+        super().__init__()
+        self.all: list[tuple[str, dict, list]] = []
+        self._open: list[tuple[str, dict, list]] = []
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        element = (tag, dict(attrs), [])
+        self.all.append(element)
+        if tag not in self.VOID:
+            self._open.append(element)
+
+    def handle_endtag(self, tag):
+        while self._open:
+            if self._open.pop()[0] == tag:
+                break
+
+    def handle_data(self, data):
+        for _, _, text in self._open:
+            text.append(data)
+
+    def find(self, **attrs) -> list[str]:
+        """Texts of the elements whose attributes include `attrs` (underscores for dashes)."""
+        wanted = {k.replace("_", "-"): str(v) for k, v in attrs.items()}
+        return ["".join(text).strip() for _, a, text in self.all if all(a.get(k) == v for k, v in wanted.items())]
+
+    def classes(self, name: str) -> list[str]:
+        return ["".join(text).strip() for _, a, text in self.all if name in a.get("class", "").split()]
+
+
+@pytest.fixture
+def running_pipeline(tmp_path, gates, wait_until, http_json):
+    """A two-stage pipeline held mid-run: 6 of 10 map shards done (one after a failed attempt), 4 in flight."""
+    backend = create_backend("threadpool", max_parallelism=4, progress=False, max_user_retries=1)
+    ds = (Dataset.from_list(gates.items(10, {3: "raise"})).map(gates.fn)
+          .group_by(lambda r: r["i"] % 3, lambda k, rs: {"k": k, "n": sum(1 for _ in rs)})
+          .write_jsonl(str(tmp_path / "out" / "part-{shard:02d}.jsonl")))
+    dashboard = start_dashboard()
+    execution = backend.execute(ds)
+    driver = threading.Thread(target=lambda: list(execution), daemon=True)
+    driver.start()
+    try:
+        gates.open(*range(6))
+
+        def settled():
+            s = http_json(dashboard.url + "api/snapshot")
+            sh = s["stages"][0]["shards"] if s["run_id"] == execution.status.run_id else None
+            return s if sh and sh["done"] == 6 and sh["running"] == 4 and s["counters"].get("docs/seen") == 6 else None
+
+        wait_until(settled, "6 shards done, 4 in flight")
+        yield dashboard, execution
+    finally:
+        gates.open(*range(10))
+        driver.join(timeout=120)
+        dashboard.stop()
+
+
+def test_the_page_shows_the_running_pipeline_as_the_json_says(chromium, running_pipeline, tmp_path, http_json):
+    dashboard, execution = running_pipeline
+    dom = Elements(browse(chromium, dashboard.url, tmp_path / "profile", "--dump-dom", "--virtual-time-budget=5000"))
+    s = http_json(dashboard.url + "api/snapshot")  # nothing moves while the gates are closed
+
+    assert s["state"] == "running" and dom.find(id="state") == ["running"]
+    assert dom.classes("stage-name") == [st["name"] for st in s["stages"]] == ["stage 0", "stage 1"]
+    for st in s["stages"]:
+        sh = st["shards"]
+        assert dom.find(data_stage=st["index"], data_field="progress") == [f"{sh['done']:,} / {st['num_shards']:,} done"]
+        assert dom.find(data_stage=st["index"], data_field="running") == [f"{sh['running']:,}"]
+        assert dom.find(data_stage=st["index"], data_field="queued") == [f"{sh['queued']:,}"]
+        assert [a["title"] for _, a, _ in dom.all if a.get("class") == "ops"][st["index"]] == " → ".join(st["ops"])
+    assert dom.find(data_stage=0, data_field="progress") == ["6 / 10 done"]
+    assert dom.find(data_stage=0, data_field="retried") == ["0 lost, 1 user error"]
+    assert s["counters"]["docs/weight"] == sum(range(6))
+    assert len([a for _, a, _ in dom.all if "data-total" in a]) == len(s["counters"])
+    for name, value in s["counters"].items():
+        assert dom.find(data_total=name) == [f"{value:,}"], name
+        assert dom.find(data_counter=name)[0].startswith(name)
+    stragglers = dom.find(data_straggler="0/6") + dom.find(data_straggler="0/9")
+    assert len(stragglers) == 2 and {g["shard"] for g in s["stages"][0]["stragglers"]} == {6, 7, 8, 9}
+    failure = dom.find(data_stage=0, data_shard=3)
+    assert len(failure) == 1 and "ValueError: bad record in item 3: unterminated string" in failure[0]
+    assert "user error" in failure[0] and "retried" in failure[0] and "attempt 1" in failure[0]
+    assert "in gated" in failure[0]  # its traceback is on the page (folded)
+
+
+def test_the_page_renders_as_an_image(chromium, running_pipeline, tmp_path):
+    dashboard, _ = running_pipeline
+    shot = tmp_path / "page.png"
+    browse(chromium, dashboard.url, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,1400",
+           "--virtual-time-budget=5000", "--hide-scrollbars")
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # a real page, not a blank one
