@@ -365,13 +365,8 @@ def _restore_file(path: str, content: str | None) -> None:
         pass
 
 
-@pytest.fixture
-def ray_cluster():
-    """Start a multi-node Ray: `ray_cluster(**head_args)` -> LocalRayCluster (head: 0 CPUs by default).
-
-    The session's shared local Ray is shut down first (the next test that wants it restarts
-    it); every cluster started here is torn down after the test, pass or fail.
-    """
+def _ray_clusters():
+    """Yield a starter of LocalRayClusters; every cluster it started is closed afterwards."""
     import ray
 
     started: list[LocalRayCluster] = []
@@ -381,9 +376,27 @@ def ray_cluster():
         started.append(LocalRayCluster(head_args))
         return started[-1]
 
-    yield start
-    for cluster in reversed(started):
-        cluster.close()
+    try:
+        yield start
+    finally:
+        for cluster in reversed(started):
+            cluster.close()
+
+
+@pytest.fixture
+def ray_cluster():
+    """Start a multi-node Ray: `ray_cluster(**head_args)` -> LocalRayCluster (head: 0 CPUs by default).
+
+    The session's shared local Ray is shut down first (the next test that wants it restarts
+    it); every cluster started here is torn down after the test, pass or fail.
+    """
+    yield from _ray_clusters()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster_module():
+    """`ray_cluster` for a whole test module (torn down after its last test)."""
+    yield from _ray_clusters()
 
 
 @pytest.fixture(name="wait_until")

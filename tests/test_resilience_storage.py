@@ -128,7 +128,9 @@ def test_a_forbidden_upload_fails_fast_naming_the_output_and_shard(tmp_path, fau
     script.write_text(PIPELINE)
     bucket = make_bucket()
     proxy = faulty_gcs()
-    proxy.outage("out/part-003.jsonl.zst", times=1000, status=403)  # the upload names it in its body
+    # the upload names its object in its metadata part (gcsfs's json.dumps); the run record,
+    # which also mentions the output, is written as usual
+    proxy.outage('{"name": "out/part-003.jsonl.zst"}', times=1000, status=403)
     result = run(script, proxy.url, f"gs://{bucket}/raw/*.jsonl.zst", f"gs://{bucket}/out")
     assert result.returncode != 0
     assert proxy.injected_outage == 1  # not retried

@@ -15,6 +15,7 @@ import fsspec
 import pytest
 
 from zephyr import Dataset, create_backend
+from zephyr.status import RECORD_NAME  # the run record: an output of every run, by design
 
 ROWS_PER_SHARD = 200
 
@@ -52,7 +53,7 @@ def test_a_successful_shuffle_leaves_nothing_but_its_outputs(tmp_path, private_t
     execution = backend.execute(shuffle_pipeline(str(out)))
     assert len(list(execution)) == 2
     assert execution.counters["zephyr/merge_passes"] >= 1  # the merge folder was used
-    assert sorted(p.name for p in out.iterdir()) == ["part-0.jsonl", "part-1.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([RECORD_NAME, "part-0.jsonl", "part-1.jsonl"])
     assert list(private_tmp.iterdir()) == []  # no merge folder, no upload file
 
 
@@ -62,7 +63,7 @@ def test_a_successful_shuffle_on_ray_leaves_nothing_beside_its_outputs(tmp_path,
     backend = create_backend("ray", max_parallelism=4, memory="4MiB", progress=False)
     assert len(list(backend.execute(shuffle_pipeline(str(out))))) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
-    assert sorted(p.name for p in out.iterdir()) == ["part-0.jsonl", "part-1.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([RECORD_NAME, "part-0.jsonl", "part-1.jsonl"])
 
 
 def test_a_successful_run_to_object_storage_leaves_nothing_but_its_outputs(gcs_bucket, private_tmp):
@@ -71,7 +72,7 @@ def test_a_successful_run_to_object_storage_leaves_nothing_but_its_outputs(gcs_b
     fs = fsspec.filesystem("gs")
     fs.invalidate_cache()
     bucket = gcs_bucket.removeprefix("gs://")
-    assert sorted(fs.find(bucket)) == [f"{bucket}/out/part-0.jsonl", f"{bucket}/out/part-1.jsonl"]  # no scratch objects
+    assert sorted(fs.find(bucket)) == sorted([f"{bucket}/out/{RECORD_NAME}", f"{bucket}/out/part-0.jsonl", f"{bucket}/out/part-1.jsonl"])  # no scratch objects
     assert list(private_tmp.iterdir()) == []  # every staged upload removed
 
 
