@@ -290,7 +290,10 @@ def test_auto_stop_stops_the_job_when_the_launcher_is_interrupted(cluster, jobs_
     argv = [sys.executable, "-m", "marin.run.ray_run", "--cluster", "local", "--auto-stop",
             "--submission-id", "long-auto", "--", "python", "long_job.py"]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")} | cluster.vars
-    launcher = subprocess.Popen(argv, cwd=cluster.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # SIGINT at its default in the launcher: a test run started in the background of a script
+    # inherits SIGINT ignored (POSIX), and Python then never raises KeyboardInterrupt
+    launcher = subprocess.Popen(argv, cwd=cluster.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         # the job is running once its first log line has been streamed (read in a thread: a
         # launcher that prints nothing must not block the test past its deadline)
