@@ -3,16 +3,25 @@
 Real components only: a local GCS API server (`gcp-storage-emulator`) for `gs://` paths and
 a real local Ray for the Ray backend. Environment variables are set before anything imports
 gcsfs or starts Ray, so Ray workers started from this process inherit them.
+
+Built for a shared, loaded 2-core CI machine: every wait has a deadline sized for it and says
+what it waited for (`wait_until`), every Ray this session starts uses ports chosen free (never
+Ray's defaults, which another user's Ray may hold), and clusters are torn down in finalizers
+(`ray_cluster`) even when a test fails.
 """
 
 from __future__ import annotations
 
+import http.client
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -29,6 +38,19 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Ray gives a starting raylet 30 s to register and a starting worker 60 s: on a loaded 2-core
+# machine both take longer, and the node (or `ray start`) dies. Inherited by every Ray started
+# from this session, `ray start` subprocesses included.
+os.environ.setdefault("RAY_raylet_start_wait_time_s", "60")
+os.environ.setdefault("RAY_worker_register_timeout_seconds", "300")
+# Ray runs its workers at niceness 15, so other CPU-bound work on a shared CI machine starves
+# them (tasks crawl at a few percent of a core); tests want their fair share.
+os.environ.setdefault("RAY_worker_niceness", "0")
+# A `ray start --block` node drains for 30 s on SIGTERM (for Serve); test nodes stop at once.
+os.environ.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
+
+# Deadlines for waits in tests: generous, because a loaded CI machine is slow, never a hang.
+WAIT_TIMEOUT = 300.0
 
 
 def free_port() -> int:
@@ -38,14 +60,22 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _wait_for_port(port: int, timeout: float) -> None:
+def wait_until(condition, what: str, timeout: float = WAIT_TIMEOUT, interval: float = 0.05):
+    """Poll `condition()` until it returns something truthy (returned); TimeoutError naming
+    `what` after `timeout` seconds. Exceptions from `condition` propagate."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listened on 127.0.0.1:{port} after {timeout}s")
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout:.0f}s for {what}")
+        time.sleep(interval)
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 EMULATOR = os.path.join(os.path.dirname(__file__), "tests", "gcs_emulator.py")  # with generation semantics
@@ -68,11 +98,15 @@ def gcs_emulator():
     previous = {name: os.environ.get(name) for name in settings}
     os.environ.update(settings)
     try:
-        _wait_for_port(port, timeout=30)
+        wait_until(lambda: _port_open(port), f"the GCS emulator to listen on 127.0.0.1:{port}", timeout=120)
         yield endpoint
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         for name, value in previous.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -92,6 +126,118 @@ def gcs_bucket(gcs_emulator) -> str:
     return f"gs://{name}"
 
 
+DROP = -1  # FaultyGcs: drop the connection instead of answering
+
+
+class FaultyGcs:
+    """Forwards GCS JSON API requests to the emulator, failing some of them on purpose.
+
+    - every `transient_every`-th request is answered 503 once (a retry of it then goes through);
+    - any request whose URL contains one of `forbidden` is answered 403, always;
+    - `outage(token, times, status)`: the next `times` requests whose URL or body contains
+      `token` (uploads name their object in the body) are answered `status`, or with
+      `status=None` their connection is dropped without an answer. Six in a row outlast
+      gcsfs's own retries (six attempts, ~30 s of backoff) for one request.
+    Every request's method and path is kept in `log`.
+    """
+
+    def __init__(self, upstream: str, transient_every: int = 0, forbidden: tuple[str, ...] = ()):
+        self.upstream = urlsplit(upstream)
+        self.transient_every = transient_every
+        self.forbidden = forbidden
+        self.outages: dict[str, list] = {}  # token -> [requests left to fail, status or None]
+        self.requests = 0
+        self.injected_transient = 0
+        self.injected_permanent = 0
+        self.injected_outage = 0
+        self.log: list[str] = []
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _handle(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                status = proxy._fault_for(f"{self.command} {self.path}", body or b"")
+                if status == DROP:  # the connection dies before any answer
+                    self.close_connection = True
+                    return
+                if status:
+                    payload = b'{"error": {"code": %d, "message": "injected fault"}}' % status
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                conn = http.client.HTTPConnection(proxy.upstream.hostname, proxy.upstream.port, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                conn.request(self.command, self.path, body=body, headers=headers)
+                response = conn.getresponse()
+                data = response.read()
+                self.send_response(response.status)
+                for key, value in response.getheaders():
+                    if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _handle
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def outage(self, token: str, times: int, status: int | None = 503) -> None:
+        with self._lock:
+            self.outages[token] = [times, DROP if status is None else status]
+
+    def _fault_for(self, request: str, body: bytes) -> int:
+        with self._lock:
+            self.requests += 1
+            self.log.append(request)
+            path = request.split(" ", 1)[1]
+            for token, outage in self.outages.items():
+                if (token in path or token.encode() in body) and outage[0] > 0:
+                    outage[0] -= 1
+                    self.injected_outage += 1
+                    return outage[1]
+            if any(token in path for token in self.forbidden):
+                self.injected_permanent += 1
+                return 403
+            if self.transient_every and self.requests % self.transient_every == 0:
+                self.injected_transient += 1
+                return 503
+            return 0
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def faulty_gcs(gcs_emulator):
+    """`faulty_gcs(transient_every=..., forbidden=...)` -> a FaultyGcs (its `.url` is the endpoint
+    to use as STORAGE_EMULATOR_HOST); every proxy is shut down after the test."""
+    proxies = []
+
+    def make(**kwargs) -> FaultyGcs:
+        proxy = FaultyGcs(gcs_emulator, **kwargs)
+        proxies.append(proxy)
+        return proxy
+
+    yield make
+    for proxy in proxies:
+        proxy.close()
+
+
 @pytest.fixture(scope="session")
 def ray_local(gcs_emulator):
     """One local Ray with 2 CPUs, shared by the test run.
@@ -104,7 +250,10 @@ def ray_local(gcs_emulator):
 
     def ensure():
         if not ray.is_initialized():
-            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            # a port chosen free, not Ray's default 8265 (which another user's Ray may hold)
+            start_ray_node(lambda: ray.init(address="local", num_cpus=2, include_dashboard=False, dashboard_port=free_port(),
+                                            log_to_driver=False, configure_logging=False),
+                           "the session's local Ray", cleanup=ray.shutdown)
         return ray
 
     ensure()
@@ -116,3 +265,141 @@ def ray_local(gcs_emulator):
 def ray_shared(ray_local):
     """Function-scoped handle on the shared local Ray (restarted if a test shut it down)."""
     return ray_local()
+
+
+# pytest-timeout (signal method: the test fails with a traceback and its finalizers still run).
+# A Ray test that is not marked slow takes seconds; one that hangs fails after this, not after
+# the 600 s that every other test gets.
+QUICK_RAY_TEST_TIMEOUT = 300
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("ray") and not item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(QUICK_RAY_TEST_TIMEOUT))
+
+
+RAY_ADDRESS_FILE = "/tmp/ray/ray_current_cluster"
+NODE_START_ATTEMPTS = 3
+
+
+def start_ray_node(start, what: str, cleanup=None):
+    """`start()` a Ray node, again (up to NODE_START_ATTEMPTS) if it died while starting.
+
+    On a loaded machine a raylet gives up when its dashboard agent has not written its port
+    within ~15 s (hard-coded in Ray), and the node never registers ("The current node timed
+    out during startup"). A fresh attempt usually makes it; anything else is raised at once.
+    """
+    for attempt in range(1, NODE_START_ATTEMPTS + 1):
+        try:
+            return start()
+        except Exception as e:
+            if "timed out during startup" not in str(e) or attempt == NODE_START_ATTEMPTS:
+                raise
+            print(f"{what} did not start (attempt {attempt}): {e}; retrying", file=sys.stderr)
+            if cleanup is not None:
+                cleanup()
+
+
+class LocalRayCluster:
+    """A multi-node Ray on this machine (`ray.cluster_utils.Cluster`) that leaves no trace.
+
+    The head gets free ports for its dashboard and agent, so that another Ray on Ray's default
+    ports does not matter; `close()` removes every node this test added and restores the
+    machine-wide `ray_current_cluster` file, which `Cluster` overwrites and `Cluster.shutdown()`
+    deletes even when it belongs to someone else's Ray.
+    """
+
+    def __init__(self, head_args: dict):
+        from ray.cluster_utils import Cluster
+
+        self._previous_address = _read_file(RAY_ADDRESS_FILE)
+        self.cluster = Cluster(initialize_head=False)
+        args = {"num_cpus": 0, "include_dashboard": False, "dashboard_port": free_port(),
+                "dashboard_agent_listen_port": free_port(), **head_args}
+        start_ray_node(lambda: self.cluster.add_node(**args), "the head node")
+        self.address = self.cluster.address
+
+    def add_node(self, **args):
+        return start_ray_node(lambda: self.cluster.add_node(**args), "a worker node")
+
+    def kill(self, node) -> None:
+        """Remove `node` the way a preemption does: its processes are SIGKILLed."""
+        self.cluster.remove_node(node, allow_graceful=False)
+
+    def connect(self, **init_args):
+        import ray
+
+        ray.init(address=self.address, log_to_driver=False, **init_args)
+        self.cluster.wait_for_nodes()
+        return ray
+
+    def close(self) -> None:
+        import ray
+
+        ray.shutdown()
+        for node in list(self.cluster.worker_nodes):
+            self.cluster.remove_node(node, allow_graceful=False)
+        if self.cluster.head_node is not None:
+            self.cluster.remove_node(self.cluster.head_node, allow_graceful=False)
+        if _read_file(RAY_ADDRESS_FILE) == self.address:  # still ours: put back what was there
+            _restore_file(RAY_ADDRESS_FILE, self._previous_address)
+
+
+def _read_file(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _restore_file(path: str, content: str | None) -> None:
+    try:
+        if content is None:
+            os.remove(path)
+        else:
+            with open(path, "w") as f:
+                f.write(content)
+    except OSError:
+        pass
+
+
+def _ray_clusters():
+    """Yield a starter of LocalRayClusters; every cluster it started is closed afterwards."""
+    import ray
+
+    started: list[LocalRayCluster] = []
+
+    def start(**head_args) -> LocalRayCluster:
+        ray.shutdown()
+        started.append(LocalRayCluster(head_args))
+        return started[-1]
+
+    try:
+        yield start
+    finally:
+        for cluster in reversed(started):
+            cluster.close()
+
+
+@pytest.fixture
+def ray_cluster():
+    """Start a multi-node Ray: `ray_cluster(**head_args)` -> LocalRayCluster (head: 0 CPUs by default).
+
+    The session's shared local Ray is shut down first (the next test that wants it restarts
+    it); every cluster started here is torn down after the test, pass or fail.
+    """
+    yield from _ray_clusters()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster_module():
+    """`ray_cluster` for a whole test module (torn down after its last test)."""
+    yield from _ray_clusters()
+
+
+@pytest.fixture(name="wait_until")
+def wait_until_fixture():
+    """`wait_until(condition, what, timeout=WAIT_TIMEOUT)`: poll until truthy, else TimeoutError naming `what`."""
+    return wait_until

@@ -20,7 +20,7 @@ def _run(script: str, *args: str, tmp_path: Path, work_dir: bool = True) -> str:
     work = ["--work-dir", str(tmp_path / "work")] if work_dir else []
     proc = subprocess.run(
         [sys.executable, str(BENCHMARKS / script), *work, "--json", str(tmp_path / "out.json"), *args],
-        capture_output=True, text=True, env=env, timeout=180, check=False,
+        capture_output=True, text=True, env=env, timeout=300, check=False,
     )
     assert proc.returncode == 0, f"{script} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     assert (tmp_path / "out.json").exists()

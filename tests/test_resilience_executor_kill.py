@@ -50,7 +50,22 @@ EXPERIMENT = textwrap.dedent(
 )
 
 
-def test_experiment_killed_mid_step_finishes_on_rerun(tmp_path):
+@pytest.fixture
+def background():
+    """Start a process in the background; it is killed after the test, pass or fail."""
+    started: list[subprocess.Popen] = []
+
+    def launch(*args, **kwargs) -> subprocess.Popen:
+        started.append(subprocess.Popen(*args, **kwargs))
+        return started[-1]
+
+    yield launch
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def test_experiment_killed_mid_step_finishes_on_rerun(tmp_path, background):
     script = tmp_path / "experiment.py"
     script.write_text(EXPERIMENT)
     calls = tmp_path / "calls"
@@ -58,16 +73,18 @@ def test_experiment_killed_mid_step_finishes_on_rerun(tmp_path):
     prefix = tmp_path / "prefix"
     args = [sys.executable, str(script), "--prefix", str(prefix), "--lease_timeout", "3", "--heartbeat_interval", "0.5", "--poll_interval", "0.5"]
     env = {**os.environ, "CALLS_DIR": str(calls)}
-    proc = subprocess.Popen(args, env={**env, "CONSUME_SECONDS": "600"}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not any(p.name.startswith("consume") for p in calls.iterdir()):
+    proc = background(args, env={**env, "CONSUME_SECONDS": "600"}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while not any(p.name.startswith("consume") for p in calls.iterdir()):
+        assert proc.poll() is None, f"the experiment ended before its step ran: {proc.communicate()[1][-3000:]}"
+        assert time.monotonic() < deadline, "waited 300s for the `consume` step to start"
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)  # the driver dies while `consume` runs
     proc.wait()
     [consume_dir] = list(prefix.glob("consume-*"))
     assert "RUNNING" in (consume_dir / ".executor_status").read_text()
 
-    rerun = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    rerun = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert (consume_dir / "total.txt").read_text() == "10"
     assert "SUCCESS" in (consume_dir / ".executor_status").read_text()

@@ -63,12 +63,24 @@ def job(tmp_path):
     return script
 
 
-def start(script, out, scratch):
-    return subprocess.Popen([sys.executable, str(script), str(out), str(scratch)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+@pytest.fixture
+def start():
+    """Start the job in the background; whatever the test does, it is killed afterwards."""
+    started: list[subprocess.Popen] = []
+
+    def launch(script, out, scratch):
+        started.append(subprocess.Popen([sys.executable, str(script), str(out), str(scratch)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        return started[-1]
+
+    yield launch
+    for proc in started:
+        proc.kill()
+        proc.wait()
 
 
 def finish(script, out, scratch):
-    result = subprocess.run([sys.executable, str(script), str(out), str(scratch)], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, str(script), str(out), str(scratch)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     words = result.stdout.split()
     return tuple(int(words[words.index(name) + 1]) for name in ("map_calls", "reduce_shards", "counted"))
@@ -82,11 +94,14 @@ def outputs(out: Path) -> list[str]:
     return sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) if out.exists() else []
 
 
-def kill_when(proc, condition, timeout=60):
+def kill_when(proc, condition, what, timeout=300):
+    """SIGKILL the job once `condition()` holds (polled every 20 ms); fail if it never does."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not condition():
+    while not condition():
         if proc.poll() is not None:
-            raise AssertionError(f"the job ended before the kill point: {proc.communicate()}")
+            raise AssertionError(f"the job ended before the kill point ({what}): {proc.communicate()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout}s for the kill point: {what}")
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -109,10 +124,10 @@ PHASES = {
 
 
 @pytest.mark.parametrize("phase", list(PHASES))
-def test_killed_driver_resumes_without_redoing_finished_work(job, tmp_path, reference, phase):
+def test_killed_driver_resumes_without_redoing_finished_work(job, start, tmp_path, reference, phase):
     out, scratch = tmp_path / "out", tmp_path / "scratch"
     proc = start(job, out, scratch)
-    kill_when(proc, lambda: PHASES[phase](out, scratch))
+    kill_when(proc, lambda: PHASES[phase](out, scratch), phase)
     scattered, written = manifests(scratch), len(outputs(out))
     map_calls, reduce_shards, counted = finish(job, out, scratch)
     assert map_calls == NUM_MAP - scattered  # finished map shards are not redone
@@ -124,7 +139,7 @@ def test_killed_driver_resumes_without_redoing_finished_work(job, tmp_path, refe
 
 
 @pytest.mark.parametrize("seed", [3, 11])
-def test_killed_at_a_random_moment(job, tmp_path, reference, seed):
+def test_killed_at_a_random_moment(job, start, tmp_path, reference, seed):
     out, scratch = tmp_path / "out", tmp_path / "scratch"
     proc = start(job, out, scratch)
     time.sleep(random.Random(seed).uniform(0.3, 2.5))

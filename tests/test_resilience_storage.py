@@ -1,7 +1,10 @@
 """Object-storage faults: transient errors are retried, permanent ones fail naming the path.
 
 The pipeline runs in a subprocess whose STORAGE_EMULATOR_HOST points at a proxy in front of the
-local GCS emulator; the proxy answers some requests with 503 (once) or 403 (always).
+local GCS emulator (`faulty_gcs` in the root conftest); the proxy answers some requests with 503
+(once, which gcsfs's own retries absorb), with 503 or a dropped connection several times in a
+row (outlasting gcsfs's retries, so Zephyr sees the error: a lost attempt, not a user error),
+or with 403 (always).
 """
 
 import os
@@ -22,9 +25,14 @@ PIPELINE = textwrap.dedent(
     from zephyr import Dataset, create_backend
 
     src, out = sys.argv[1], sys.argv[2]
-    backend = create_backend("threadpool", max_parallelism=4, progress=False)
+    name = sys.argv[3] if len(sys.argv) > 3 else "threadpool"
+    options = {"init_kwargs": {"num_cpus": 2, "include_dashboard": False}} if name == "ray" else {}
+    backend = create_backend(name, max_parallelism=4, progress=False, **options)
     ds = Dataset.from_files(src).load_jsonl().filter(lambda r: r["i"] % 3).map(lambda r: {**r, "seen": True})
-    print(len(list(backend.execute(ds.write_jsonl(out + "/part-{shard:03d}.jsonl.zst")))), "shards written")
+    execution = backend.execute(ds.write_jsonl(out + "/part-{shard:03d}.jsonl.zst"))
+    print(len(list(execution)), "shards written")
+    print("retries_user", sum(s.retries_user for s in execution.stats), "retries_lost", sum(s.retries_lost for s in execution.stats))
+    print("storage_retries", execution.counters["zephyr/storage_retries"])
     """
 )
 
@@ -42,7 +50,12 @@ def make_bucket(prefix: str = "raw") -> str:
 
 def run(script, endpoint, *args):
     env = {**os.environ, "STORAGE_EMULATOR_HOST": endpoint}
-    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def figures(stdout: str) -> dict[str, int]:
+    words = stdout.split()
+    return {name: int(words[words.index(name) + 1]) for name in ("retries_user", "retries_lost", "storage_retries")}
 
 
 def read_outputs(bucket: str, prefix: str) -> dict:
@@ -66,17 +79,62 @@ def test_transient_errors_are_retried_and_the_output_is_unchanged(tmp_path, gcs_
     assert read_outputs(bucket, "faulty") == read_outputs(bucket, "clean")
 
 
-def test_a_permanent_error_fails_with_the_path_in_the_message(tmp_path, faulty_gcs):
+@pytest.mark.parametrize("backend", ["threadpool", pytest.param("ray", marks=pytest.mark.ray)])
+def test_outages_outlasting_gcsfs_retries_are_lost_attempts_not_user_errors(tmp_path, gcs_emulator, faulty_gcs, backend):
+    """Regression: a 5xx or dropped connection that survived gcsfs's retries inside a task was
+    charged to the user's retry budget (0 locally, so the run failed; 1 on Ray)."""
+    script = tmp_path / "pipeline.py"
+    script.write_text(PIPELINE)
+    bucket = make_bucket()
+    clean = run(script, gcs_emulator, f"gs://{bucket}/raw/*.jsonl.zst", f"gs://{bucket}/clean")
+    assert clean.returncode == 0, clean.stderr[-3000:]
+
+    proxy = faulty_gcs()
+    # (downloads only: a worker without a cached listing also fetches metadata, and gcsfs falls
+    # back between metadata calls in ways that absorb some failures)
+    proxy.outage("raw%2Fpart-2.jsonl.zst?alt=media", times=6)  # reading shard 2: 503 x6
+    proxy.outage("raw%2Fpart-5.jsonl.zst?alt=media", times=12, status=None)  # shard 5: dropped x12 (aiohttp retries too)
+    proxy.outage("faulty/part-001.jsonl.zst", times=6)  # uploading shard 1's output: 503 x6
+    faulty = run(script, proxy.url, f"gs://{bucket}/raw/*.jsonl.zst", f"gs://{bucket}/faulty", backend)
+    assert faulty.returncode == 0, faulty.stderr[-3000:]
+    assert "6 shards written" in faulty.stdout
+    assert proxy.injected_outage == 6 + 12 + 6  # every outage happened in full
+    counts = figures(faulty.stdout)
+    assert counts["retries_user"] == 0  # the user's budget was not charged
+    assert counts["retries_lost"] == counts["storage_retries"] >= 3  # one lost attempt per outage, at least
+    assert "transient storage error" in faulty.stderr  # and the run said why it retried
+    assert read_outputs(bucket, "faulty") == read_outputs(bucket, "clean")
+
+
+def test_a_permanent_error_fails_fast_with_the_path_in_the_message(tmp_path, faulty_gcs):
     script = tmp_path / "pipeline.py"
     script.write_text(PIPELINE)
     bucket = make_bucket()
     proxy = faulty_gcs(forbidden=("part-4.jsonl.zst?alt=media", "part-4.jsonl.zst&alt=media", "o/raw%2Fpart-4"))
     result = run(script, proxy.url, f"gs://{bucket}/raw/*.jsonl.zst", f"gs://{bucket}/out")
     assert result.returncode != 0
-    assert proxy.injected_permanent >= 1
+    assert proxy.injected_permanent == 1  # one request: neither gcsfs nor Zephyr retried a 403
     assert f"gs://{bucket}/raw/part-4.jsonl.zst" in result.stderr
     assert "shard 4" in result.stderr
+    assert "transient storage error" not in result.stderr
     fs = fsspec.filesystem("gs")
     fs.invalidate_cache()
     written = [p.rsplit("/", 1)[-1] for p in fs.ls(f"{bucket}/out")] if fs.exists(f"{bucket}/out") else []
     assert "part-004.jsonl.zst" not in written
+
+
+def test_a_forbidden_upload_fails_fast_naming_the_output_and_shard(tmp_path, faulty_gcs):
+    script = tmp_path / "pipeline.py"
+    script.write_text(PIPELINE)
+    bucket = make_bucket()
+    proxy = faulty_gcs()
+    # the upload names its object in its metadata part (gcsfs's json.dumps); the run record,
+    # which also mentions the output, is written as usual
+    proxy.outage('{"name": "out/part-003.jsonl.zst"}', times=1000, status=403)
+    result = run(script, proxy.url, f"gs://{bucket}/raw/*.jsonl.zst", f"gs://{bucket}/out")
+    assert result.returncode != 0
+    assert proxy.injected_outage == 1  # not retried
+    assert f"gs://{bucket}/out/part-003.jsonl.zst" in result.stderr and "shard 3" in result.stderr
+    fs = fsspec.filesystem("gs")
+    fs.invalidate_cache()
+    assert "part-003.jsonl.zst" not in [p.rsplit("/", 1)[-1] for p in fs.ls(f"{bucket}/out")]

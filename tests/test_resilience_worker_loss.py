@@ -4,7 +4,6 @@ Ray: the outputs are byte-identical to a clean single-process run."""
 import importlib.util
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -29,10 +28,7 @@ def load_quickstart():
     return module
 
 
-def test_nodes_come_and_go_while_the_quickstart_pipeline_runs(tmp_path):
-    import ray
-    from ray.cluster_utils import Cluster
-
+def test_nodes_come_and_go_while_the_quickstart_pipeline_runs(tmp_path, ray_cluster, wait_until):
     qs = load_quickstart()
     raw = tmp_path / "raw"
     qs.generate_raw(qs.RawConfig(str(raw), num_shards=16, docs_per_shard=800))
@@ -44,51 +40,42 @@ def test_nodes_come_and_go_while_the_quickstart_pipeline_runs(tmp_path):
     finally:
         set_flow_backend(None)
 
-    ray.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    cluster = ray_cluster()
+    first = cluster.add_node(num_cpus=1)
+    second = cluster.add_node(num_cpus=1)
+    cluster.connect()
+    out = tmp_path / "out"
+    backend = create_backend("ray", max_parallelism=4, progress=False, scratch_dir=str(tmp_path / "scratch"))
+    set_flow_backend(backend)
     try:
-        first = cluster.add_node(num_cpus=1)
-        second = cluster.add_node(num_cpus=1)
-        ray.init(address=cluster.address, log_to_driver=False)
-        cluster.wait_for_nodes()
-        out = tmp_path / "out"
-        set_flow_backend(create_backend("ray", max_parallelism=4, progress=False, scratch_dir=str(tmp_path / "scratch")))
-        errors = []
-        driver = threading.Thread(target=lambda: _capture(errors, qs.clean, qs.CleanConfig(str(raw), str(out))))
+        outcome = {}
+        driver = threading.Thread(target=_capture, args=(outcome, qs.clean, qs.CleanConfig(str(raw), str(out))), daemon=True)
         driver.start()
 
         # a node dies in the map stage, a replacement joins; another dies while the outputs are written
-        _wait_for(lambda: list((tmp_path / "scratch").glob("*/map-*.json")))
-        cluster.remove_node(first, allow_graceful=False)
-        third = cluster.add_node(num_cpus=1)
-        _wait_for(lambda: any(p.name.endswith(".zst") for p in out.glob("*")) or not driver.is_alive(), timeout=120)
-        cluster.remove_node(second, allow_graceful=False)
+        wait_until(lambda: list((tmp_path / "scratch").glob("*/map-*.json")) or not driver.is_alive(),
+                   "the first map shard of the dedup shuffle to finish")
+        cluster.kill(first)
         cluster.add_node(num_cpus=1)
-        driver.join(timeout=300)
-        assert not driver.is_alive()
-        assert errors == []
-        names = sorted(p.name for p in reference.glob("part-*"))
-        assert names and sorted(p.name for p in out.glob("part-*")) == names
-        for name in names:
-            assert (out / name).read_bytes() == (reference / name).read_bytes()
-        assert third is not None
+        wait_until(lambda: any(p.name.endswith(".zst") for p in out.glob("*")) or not driver.is_alive(),
+                   "the first output file to be written")
+        cluster.kill(second)
+        cluster.add_node(num_cpus=1)
+        driver.join(timeout=600)
+        assert not driver.is_alive(), "the pipeline did not finish within 600s of the second node kill"
     finally:
         set_flow_backend(None)
-        ray.shutdown()
-        cluster.shutdown()
+    assert "error" not in outcome, outcome.get("error")
+    names = sorted(p.name for p in reference.glob("part-*"))
+    assert names and sorted(p.name for p in out.glob("part-*")) == names
+    for name in names:
+        assert (out / name).read_bytes() == (reference / name).read_bytes()
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in reference.iterdir())  # nothing else left
+    assert not any((tmp_path / "scratch").iterdir())  # shuffle scratch removed
 
 
-def _capture(errors, fn, *args):
+def _capture(outcome, fn, *args):
     try:
-        fn(*args)
-    except Exception as e:  # surfaced by the assertion in the main thread
-        errors.append(e)
-
-
-def _wait_for(condition, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise TimeoutError("condition not reached")
+        outcome["value"] = fn(*args)
+    except BaseException as e:  # surfaced by the assertion in the main thread
+        outcome["error"] = e

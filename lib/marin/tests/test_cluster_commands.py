@@ -220,14 +220,14 @@ def test_local_cleanup_matches_only_the_marker_not_a_reused_session_id(tmp_path)
     processes were then SIGKILLed. Only the cluster's marker env var counts now."""
     from marin.cluster import local
 
-    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     env = {**os.environ, local.MARKER_ENV: "test-marker-123"}
-    tagged = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
+    tagged = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env=env)
     try:
         # the recorded head pid is now the stranger's pid, which leads the stranger's session
         cluster = local.LocalCluster(str(tmp_path), str(tmp_path / "tmp"), 1,
                                      local.LocalNode(stranger.pid, {}, {}), marker="test-marker-123")
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 120
         while tagged.pid not in (members := local._members(cluster)) and time.monotonic() < deadline:
             time.sleep(0.05)  # until the child's environ is readable
         assert tagged.pid in members
@@ -236,3 +236,16 @@ def test_local_cleanup_matches_only_the_marker_not_a_reused_session_id(tmp_path)
         for proc in (stranger, tagged):
             proc.kill()
             proc.wait()
+
+
+def test_local_ports_are_drawn_below_the_ephemeral_range_and_never_rays_defaults():
+    from marin.cluster import local
+
+    for _ in range(20):
+        ports = local._free_ports()
+        values = sorted(ports[name] for name in ports if name != "max_worker") + [ports["max_worker"]]
+        assert values == list(range(values[0], values[0] + len(values) - 1)) + [ports["max_worker"]]
+        assert ports["max_worker"] - ports["min_worker"] == local._WORKER_PORTS - 1
+        low, high = local._quiet_range()
+        assert low <= values[0] and ports["max_worker"] < high
+        assert not {6379, 8265, 10001, 52365} & set(range(values[0], ports["max_worker"] + 1))

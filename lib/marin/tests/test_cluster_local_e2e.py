@@ -2,12 +2,18 @@
 
 One head is started for the module (through the `marin` console script). The tests submit a
 Zephyr script with `ray_run`, list it, read its logs, stop a long job, refuse a client without
-the token, and finally restart the cluster with job preservation and stop it. Every output is
-checked for the token.
+the token; the restart test restarts (with job preservation) and stops a cluster of its own.
+Every output is checked for the token.
+
+Isolation on a shared, loaded machine: each cluster lives in its own state dir and HOME on
+ports chosen free; every job a test submits is stopped in a finalizer, and every cluster is
+stopped in one, so that a failure never leaks a running job or a head into the next test.
+Deadlines are sized for a loaded 2-core machine and every wait says what it waited for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,6 +21,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -26,6 +33,11 @@ from marin.cluster import cli, local
 from marin.cluster.auth import auth_headers
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+# Deadline for one CLI command or job (a job starts a Ray driver, and Zephyr jobs Ray workers:
+# tens of seconds on a loaded 2-core machine).
+COMMAND_TIMEOUT = 300
+START_TIMEOUT = local._START_TIMEOUT + 60
 
 BIN = Path(sys.executable).parent
 ZEPHYR_JOB = """
@@ -72,7 +84,7 @@ class Env:
     def token(self) -> str:
         return local.token_path(self.state).read_text().strip()
 
-    def run(self, *argv: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    def run(self, *argv: str, env: dict[str, str] | None = None, timeout: float = COMMAND_TIMEOUT) -> subprocess.CompletedProcess:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"}
         full_env |= self.vars | (env or {})
         result = subprocess.run(argv, cwd=self.work, env=full_env, capture_output=True, text=True, timeout=timeout)
@@ -92,44 +104,78 @@ class Env:
             assert token not in text
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    base = tmp_path_factory.mktemp("local-cluster")
+def _write_jobs(work: Path) -> None:
+    work.mkdir(parents=True)
+    (work / "zephyr_job.py").write_text(textwrap.dedent(ZEPHYR_JOB))
+    (work / "ray_job.py").write_text(textwrap.dedent(RAY_JOB))
+    (work / "long_job.py").write_text(textwrap.dedent(LONG_JOB))
+
+
+@contextlib.contextmanager
+def _running_cluster(base: Path):
+    """Start a local cluster in `base` through the console script; stop it however the block ends."""
     env = Env(base)
-    env.work.mkdir()
-    (env.work / "zephyr_job.py").write_text(textwrap.dedent(ZEPHYR_JOB))
-    (env.work / "ray_job.py").write_text(textwrap.dedent(RAY_JOB))
-    (env.work / "long_job.py").write_text(textwrap.dedent(LONG_JOB))
+    _write_jobs(env.work)
     with pytest.MonkeyPatch.context() as mp:
         for key, value in env.vars.items():
             mp.setenv(key, value)
         for key in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "MARIN_CLUSTER"):
             mp.delenv(key, raising=False)
-        started = env.run(str(BIN / "marin"), "cluster", "--cluster", "local", "start-cluster")
-        assert started.returncode == 0, started.stderr
         try:
+            # longer than the start deadline of marin.cluster.local, so that its own message shows
+            started = env.run(str(BIN / "marin"), "cluster", "--cluster", "local", "start-cluster", timeout=START_TIMEOUT)
+            assert started.returncode == 0, f"start-cluster failed:\n{started.stderr[-3000:]}"
             yield env
         finally:
             local.stop(env.state)
 
 
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with _running_cluster(tmp_path_factory.mktemp("local-cluster")) as env:
+        yield env
+
+
+@pytest.fixture
+def jobs_stopped_after(cluster):
+    """After the test, every job still pending or running on the module's cluster is stopped
+    (and waited for), so that a failed test never leaks a running job into the next one."""
+    yield
+    running = local.load(cluster.state)
+    if running is None:
+        return
+    token = cluster.token
+    request = urllib.request.Request(f"{running.dashboard_url}/api/jobs/", headers=auth_headers(token))
+    with urllib.request.urlopen(request, timeout=30) as response:
+        active = [job["submission_id"] for job in json.load(response)
+                  if job.get("submission_id") and job["status"] in ("PENDING", "RUNNING")]
+    for job_id in active:
+        stop = urllib.request.Request(f"{running.dashboard_url}/api/jobs/{job_id}/stop", method="POST",
+                                      headers=auth_headers(token))
+        urllib.request.urlopen(stop, timeout=30).close()
+    for job_id in active:
+        _wait_status(job_id, token, {"STOPPED", "SUCCEEDED", "FAILED"}, url=running.dashboard_url)
+
+
 def _job_status(url: str, token: str, job_id: str) -> str:
     request = urllib.request.Request(f"{url}/api/jobs/{job_id}", headers=auth_headers(token))
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with urllib.request.urlopen(request, timeout=30) as response:
         return json.load(response)["status"]
 
 
-def _wait_status(job_id: str, token: str, wanted: set[str], timeout: float = 60) -> str:
+def _wait_status(job_id: str, token: str, wanted: set[str], timeout: float = COMMAND_TIMEOUT, url: str | None = None) -> str:
+    url = url or local.load().dashboard_url
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = _job_status(local.load().dashboard_url, token, job_id)
+    while True:
+        status = _job_status(url, token, job_id)
         if status in wanted:
             return status
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout:.0f}s for job {job_id} to reach {sorted(wanted)}; it is {status}")
         time.sleep(0.3)
-    raise AssertionError(f"{job_id} never reached {wanted}; last {status}")
 
 
-def test_client_without_token_is_refused(cluster):
+def test_client_without_token_is_refused(cluster, jobs_stopped_after):
     url = local.load().dashboard_url
     with pytest.raises(urllib.error.HTTPError) as missing:
         urllib.request.urlopen(f"{url}/api/jobs/", timeout=10)
@@ -145,6 +191,7 @@ def test_client_without_token_is_refused(cluster):
         sys.executable, "-m", "marin.run.ray_run", "--no_wait", "--", "python", "long_job.py",
         env={"RAY_ADDRESS": url, "HOME": str(empty_home)},
     )  # fmt: skip
+
     assert result.returncode == 2
     assert "Missing authentication token" in result.stderr
     cluster.assert_token_never_shown()
@@ -167,7 +214,7 @@ def test_access_commands_point_at_the_token_file(cluster, capfd):
     cluster.assert_token_never_shown()
 
 
-def test_job_runs_lists_and_logs(cluster, capfd):
+def test_job_runs_lists_and_logs(cluster, capfd, jobs_stopped_after):
     result = cluster.run(
         sys.executable, "-m", "marin.run.ray_run", "--cluster", "local", "--tpu", "v4-8",
         "--submission-id", "ray-e2e", "--", "python", "ray_job.py",
@@ -188,7 +235,7 @@ def test_job_runs_lists_and_logs(cluster, capfd):
     cluster.assert_token_never_shown()
 
 
-def test_zephyr_script_runs_on_the_cluster(cluster):
+def test_zephyr_script_runs_on_the_cluster(cluster, jobs_stopped_after):
     """The issue's acceptance path: a Zephyr pipeline submitted with ray_run, on the Ray backend."""
     result = cluster.run(
         sys.executable, "-m", "marin.run.ray_run", "--cluster", "local", "--submission-id", "zephyr-e2e",
@@ -199,7 +246,7 @@ def test_zephyr_script_runs_on_the_cluster(cluster):
     cluster.assert_token_never_shown()
 
 
-def test_zephyr_command_submits_to_the_cluster(cluster):
+def test_zephyr_command_submits_to_the_cluster(cluster, jobs_stopped_after):
     """`zephyr --cluster local script.py` goes through ray_run; the job's Zephyr joins the cluster."""
     (cluster.work / "cli_job.py").write_text(textwrap.dedent(
         """
@@ -217,14 +264,14 @@ def test_zephyr_command_submits_to_the_cluster(cluster):
     cluster.assert_token_never_shown()
 
 
-def test_failing_job_exits_non_zero(cluster):
+def test_failing_job_exits_non_zero(cluster, jobs_stopped_after):
     (cluster.work / "boom.py").write_text("raise SystemExit('boom')\n")
     result = cluster.run(sys.executable, "-m", "marin.run.ray_run", "--cluster", "local", "--", "python", "boom.py")
     assert result.returncode == 1
     assert "FAILED" in result.stderr
 
 
-def test_stop_job(cluster, capfd):
+def test_stop_job(cluster, capfd, jobs_stopped_after):
     result = cluster.run(
         str(BIN / "marin"), "cluster", "--cluster", "local", "submit-job", "--no_wait", "--submission-id", "long-stop",
         "--", "python", "long_job.py",
@@ -239,22 +286,27 @@ def test_stop_job(cluster, capfd):
     cluster.assert_token_never_shown()
 
 
-def test_auto_stop_stops_the_job_when_the_launcher_is_interrupted(cluster):
+def test_auto_stop_stops_the_job_when_the_launcher_is_interrupted(cluster, jobs_stopped_after):
     argv = [sys.executable, "-m", "marin.run.ray_run", "--cluster", "local", "--auto-stop",
             "--submission-id", "long-auto", "--", "python", "long_job.py"]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")} | cluster.vars
     launcher = subprocess.Popen(argv, cwd=cluster.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while True:  # the job is running once its first log line has been streamed
-            line = launcher.stdout.readline()
-            assert line and time.monotonic() < deadline, "the launcher never streamed the job's first line"
-            if "LONG_JOB_STARTED" in line:
-                break
+        # the job is running once its first log line has been streamed (read in a thread: a
+        # launcher that prints nothing must not block the test past its deadline)
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(launcher.stdout.readline, "")), daemon=True)
+        reader.start()
+        _wait_until(lambda: any("LONG_JOB_STARTED" in line for line in lines) or not reader.is_alive(),
+                    "the launcher to stream the job's first line")
+        assert any("LONG_JOB_STARTED" in line for line in lines), "".join(lines)[-3000:]
         launcher.send_signal(signal.SIGINT)
-        output = line + launcher.communicate(timeout=60)[0]
+        launcher.wait(timeout=COMMAND_TIMEOUT)
+        reader.join(timeout=30)
+        output = "".join(lines)
     finally:
         launcher.kill()
+        launcher.wait()
     cluster.outputs.append(output)
     assert launcher.returncode != 0 and "stopping job long-auto" in output
     assert _wait_status("long-auto", cluster.token, {"STOPPED"}) == "STOPPED"
@@ -271,38 +323,78 @@ def test_add_worker_joins_a_simulated_tpu_host(cluster, capfd):
     assert any(r.get("TPU-v5litepod-4-head") == 1 for r in heads)
 
 
-def test_restart_preserves_running_jobs_then_stop_cluster(cluster, capfd):
-    result = cluster.run(
-        sys.executable, "-m", "marin.run.ray_run", "--cluster", "local", "--no_wait", "--submission-id", "long-keep",
-        "-e", "MARK=kept", "--", "python", "long_job.py",
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    _wait_status("long-keep", cluster.token, {"RUNNING"})
-    before = local.load()
+def test_restart_preserves_running_jobs_then_stop_cluster(tmp_path, capfd):
+    """On a cluster of its own: its only job is the one it submits, whatever other tests left."""
+    with _running_cluster(tmp_path) as own:
+        result = own.run(
+            sys.executable, "-m", "marin.run.ray_run", "--cluster", "local", "--no_wait", "--submission-id", "long-keep",
+            "-e", "MARK=kept", "--", "python", "long_job.py",
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        _wait_status("long-keep", own.token, {"RUNNING"})
+        before = local.load()
 
-    code, out = cluster.cli(capfd, "--cluster", "local", "restart-cluster", "--preserve-jobs")
-    assert code == 0, out
-    assert "Recorded 1 running job(s)" in out and "Resubmitted long-keep" in out
-    after = local.load()
-    assert after.head.pid != before.head.pid  # a new head ...
-    assert _wait_status("long-keep", cluster.token, {"RUNNING"}) == "RUNNING"  # ... running the same job
-    deadline = time.monotonic() + 30
-    while "LONG_JOB_STARTED kept" not in (logs := cluster.cli(capfd, "--cluster", "local", "job-logs", "long-keep")[1]):
-        assert time.monotonic() < deadline, logs
+        code, out = own.cli(capfd, "--cluster", "local", "restart-cluster", "--preserve-jobs")
+        assert code == 0, out
+        assert "Recorded 1 running job(s)" in out and "Resubmitted long-keep" in out
+        after = local.load()
+        assert after.head.pid != before.head.pid  # a new head ...
+        assert _wait_status("long-keep", own.token, {"RUNNING"}) == "RUNNING"  # ... running the same job
+        _wait_until(lambda: "LONG_JOB_STARTED kept" in own.cli(capfd, "--cluster", "local", "job-logs", "long-keep")[1],
+                    "the resubmitted job to log its first line")
+        code, out = own.cli(capfd, "--cluster", "local", "list-jobs")
+        assert [row.split()[:2] for row in out.splitlines()[1:]] == [["long-keep", "RUNNING"]]  # old head's history is gone
+
+        # The token appears in none of our outputs nor in the head's own logs.
+        for path in [own.state / "head.log", *Path(after.temp_dir).rglob("*.log"), *Path(after.temp_dir).rglob("*.out")]:
+            if path.is_file():
+                own.outputs.append(path.read_text(errors="replace"))
+        own.assert_token_never_shown()
+
+        code, out = own.cli(capfd, "--cluster", "local", "stop-cluster")
+        assert code == 0 and "stopped" in out
+        assert local.load() is None
+        assert not Path(after.temp_dir).exists()
+        with socket.socket() as sock:
+            assert sock.connect_ex(("127.0.0.1", after.head.ports["dashboard"])) != 0
+        assert local._members(after) == []
+
+
+def _wait_until(condition, what: str, timeout: float = COMMAND_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout:.0f}s for {what}")
         time.sleep(0.5)
-    code, out = cluster.cli(capfd, "--cluster", "local", "list-jobs")
-    assert [row.split()[:2] for row in out.splitlines()[1:]] == [["long-keep", "RUNNING"]]  # old head's history is gone
 
-    # The token appears in none of our outputs nor in the head's own logs.
-    for path in [cluster.state / "head.log", *Path(after.temp_dir).rglob("*.log"), *Path(after.temp_dir).rglob("*.out")]:
-        if path.is_file():
-            cluster.outputs.append(path.read_text(errors="replace"))
-    cluster.assert_token_never_shown()
 
-    code, out = cluster.cli(capfd, "--cluster", "local", "stop-cluster")
-    assert code == 0 and "stopped" in out
-    assert local.load() is None
-    assert not Path(after.temp_dir).exists()
-    with socket.socket() as sock:
-        assert sock.connect_ex(("127.0.0.1", after.head.ports["dashboard"])) != 0
-    assert local._members(after) == []
+def test_a_head_whose_port_was_taken_meanwhile_is_restarted_on_new_ports(tmp_path, monkeypatch, capfd):
+    """Another process binds the dashboard port between choosing and `ray start`: the head exits
+    and start() tries again on a fresh block of ports instead of failing."""
+    blocker = socket.socket()
+    blocker.bind(("", 0))
+    blocker.listen()
+    taken = blocker.getsockname()[1]
+    choices = []
+
+    def ports_with_one_taken():
+        ports = real_free_ports()
+        if not choices:  # the first attempt's dashboard port is the one someone else holds
+            ports["dashboard"] = taken
+        choices.append(ports)
+        return ports
+
+    real_free_ports = local._free_ports
+    monkeypatch.setattr(local, "_free_ports", ports_with_one_taken)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    state = tmp_path / "state"
+    try:
+        cluster = local.start(state)
+        assert len(choices) == 2 and cluster.head.ports == choices[1]
+        assert "retrying on new ports" in capfd.readouterr().err
+        assert local.load(state) is not None
+    finally:
+        blocker.close()
+        local.stop(state)
+    assert local.load(state) is None
+

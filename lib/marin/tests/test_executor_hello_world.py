@@ -15,7 +15,7 @@ HELLO = os.path.join(REPO_ROOT, "experiments", "hello_world.py")
 
 
 def run(script, *args):
-    proc = subprocess.run([sys.executable, str(script), *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, str(script), *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     output = proc.stdout + proc.stderr
     return sorted(re.findall(r"Running step (\S+)", output)), sorted(re.findall(r"Step (\S+) already succeeded", output))

@@ -198,9 +198,8 @@ def test_concurrency_is_bounded_by_max_concurrent(tmp_path):
             active[0] -= 1
 
     steps = [ExecutorStep(f"s{i}", slow, {"i": versioned(i)}) for i in range(6)]
-    started = time.monotonic()
     make(tmp_path, max_concurrent=3).run(steps)
-    assert peak[0] == 3 and time.monotonic() - started < 1.2
+    assert peak[0] == 3  # three at once (not timed: a loaded machine makes any duration plausible)
 
 
 @dataclass(frozen=True)
@@ -239,7 +238,7 @@ def take_over_own_lease(config: CrashCfg) -> None:
     claim = {"owner": "other:1", "token": "f" * 32, "epoch": 2, "heartbeat": time.time(), "timeout": 60.0}
     with open(os.path.join(lease_dir, "claim-00000002.json"), "w") as f:
         json.dump(claim, f)
-    time.sleep(0.5)  # several heartbeats: ours notices the newer claim and marks the lease lost
+    time.sleep(2.0)  # many heartbeats (every 0.05 s), even on a loaded machine: ours notices the newer claim
 
 
 def test_step_that_lost_its_lease_does_not_write_success(tmp_path):

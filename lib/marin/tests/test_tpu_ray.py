@@ -1,4 +1,4 @@
-"""marin.tpu on a simulated multi-node TPU cluster (ray.cluster_utils.Cluster, JAX on CPU).
+"""marin.tpu on a simulated multi-node TPU cluster (conftest's LocalRayCluster over ray.cluster_utils.Cluster, JAX on CPU).
 
 Worker nodes carry the resources and labels Ray gives real TPU VMs: two v4-8 hosts
 (``TPU: 4`` + ``TPU-v4-8-head``) and one v4-16 slice of two hosts that share the slice-name
@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,7 +24,6 @@ ray = pytest.importorskip("ray")
 jax = pytest.importorskip("jax")
 
 from ray import cloudpickle  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
 
 from marin.tpu import (  # noqa: E402
     TpuPreemptedError,
@@ -51,13 +51,12 @@ FAST_FAILURE_DETECTION = {
     "health_check_timeout_ms": 300,
     "health_check_initial_delay_ms": 0,
 }
-RAY_ADDRESS_FILE = "/tmp/ray/ray_current_cluster"
 CHIPS_PER_HOST = 4
 
 
 @dataclass
 class SimCluster:
-    cluster: Cluster
+    cluster: Any  # conftest's LocalRayCluster: free ports, retried node starts, no trace left
     v4_8: dict = field(default_factory=dict)  # node id -> Node
     v4_16: dict = field(default_factory=dict)
     lockfile: str = ""
@@ -69,7 +68,7 @@ class SimCluster:
 
     def kill(self, node_id: str) -> None:
         node = self.v4_8.pop(node_id)
-        self.cluster.remove_node(node, allow_graceful=False)
+        self.cluster.kill(node)
 
     def add_v4_16_host(self, head: bool):
         resources = {"TPU": CHIPS_PER_HOST, SLICE: 1, **({"TPU-v4-16-head": 1} if head else {})}
@@ -78,20 +77,14 @@ class SimCluster:
         return node
 
     def kill_v4_16_host(self, node_id: str) -> None:
-        self.cluster.remove_node(self.v4_16.pop(node_id), allow_graceful=False)
+        self.cluster.kill(self.v4_16.pop(node_id))
 
 
 @pytest.fixture(scope="module")
-def sim(tmp_path_factory):
-    ray.shutdown()  # the shared local Ray of conftest, if a previous test started it
-    previous_address = _read(RAY_ADDRESS_FILE)
-    cluster = Cluster(
-        initialize_head=True,
-        # The head (the driver's node) poses as host 0 of a v4-32 slice without a slice name.
-        head_node_args={"num_cpus": 1, "include_dashboard": False, "_system_config": FAST_FAILURE_DETECTION,
-                        "resources": {"TPU": 4, "TPU-v4-32-head": 1}},
-    )
-    sim = SimCluster(cluster, lockfile=str(tmp_path_factory.mktemp("lock") / "libtpu_lockfile"))
+def sim(tmp_path_factory, ray_cluster_module):
+    # The head (the driver's node) poses as host 0 of a v4-32 slice without a slice name.
+    local = ray_cluster_module(num_cpus=1, _system_config=FAST_FAILURE_DETECTION, resources={"TPU": 4, "TPU-v4-32-head": 1})
+    sim = SimCluster(local, lockfile=str(tmp_path_factory.mktemp("lock") / "libtpu_lockfile"))
     try:
         for _ in range(2):
             sim.add_v4_8()
@@ -100,20 +93,10 @@ def sim(tmp_path_factory):
         env = {"JAX_PLATFORMS": "cpu", "MARIN_LIBTPU_LOCKFILE": sim.lockfile, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
                "XLA_FLAGS": f"--xla_force_host_platform_device_count={CHIPS_PER_HOST}"}
         os.environ["MARIN_LIBTPU_LOCKFILE"] = sim.lockfile
-        ray.init(address=cluster.address, runtime_env={"env_vars": env}, log_to_driver=False)
+        local.connect(runtime_env={"env_vars": env})
         yield sim
     finally:
         os.environ.pop("MARIN_LIBTPU_LOCKFILE", None)
-        ray.shutdown()
-        # Remove our nodes ourselves: Cluster.shutdown() also deletes the machine-wide
-        # ray_current_cluster file, which may belong to a colleague's Ray.
-        for node in list(cluster.worker_nodes):
-            cluster.remove_node(node)
-        address = cluster.address
-        if cluster.head_node is not None:
-            cluster.remove_node(cluster.head_node)
-        if _read(RAY_ADDRESS_FILE) == address:  # still ours: put back what was there before
-            _restore(RAY_ADDRESS_FILE, previous_address)
 
 
 def _read(path):
@@ -122,17 +105,6 @@ def _read(path):
             return f.read()
     except OSError:
         return None
-
-
-def _restore(path, content):
-    try:
-        if content is None:
-            os.remove(path)
-        else:
-            with open(path, "w") as f:
-                f.write(content)
-    except OSError:
-        pass
 
 
 # ---- functions that run on the simulated hosts -------------------------------------------
@@ -193,8 +165,8 @@ def joint_sum():
 
 
 def slow_step(marker: str, state, batch):
-    """tiny_lm's step, slowed so the test can kill the node mid-run; records the node (of
-    MARIN_TPU_HOST_ID 1 on a multi-host slice: the host that is not the slice's head)."""
+    """tiny_lm's step, slowed so the test can kill the node mid-run; records the node it runs
+    on (host 1's on a multi-host slice)."""
     node = ray.get_runtime_context().get_node_id()
     if os.environ.get("MARIN_TPU_NUM_HOSTS", "1") == "1" or os.environ.get("MARIN_TPU_HOST_ID") == "1":
         if _read(marker + ".node") != node:
@@ -432,9 +404,11 @@ def test_multi_host_training_survives_losing_a_host(sim, token_shards, tmp_path)
     thread = threading.Thread(target=train)
     thread.start()
     try:
-        node = _wait_for(lambda: (latest_step(ckpt) or 0) >= 10 and _read(marker + ".node"), timeout=300,
-                         what="a checkpoint at step >= 10 on the v4-16 slice")
+        _wait_for(lambda: (latest_step(ckpt) or 0) >= 10, timeout=300, what="a checkpoint at step >= 10 on the v4-16 slice")
         assert latest_step(ckpt) < config["num_steps"], "training finished before the host was killed"
+        # The host without the slice's head resource (the placement group may have put either
+        # JAX process there): its replacement below is an ordinary host of the same slice.
+        (node,) = [nid for nid in sim.v4_16 if "TPU-v4-16-head" not in _node_resources(nid)]
         sim.kill_v4_16_host(node)
         sim.add_v4_16_host(head=False)  # the replacement host of the same slice
     finally:

@@ -29,7 +29,7 @@ PIPELINE = textwrap.dedent(
 )
 
 
-def zephyr(*args, cwd=None, env=None, timeout=240):
+def zephyr(*args, cwd=None, env=None, timeout=300):
     return subprocess.run(
         [sys.executable, "-m", "zephyr", *args],
         capture_output=True,

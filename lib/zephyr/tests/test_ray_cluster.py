@@ -1,11 +1,16 @@
 """The Ray backend on a real multi-node Ray: a worker node killed mid-run, and token auth.
 
-These tests start their own clusters, so they shut the shared session Ray down first.
+These tests start their own clusters (on free ports, torn down in finalizers), so they shut the
+shared session Ray down first.
 """
 
+import contextlib
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -32,59 +37,60 @@ def _pipeline(out_pattern, attempts_dir, n=12):
     return Dataset.from_list(list(range(n))).flat_map(lambda i: _slow_shard(i, attempts_dir)).write_jsonl(out_pattern)
 
 
-def test_killing_a_worker_node_costs_only_its_in_flight_shards(tmp_path):
+def test_killing_a_worker_node_costs_only_its_in_flight_shards(tmp_path, ray_cluster, wait_until):
     import ray
-    from ray.cluster_utils import Cluster
 
     reference_dir = tmp_path / "reference"
     sync = create_backend("sync", progress=False)
     list(sync.execute(_pipeline(str(reference_dir / "part-{shard:03d}.jsonl.zst"), tmp_path)))
 
-    ray.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    cluster = ray_cluster()
+    victim = cluster.add_node(num_cpus=2)
+    cluster.add_node(num_cpus=2)
+    cluster.connect()
+
+    attempts = tmp_path / "attempts"
+    attempts.mkdir()
+    backend = create_backend("ray", max_parallelism=4, progress=False)
+
+    out_dir = tmp_path / "out"
+    execution = backend.execute(_pipeline(str(out_dir / "part-{shard:03d}.jsonl.zst"), attempts))
+    outcome = {}
+    driver = threading.Thread(target=lambda: _capture(outcome, lambda: list(execution)), daemon=True)
+    driver.start()
+    # wait until both nodes run shards, then kill one the way a preemption does (Ray's node
+    # helpers must run on the main thread, so the pipeline is driven from another one)
+    wait_until(lambda: len(list(attempts.iterdir())) >= 4 or not driver.is_alive(), "4 shards to start on the 2 nodes")
+    cluster.kill(victim)
+    cluster.add_node(num_cpus=2)  # the autoscaler brings a replacement
+    driver.join(timeout=600)
+    assert not driver.is_alive(), "the pipeline did not finish within 600s of the node kill"
+    assert "error" not in outcome, outcome.get("error")
+    paths = outcome["value"]
+
+    assert [Path(p).name for p in paths] == [f"part-{i:03d}.jsonl.zst" for i in range(12)]
+    for name in sorted(set(os.listdir(reference_dir)) - {RECORD_NAME}):
+        assert (out_dir / name).read_bytes() == (reference_dir / name).read_bytes()
+    assert sorted(os.listdir(out_dir)) == sorted(os.listdir(reference_dir))  # no temporary litter
+    # each shard counted once in the totals, however often it ran
+    assert execution.counters["records"] == 12 * 200
+    # only the shards in flight on the dead node (2 CPUs there) ran twice
+    assert 12 <= len(list(attempts.iterdir())) <= 12 + 2
+    assert execution.stats[0].retries_user == 0
+
+    # custom resources steer placement: only the node that offers them runs these shards
+    special = cluster.add_node(num_cpus=2, resources={"TPU": 4, "TPU-v4-8-head": 1})
+    cluster.cluster.wait_for_nodes()
+    on_tpu = create_backend("ray", max_parallelism=4, progress=False, resources={"TPU": 4, "TPU-v4-8-head": 1})
+    nodes = set(on_tpu.execute(Dataset.from_list(list(range(4))).map(lambda _: ray.get_runtime_context().get_node_id())))
+    assert nodes == {special.node_id}
+
+
+def _capture(outcome: dict, fn) -> None:
     try:
-        victim = cluster.add_node(num_cpus=2)
-        cluster.add_node(num_cpus=2)
-        ray.init(address=cluster.address, log_to_driver=False)
-        cluster.wait_for_nodes()
-
-        attempts = tmp_path / "attempts"
-        attempts.mkdir()
-        backend = create_backend("ray", max_parallelism=4, progress=False)
-
-        out_dir = tmp_path / "out"
-        execution = backend.execute(_pipeline(str(out_dir / "part-{shard:03d}.jsonl.zst"), attempts))
-        outcome = {}
-        driver = threading.Thread(target=lambda: outcome.update(paths=list(execution)))
-        driver.start()
-        # wait until both nodes run shards, then kill one the way a preemption does (Ray's node
-        # helpers must run on the main thread, so the pipeline is driven from another one)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(list(attempts.iterdir())) < 4:
-            time.sleep(0.1)
-        cluster.remove_node(victim, allow_graceful=False)
-        cluster.add_node(num_cpus=2)  # the autoscaler brings a replacement
-        driver.join(timeout=300)
-        paths = outcome["paths"]
-
-        assert [Path(p).name for p in paths] == [f"part-{i:03d}.jsonl.zst" for i in range(12)]
-        for name in sorted(set(os.listdir(reference_dir)) - {RECORD_NAME}):
-            assert (out_dir / name).read_bytes() == (reference_dir / name).read_bytes()
-        assert sorted(os.listdir(out_dir)) == sorted(os.listdir(reference_dir))  # no temporary litter
-        # each shard counted once in the totals, however often it ran
-        assert execution.counters["records"] == 12 * 200
-        # only the shards in flight on the dead node (2 CPUs there) ran twice
-        assert 12 <= len(list(attempts.iterdir())) <= 12 + 2
-
-        # custom resources steer placement: only the node that offers them runs these shards
-        special = cluster.add_node(num_cpus=2, resources={"TPU": 4, "TPU-v4-8-head": 1})
-        cluster.wait_for_nodes()
-        on_tpu = create_backend("ray", max_parallelism=4, progress=False, resources={"TPU": 4, "TPU-v4-8-head": 1})
-        nodes = set(on_tpu.execute(Dataset.from_list(list(range(4))).map(lambda _: ray.get_runtime_context().get_node_id())))
-        assert nodes == {special.node_id}
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
+        outcome["value"] = fn()
+    except BaseException as e:  # reported by the main thread's assertion
+        outcome["error"] = e
 
 
 TOKEN_SCRIPT = textwrap.dedent(
@@ -105,49 +111,63 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def test_token_authenticated_cluster_accepts_the_token_and_refuses_others(tmp_path):
+@pytest.fixture
+def token_head(tmp_path, wait_until):
+    """A token-auth `ray start --head` on free ports with a private temp dir; killed after the test."""
     token_home = tmp_path / "home"
     token_home.mkdir()
     token_file = tmp_path / "auth_token"
     token_file.write_text("a" * 32 + "zephyrtesttoken" + "b" * 17)
+    env = {**os.environ, "HOME": str(token_home), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file)}
+    env.pop("RAY_ADDRESS", None)
     port = _free_port()
-    env = {
-        **os.environ,
-        "HOME": str(token_home),
-        "RAY_AUTH_MODE": "token",
-        "RAY_AUTH_TOKEN_PATH": str(token_file),
-    }
-    ray_bin = Path(sys.executable).with_name("ray")
-    head = subprocess.Popen(
-        [str(ray_bin), "start", "--head", "--block", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
-         f"--ray-client-server-port={_free_port()}", f"--node-manager-port={_free_port()}",
-         f"--object-manager-port={_free_port()}", f"--min-worker-port={_free_port()}", "--max-worker-port=0"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
+    temp_dir = tempfile.mkdtemp(prefix="ztok-")  # short: Ray's socket paths must stay under ~107 chars
+    log = tmp_path / "head.log"
+    ports = {name: _free_port() for name in ("ray-client-server", "node-manager", "object-manager", "dashboard",
+                                              "dashboard-agent-listen", "dashboard-agent-grpc", "runtime-env-agent",
+                                              "metrics-export", "min-worker")}
+    argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", f"--port={port}",
+            f"--temp-dir={temp_dir}", "--num-cpus=2", "--include-dashboard=false", "--max-worker-port=0",
+            *(f"--{name}-port={value}" for name, value in ports.items())]
+    with open(log, "wb") as out:
+        head = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_until(lambda: "Ray runtime started" in log.read_text() or head.poll() is not None,
+                   f"the token-auth Ray head to start (log: {log})")
+        assert head.poll() is None, f"the head exited with {head.returncode}:\n{log.read_text()[-3000:]}"
+        yield f"127.0.0.1:{port}", env
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGKILL)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def test_token_authenticated_cluster_accepts_the_token_and_refuses_others(tmp_path, token_head):
+    address, env = token_head
     script = tmp_path / "job.py"
     script.write_text(TOKEN_SCRIPT)
-    try:
-        address = f"127.0.0.1:{port}"
-        with_token = _run_client(script, address, env, timeout=120)
-        assert with_token.returncode == 0, with_token.stderr[-2000:]
-        assert "result: [10, 20, 30]" in with_token.stdout
+    with_token = _run_client(script, address, env)
+    assert with_token.returncode == 0, with_token.stderr[-2000:]
+    assert "result: [10, 20, 30]" in with_token.stdout
 
-        other_home = tmp_path / "intruder"
-        other_home.mkdir()
-        wrong = tmp_path / "wrong_token"
-        wrong.write_text("c" * 64)
-        for token_env in ({"RAY_AUTH_TOKEN_PATH": str(wrong)}, {"RAY_AUTH_TOKEN_PATH": str(tmp_path / "absent")}):
-            intruder = {**env, "HOME": str(other_home), **token_env}
-            refused = _run_client(script, address, intruder, timeout=120)
-            assert refused.returncode != 0
-            assert "result:" not in refused.stdout
-            assert "auth" in (refused.stderr + refused.stdout).lower()
-    finally:
-        os.killpg(head.pid, 15)
-        head.wait(timeout=60)
+    other_home = tmp_path / "intruder"
+    other_home.mkdir()
+    wrong = tmp_path / "wrong_token"
+    wrong.write_text("c" * 64)
+    for token_env in ({"RAY_AUTH_TOKEN_PATH": str(wrong)}, {"RAY_AUTH_TOKEN_PATH": str(tmp_path / "absent")}):
+        intruder = {**env, "HOME": str(other_home), **token_env}
+        refused = _run_client(script, address, intruder)
+        assert refused.returncode != 0
+        assert "result:" not in refused.stdout
+        assert "auth" in (refused.stderr + refused.stdout).lower()
 
 
-def _run_client(script, address, env, timeout):
+def _run_client(script, address, env, timeout=300):
     return subprocess.run(
         [sys.executable, "-m", "zephyr", "--backend=ray", f"--address={address}", "--quiet", str(script)],
         capture_output=True, text=True, env=env, timeout=timeout,

@@ -64,7 +64,7 @@ def test_atomic_write_spares_a_live_concurrent_writers_temporary(tmp_path):
     import sys
 
     from zephyr.io import atomic_write
-    from zephyr.io.files import _HOST_ID
+    from zephyr.io.temporaries import HOST_ID as _HOST_ID
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     killed = tmp_path / f".x.json.zephyr-tmp-{int(dead.stdout)}@{_HOST_ID}-deadbeef"

@@ -1,9 +1,10 @@
 """Drives a plan on a backend: bounded windows, retries, shard-order results, counters, progress.
 
 One implementation for every backend. Per stage: keep at most `max_parallelism` tasks in
-flight, resubmit a task whose worker was lost (without charging the user's retry budget),
-retry a user failure at most `max_user_retries` times and then fail the run with the shard's
-error (other in-flight tasks are cancelled), and hand results on in shard order.
+flight, resubmit a task whose worker was lost (without charging the user's retry budget), and
+one that hit a transient storage error likewise but after a backoff, retry a user failure at
+most `max_user_retries` times and then fail the run with the shard's error (other in-flight
+tasks are cancelled), and hand results on in shard order.
 Counters of failed attempts are dropped, so totals count each shard exactly once.
 """
 
@@ -26,10 +27,12 @@ import orjson
 
 from zephyr.backends.base import Backend, TaskLost
 from zephyr.errors import PlanError, ShardError
-from zephyr.io.files import expand_glob, remove_temporaries_for, url_to_fs
+from zephyr.io.files import expand_glob, remove_empty_dir, remove_temporaries_for, url_to_fs
+from zephyr.io.temporaries import sweep_dead_temporaries
 from zephyr.ops import WRITE_OPS, callable_name
 from zephyr.plan import Plan, Stage, stage_output_paths
 from zephyr.progress import make_progress
+from zephyr.retry import BackoffQueue, backoff_delay
 from zephyr.shard import ShardResult, ShardTask, StageProgram, run_shard
 from zephyr.shuffle import ScatterSink
 from zephyr.status import registry as status_registry
@@ -72,6 +75,7 @@ class Execution:
         self.backend = backend
         plan: Plan = dataset if isinstance(dataset, Plan) else dataset.plan()
         self.scratch_dir = scratch_dir_for(backend, plan)
+        self._scratch_is_ours = not getattr(backend, "scratch_dir", None) and not os.environ.get("ZEPHYR_SCRATCH_DIR")
         self.plan = _bind_scratch(plan, self.scratch_dir)
         if "://" not in self.scratch_dir and any(isinstance(s.sink, ScatterSink) for s in self.plan.stages):
             if backend.spans_machines():
@@ -126,6 +130,7 @@ class Execution:
 
     def _run(self) -> Iterator[Any]:
         started = time.perf_counter()
+        sweep_dead_temporaries()  # what killed runs left in this machine's temp dir
         previous: list[ShardResult] | None = None
         first = 0
         if len(self.plan.stages) > 1 and _final_outputs_exist(self.plan.stages[-1]) and not self._scratch_exists():
@@ -230,6 +235,8 @@ class Execution:
                         fs.rm(root, recursive=True)
                 except OSError as e:  # leftover scratch is harmless; say so and go on
                     logger.warning("could not remove scratch %s: %s", stage.sink.root, e)
+        if self._scratch_is_ours:  # the default folder beside the output: gone once empty
+            remove_empty_dir(self.scratch_dir)
 
     def _run_stage(self, stage: Stage, program: StageProgram, tasks: list[ShardTask]) -> Iterator[ShardResult]:
         backend = self.backend
@@ -248,6 +255,7 @@ class Execution:
         shared = backend.share(program) if len(finished) < len(tasks) else None
         pending: deque[ShardTask] = deque(t for t in tasks if t.shard not in finished)
         in_flight: dict[Any, ShardTask] = {}
+        backing_off = BackoffQueue()
         user_failures: Counter = Counter()
         losses: Counter = Counter()
         next_shard = 0
@@ -267,11 +275,15 @@ class Execution:
                 if next_shard == stage.num_shards:
                     close_stage()
                 yield finished.pop(next_shard - 1)
-            while pending or in_flight:
+            while pending or in_flight or backing_off:
+                pending.extendleft(reversed(backing_off.due()))
                 while pending and len(in_flight) < backend.max_parallelism:
                     task = pending.popleft()
                     in_flight[backend.submit(run_shard, shared, task)] = task
-                for handle in backend.wait(list(in_flight)):
+                if not in_flight:  # only shards backing off after a storage error
+                    time.sleep(backing_off.seconds_to_next())
+                    continue
+                for handle in backend.wait(list(in_flight), timeout=backing_off.seconds_to_next()):
                     task = in_flight.pop(handle)
                     try:
                         result = backend.result(handle)
@@ -288,6 +300,19 @@ class Execution:
                         continue
                     except Exception as e:
                         error = e if isinstance(e, ShardError) else _attribute(e, task)
+                        if error.transient:  # storage trouble, not the user's: a lost attempt, with backoff
+                            losses[task.shard] += 1
+                            stats.retries_lost += 1
+                            self.counters["zephyr/storage_retries"] += 1
+                            if losses[task.shard] > backend.max_infra_retries:
+                                if error is e:
+                                    raise
+                                raise error from e
+                            delay = backoff_delay(losses[task.shard], backend.retry_backoff)
+                            logger.warning("stage %d shard %d: transient storage error (%s: %s); retrying in %.1fs",
+                                           stage.index, task.shard, error.error_type, error.error_message[:200], delay)
+                            backing_off.push(task, delay)
+                            continue
                         user_failures[task.shard] += 1
                         if user_failures[task.shard] > backend.max_user_retries:
                             if error is e:

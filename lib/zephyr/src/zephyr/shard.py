@@ -17,7 +17,7 @@ from typing import Any
 
 from zephyr import counters
 from zephyr import ops as op
-from zephyr.errors import ShardError
+from zephyr.errors import ShardError, is_transient_storage_error
 from zephyr.io.files import exists
 from zephyr.io.binary import write_binary_file
 from zephyr.io.jsonl import write_jsonl_file
@@ -70,7 +70,8 @@ class _Context:
 
 
 def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
-    """Run `program` over `task`'s input; user failures become ShardError naming the shard."""
+    """Run `program` over `task`'s input; failures become ShardError naming the shard (marked
+    `transient` for a storage error worth retrying)."""
     start = time.perf_counter()
     ctx = _Context(task.shard, task.num_shards, task.input_path if program.reader is None else None)
     with counters.collecting() as counts:
@@ -90,7 +91,8 @@ def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
                 items = None
                 summary = program.sink.write(stream, task)
         except Exception as e:
-            error = ShardError(task.stage, task.shard, task.label, type(e).__name__, str(e), traceback.format_exc())
+            transient = is_transient_storage_error(e)  # here: the traceback does not survive pickling
+            error = ShardError(task.stage, task.shard, task.label, type(e).__name__, str(e), traceback.format_exc(), transient)
             raise error from e
     return ShardResult(
         shard=task.shard,

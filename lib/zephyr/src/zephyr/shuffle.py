@@ -16,7 +16,8 @@ records are merged one at a time (`heapq.merge`). Either way the order is (hash,
 sort value, map shard, position): deduplicate keeps the first item by (input shard,
 position), `sort_by` orders items within a group, and columnar and pickled runs give the same
 output. When there are more runs than half the task's memory allows open at once, groups of
-them are merged into task-local intermediate runs first, as many passes as needed. Everything
+them are merged into task-local intermediate runs first (`zephyr-merge-<pid>@<host>-*` in the
+temp dir, swept by a later run if the task is killed), as many passes as needed. Everything
 lives under `<scratch>/<stage fingerprint>/` and is removed after a successful run.
 """
 
@@ -28,7 +29,6 @@ import itertools
 import os
 import pickle
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +39,7 @@ import pyarrow as pa
 from zephyr import counters
 from zephyr import merge as columnar_merge
 from zephyr.columnar import batch_rows, conform, dumps, unify_schemas
+from zephyr.io.temporaries import make_temp_dir
 from zephyr.run_index import ReduceInput, ReduceTasks, RunIndex
 from zephyr.runs import read_arrow_range, read_pickle_range, write_pickle_frames
 from zephyr.scatter import DEFAULT_BUFFER, HashPartition, RoundRobin, ScatterSink, keep_first
@@ -159,7 +160,7 @@ class ShuffleReader:
 
     def _read_in_passes(self, sources: list[Callable[[], Iterator[tuple]]], fan_in: int) -> Iterator[Any]:
         """Merge `fan_in` runs at a time into local intermediate runs until few enough remain."""
-        workdir = tempfile.mkdtemp(prefix="zephyr-merge-")
+        workdir = make_temp_dir("merge")  # named for this process: a later run sweeps it if we are killed
         try:
             passes = 0
             while len(sources) > fan_in:
@@ -255,7 +256,7 @@ class _ColumnarMerge:
         return self._in_passes(sources)
 
     def _in_passes(self, sources: list) -> Iterator[columnar_merge.Chunk] | None:
-        workdir = tempfile.mkdtemp(prefix="zephyr-merge-")
+        workdir = make_temp_dir("merge")  # named for this process: a later run sweeps it if we are killed
         try:
             passes = 0
             while len(sources) > self.fan_in:

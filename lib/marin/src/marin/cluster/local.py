@@ -9,10 +9,18 @@ process ids, temp dir, token path) lives in `state.json` under `state_dir()`
 `stop()` ends only the processes this cluster started (its process groups, then anything whose
 command line names its private temp dir): never `ray stop`, which would kill every Ray on
 the machine.
+
+Made for a shared, busy machine: no port is one of Ray's defaults (another user's Ray may hold
+6379 or 8265); ports come from below the kernel's ephemeral range, so that nothing takes them
+between choosing and binding; a node (head or worker) that exits while starting is retried on
+fresh ports (on a loaded machine a raylet gives up when its dashboard agent takes over ~15 s
+to start); Ray's own startup deadlines are lengthened; and the head counts as up only once
+its node is alive, not merely when its dashboard answers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -28,6 +36,8 @@ import urllib.request
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from zephyr.io.temporaries import process_alive  # zombie-aware; shared with Zephyr's temp-file sweep
 
 from marin.cluster.auth import auth_headers, read_token, redact
 from marin.cluster.commands import format_command, local_generate_token, local_ray_start
@@ -47,10 +57,21 @@ STATE_ENV = "MARIN_LOCAL_CLUSTER_DIR"
 MARKER_ENV = "MARIN_LOCAL_CLUSTER_ID"
 HEAD_RESOURCES = {"TPU": 4, "TPU-v4-8-head": 1}
 _WORKER_PORTS = 64
-# Worker ports come from below Linux's ephemeral range (32768+), where outgoing connections land.
-_WORKER_RANGE = (20000, 32000)
+_PORT_BLOCK = 9 + _WORKER_PORTS  # the node's listeners, then its workers
+# Ports come from below Linux's ephemeral range (32768+ by default), where outgoing connections
+# and `bind(0)` land: a port chosen there could be taken before Ray binds it.
+_QUIET_START = 20000
+_EPHEMERAL_DEFAULT = (32768, 60999)
 _OBJECT_STORE_BYTES = 256 * 1024 * 1024
 _TOKEN_HINT = "marin cluster --cluster local start-cluster"
+# How long a starting head or worker may take to come up on a loaded machine.
+_START_TIMEOUT = 300.0
+_START_ATTEMPTS = 3  # a node that exits while starting (e.g. a port taken) is retried on new ones
+_PORT_TAKEN = ("address already in use", "already occupied", "failed to bind")
+# Ray's startup deadlines (raylet registration 30 s, worker registration 60 s) are too short for
+# a loaded 2-core machine; a user's own settings win. (A raylet that died starting is found by
+# `ray start` only after the first, so it stays short enough for a retry to fit.)
+_PATIENT_RAY = {"RAY_raylet_start_wait_time_s": "60", "RAY_worker_register_timeout_seconds": "300"}
 
 
 @dataclass
@@ -94,24 +115,6 @@ def token_path(directory: Path) -> Path:
 
 def _state_file(directory: Path) -> Path:
     return directory / "state.json"
-
-
-def process_alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie, dead but not yet reaped, does not count)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-    except OSError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _members(cluster: LocalCluster) -> list[int]:
@@ -188,6 +191,8 @@ def _token_env(directory: Path, marker: str = "") -> dict[str, str]:
     env["RAY_AUTH_MODE"] = "token"
     env["RAY_AUTH_TOKEN_PATH"] = str(token_path(directory))
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    for key, value in _PATIENT_RAY.items():
+        env.setdefault(key, value)
     # Job entrypoints run `python`: make it this environment's interpreter.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     return env
@@ -215,33 +220,40 @@ def ensure_token(directory: Path) -> Path:
 
 
 def _port_free(port: int) -> bool:
+    """Nothing listens on `port` on any address (Ray binds 0.0.0.0 or the node's address)."""
     with socket.socket() as sock:
         try:
-            sock.bind(("127.0.0.1", port))
+            sock.bind(("", port))
         except OSError:
             return False
     return True
 
 
+def _quiet_range() -> tuple[int, int]:
+    """Ports the kernel never hands out on its own: below its ephemeral range (where outgoing
+    connections and `bind(0)` land), so a port found free stays free until Ray binds it."""
+    low, _ = _EPHEMERAL_DEFAULT
+    with contextlib.suppress(OSError, ValueError):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    return _QUIET_START, max(_QUIET_START + 2 * _PORT_BLOCK, low)
+
+
 def _free_ports() -> dict[str, int]:
-    """Distinct free ports for every listener of one node, plus a block for its workers."""
+    """A block of consecutive free ports for one node: every listener, then its workers' range.
+
+    Drawn at random from the quiet range (never Ray's defaults), so concurrent clusters and
+    other users' Rays on the machine do not collide with it.
+    """
     names = ["gcs", "dashboard", "client", "node_manager", "object_manager", "agent_http", "agent_grpc"]
     names += ["runtime_env_agent", "metrics"]
-    ports: dict[str, int] = {}
-    taken: set[int] = set()
-    while len(ports) < len(names):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port not in taken and not (_WORKER_RANGE[0] <= port < _WORKER_RANGE[1]):
-            taken.add(port)
-            ports[names[len(ports)]] = port
+    first, last = _quiet_range()
     for _ in range(200):
-        base = random.randrange(_WORKER_RANGE[0], _WORKER_RANGE[1] - _WORKER_PORTS)
-        if all(_port_free(p) for p in range(base, base + _WORKER_PORTS)):
-            ports["min_worker"], ports["max_worker"] = base, base + _WORKER_PORTS - 1
+        base = random.randrange(first, last - _PORT_BLOCK)
+        if all(_port_free(p) for p in range(base, base + _PORT_BLOCK)):
+            ports = {name: base + i for i, name in enumerate(names)}
+            ports["min_worker"], ports["max_worker"] = base + len(names), base + _PORT_BLOCK - 1
             return ports
-    raise RuntimeError(f"Could not find a free block of worker ports in {_WORKER_RANGE}")
+    raise RuntimeError(f"Could not find {_PORT_BLOCK} consecutive free ports in {first}-{last}")
 
 
 def _log_tail(path: Path, token: str | None) -> str:
@@ -252,21 +264,28 @@ def _log_tail(path: Path, token: str | None) -> str:
     return redact(text, token)
 
 
+class _NodeExited(RuntimeError):
+    """A node's `ray start` ended while starting; `port_taken` when one of its ports was in use."""
+
+    def __init__(self, message: str, port_taken: bool):
+        super().__init__(message)
+        self.port_taken = port_taken
+
+
 def _wait_ready(url: str, token: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
-    """Wait until the dashboard answers an authenticated job-API request."""
-    deadline = time.monotonic() + timeout
-    request = urllib.request.Request(f"{url}/api/jobs/", headers=auth_headers(token))
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"The local Ray head exited with {proc.returncode}; log tail:\n{_log_tail(log, token)}")
-        try:
-            with urllib.request.urlopen(request, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.25)
-    raise TimeoutError(f"The local Ray head did not answer at {url} within {timeout:.0f}s; see {log}")
+    """Wait until the job API answers (authenticated) and the head's own node is alive.
+
+    The dashboard answers before the head's raylet has registered; a head whose raylet never
+    registers dies a little later, so answering alone does not make it ready.
+    """
+    try:
+        _wait_for_nodes(url, token, 1, proc, log, timeout)
+    except RuntimeError as e:
+        tail = _log_tail(log, token)
+        if proc.poll() is None:
+            raise
+        taken = any(marker in tail.lower() for marker in _PORT_TAKEN)
+        raise _NodeExited(f"The local Ray head exited with {proc.returncode}; log tail:\n{tail}", taken) from e
 
 
 def _spawn(argv: list[str], directory: Path, log_name: str, marker: str) -> tuple[subprocess.Popen, Path]:
@@ -305,6 +324,25 @@ def start(directory: Path | None = None, *, num_cpus: int | None = None, dry_run
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
     token = read_token(ensure_token(directory), _TOKEN_HINT)
+    return _with_retries(lambda timeout: _start_head(directory, token, num_cpus, timeout), "head")
+
+
+def _with_retries(start_once, what: str):
+    """`start_once(timeout)` up to `_START_ATTEMPTS` times while the node exits as it starts
+    (a port taken meanwhile; on a loaded machine, a raylet that gave up on its slow agent),
+    all attempts within `_START_TIMEOUT` seconds."""
+    deadline = time.monotonic() + _START_TIMEOUT
+    for attempt in range(1, _START_ATTEMPTS):
+        try:
+            return start_once(deadline - time.monotonic())
+        except _NodeExited as e:
+            why = "one of its ports was taken meanwhile" if e.port_taken else "it exited while starting"
+            print(f"The local Ray {what} did not start ({why}); retrying on new ports ({attempt})", file=sys.stderr)
+    return start_once(deadline - time.monotonic())
+
+
+def _start_head(directory: Path, token: str, num_cpus: int, timeout: float) -> LocalCluster:
+    """One attempt: start the head on fresh free ports; on any failure stop what it started."""
     # Short, private temp dir: Ray's unix socket paths must stay under ~107 characters.
     temp_dir = Path(tempfile.mkdtemp(prefix="marin-ray-"))
     ports = _free_ports()
@@ -315,7 +353,7 @@ def start(directory: Path | None = None, *, num_cpus: int | None = None, dry_run
     cluster = LocalCluster(str(directory), str(temp_dir), num_cpus, head, marker)
     _save(cluster)
     try:
-        _wait_ready(cluster.dashboard_url, token, proc, log, timeout=120)
+        _wait_ready(cluster.dashboard_url, token, proc, log, timeout=timeout)
     except BaseException:
         stop(directory)
         raise
@@ -333,44 +371,67 @@ def add_worker(
     if cluster is None and not dry_run:
         raise RuntimeError(f"The local cluster is not running; start it with `{_TOKEN_HINT}`")
     resources = {"TPU": 4, tpu_head_resource(tpu_type): 1}
-    ports = _free_ports()
-    temp_dir = Path(cluster.temp_dir) if cluster else Path(tempfile.gettempdir()) / "marin-ray-XXXXXX"
-    argv = local_ray_start(
+    if dry_run:
+        temp_dir = Path(cluster.temp_dir) if cluster else Path(tempfile.gettempdir()) / "marin-ray-XXXXXX"
+        address = cluster.gcs_address if cluster else "127.0.0.1:GCS_PORT"
+        print(format_command(_worker_command(temp_dir, _free_ports(), num_cpus, resources, address)))
+        return None
+    token = read_token(cluster.token_path, _TOKEN_HINT)
+    return _with_retries(lambda timeout: _start_worker(cluster, token, num_cpus, resources, timeout), "worker")
+
+
+def _worker_command(temp_dir: Path, ports: dict[str, int], num_cpus: int, resources: dict, address: str) -> list[str]:
+    return local_ray_start(
         temp_dir=temp_dir,
         ports=ports,
         num_cpus=num_cpus,
         resources=resources,
         object_store_bytes=_OBJECT_STORE_BYTES,
-        head_address=cluster.gcs_address if cluster else "127.0.0.1:GCS_PORT",
+        head_address=address,
     )
-    if dry_run:
-        print(format_command(argv))
-        return None
-    proc, log = _spawn(argv, directory, f"worker-{len(cluster.workers)}.log", cluster.marker)
+
+
+def _start_worker(cluster: LocalCluster, token: str, num_cpus: int, resources: dict, timeout: float) -> LocalNode:
+    """One attempt: a worker on fresh ports; if it exits while joining, its processes are ended."""
+    ports = _free_ports()
+    argv = _worker_command(Path(cluster.temp_dir), ports, num_cpus, resources, cluster.gcs_address)
+    proc, log = _spawn(argv, Path(cluster.directory), f"worker-{len(cluster.workers)}.log", cluster.marker)
     node = LocalNode(proc.pid, ports, resources)
     cluster.workers.append(node)
     _save(cluster)
-    token = read_token(cluster.token_path, _TOKEN_HINT)
-    _wait_for_nodes(cluster.dashboard_url, token, 1 + len(cluster.workers), proc, log, timeout=120)
+    try:
+        _wait_for_nodes(cluster.dashboard_url, token, 1 + len(cluster.workers), proc, log, timeout)
+    except RuntimeError as e:  # it exited: forget it, end what it left (its own process group)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        cluster.workers.remove(node)
+        _save(cluster)
+        tail = _log_tail(log, token)
+        raise _NodeExited(str(e), any(marker in tail.lower() for marker in _PORT_TAKEN)) from e
     return node
 
 
 def _wait_for_nodes(url: str, token: str, count: int, proc: subprocess.Popen, log: Path, timeout: float) -> None:
-    """Wait until the head lists `count` live nodes."""
+    """Wait until the head at `url` lists `count` live nodes, while `proc` (the node being
+    started) runs; RuntimeError with its log tail if it exits, TimeoutError after `timeout`."""
     deadline = time.monotonic() + timeout
     request = urllib.request.Request(f"{url}/api/v0/nodes", headers=auth_headers(token))
+    alive = 0
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"The local worker exited with {proc.returncode}; log tail:\n{_log_tail(log, token)}")
+            raise RuntimeError(f"The local Ray node exited with {proc.returncode}; log tail:\n{_log_tail(log, token)}")
         try:
-            with urllib.request.urlopen(request, timeout=5) as response:
+            with urllib.request.urlopen(request, timeout=10) as response:
                 nodes = json.load(response)["data"]["result"]["result"]
-            if sum(n.get("state") == "ALIVE" for n in nodes) >= count:
+            alive = sum(n.get("state") == "ALIVE" for n in nodes)
+            if alive >= count:
                 return
         except (urllib.error.URLError, ConnectionError, TimeoutError, KeyError, ValueError):
             pass
         time.sleep(0.5)
-    raise TimeoutError(f"The local worker did not join the head at {url} within {timeout:.0f}s; see {log}")
+    raise TimeoutError(
+        f"Waited {timeout:.0f}s for {count} live node(s) at {url} (saw {alive}); see {log}"
+    )
 
 
 def _signal_all(pids: list[int], sig: int) -> None:

@@ -34,6 +34,7 @@ def create_backend(name: str, max_parallelism: int | None = None, **options) -> 
 
     Options: `memory` ("2GB", "512MiB" or bytes), `num_cpus`, `num_gpus`, `resources`
     (e.g. `{"TPU": 4, "TPU-v4-8-head": 1}`), `max_user_retries`, `max_infra_retries`,
+    `retry_backoff` (seconds before the first retry after a transient storage error; doubles),
     `progress` (None: bars only on a terminal), `scratch_dir` (where shuffles spill; must be
     shared storage on a multi-node cluster). Ray also takes `address`.
     """

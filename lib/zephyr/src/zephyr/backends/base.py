@@ -2,7 +2,8 @@
 
 Everything else (fusion, bounded windows, retries, ordering, skip_existing, counters, progress)
 lives once in `zephyr.runner`. A backend maps its own failure kinds onto two exceptions:
-`ShardError` (the user's code or input failed; counts against a small budget) and `TaskLost`
+`ShardError` (the user's code or input failed; counts against a small budget, unless the task
+marked it `transient`: a storage error, retried like a loss after a backoff) and `TaskLost`
 (the worker or node died; retried many times without counting).
 """
 
@@ -41,6 +42,7 @@ class Backend(ABC):
         resources: dict | None = None,
         max_user_retries: int | None = None,
         max_infra_retries: int = 100,
+        retry_backoff: float = 1.0,
         progress: bool | None = None,
         scratch_dir: str | None = None,
     ):
@@ -54,6 +56,9 @@ class Backend(ABC):
         self.max_infra_retries = int(max_infra_retries)
         if self.max_user_retries < 0 or self.max_infra_retries < 0:
             raise ValueError("retry budgets must be >= 0")
+        if not retry_backoff >= 0:
+            raise ValueError(f"retry_backoff must be >= 0 seconds, got {retry_backoff!r}")
+        self.retry_backoff = float(retry_backoff)
         self.progress = progress
         self.scratch_dir = scratch_dir
         self.on_finish: list[Callable] = []

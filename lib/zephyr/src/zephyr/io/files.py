@@ -5,21 +5,18 @@
   (atomic on POSIX); after a success, temporaries of the same target whose writer process is
   dead (same host) or that are over a day old are removed, while those of live concurrent
   writers (a retried task racing a zombie attempt) are left alone;
-- object stores: write a local temporary file, then upload it with one `put_file`; an object
-  appears only when its upload completes, so no partial object is ever visible and nothing is
-  left behind remotely (no rename needed, which the GCS emulator lacks anyway).
+- object stores: write a local temporary file (`zephyr-upload-<pid>@<host>-<id>` in the temp
+  dir, swept by a later run if its writer was killed: `zephyr.io.temporaries`), then upload it
+  with one `put_file`; an object appears only when its upload completes, so no partial object
+  is ever visible and nothing is left behind remotely (no rename needed, which the GCS
+  emulator lacks anyway).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import os
-import re
-import socket
-import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from typing import BinaryIO
@@ -29,13 +26,20 @@ from fsspec.implementations.local import LocalFileSystem
 
 from zephyr.counters import increment
 from zephyr.io.compression import codec_for, open_compressed_reader, open_compressed_writer
+from zephyr.io.temporaries import is_stale, make_temp_file, owner_tag
 
-__all__ = ["atomic_write", "exists", "expand_glob", "open_input", "open_output", "remove_temporaries_for", "url_to_fs"]
+__all__ = [
+    "atomic_write",
+    "exists",
+    "expand_glob",
+    "open_input",
+    "open_output",
+    "remove_empty_dir",
+    "remove_temporaries_for",
+    "url_to_fs",
+]
 
 _TMP_MARKER = ".zephyr-tmp-"
-_HOST_ID = hashlib.blake2b(socket.gethostname().encode(), digest_size=4).hexdigest()
-_TMP_SUFFIX = re.compile(r"(\d+)@([0-9a-f]+)-[0-9a-f]+")
-_STALE_AFTER = 24 * 3600
 
 
 def url_to_fs(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -105,11 +109,10 @@ def atomic_write(path: str, mode: str = "wb", *, remove_stale: bool = True) -> I
     fs, fs_path = url_to_fs(path)
     if _is_local(fs):
         directory, name = os.path.split(os.path.abspath(fs_path))
-        os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f".{name}{_TMP_MARKER}{os.getpid()}@{_HOST_ID}-{uuid.uuid4().hex[:12]}")
+        _makedirs(directory)
+        tmp = os.path.join(directory, f".{name}{_TMP_MARKER}{owner_tag()}-{uuid.uuid4().hex[:12]}")
     else:
-        fd, tmp = tempfile.mkstemp(prefix="zephyr-upload-")
-        os.close(fd)
+        tmp = make_temp_file("upload")
     try:
         with open(tmp, "wb") as raw:
             if mode == "w":
@@ -125,11 +128,39 @@ def atomic_write(path: str, mode: str = "wb", *, remove_stale: bool = True) -> I
             if remove_stale:
                 _remove_stale_temporaries(directory, name)
         else:
-            fs.put_file(tmp, fs_path)
+            try:
+                fs.put_file(tmp, fs_path)
+            except Exception as e:  # the storage client's message may not name the object
+                e.add_note(f"while uploading {path}")
+                raise
             fs.invalidate_cache(fs._parent(fs_path))
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
+
+
+def _makedirs(directory: str) -> None:
+    """`os.makedirs`, tolerating a concurrent run removing an empty parent meanwhile (a
+    finished run removes its empty `.zephyr-scratch`, which another run may be entering)."""
+    for _ in range(3):
+        try:
+            os.makedirs(directory, exist_ok=True)
+            return
+        except FileNotFoundError:
+            continue
+    os.makedirs(directory, exist_ok=True)
+
+
+def remove_empty_dir(path: str) -> bool:
+    """Remove the local folder `path` if it is empty (object stores have no folders to remove)."""
+    fs, fs_path = url_to_fs(path)
+    if not _is_local(fs):
+        return False
+    try:
+        os.rmdir(fs_path)
+    except OSError:  # missing, not empty, or busy: leave it
+        return False
+    return True
 
 
 def _count_written(size: int) -> None:
@@ -171,26 +202,6 @@ def _remove_stale_temporaries(directory: str, name: str) -> None:
     prefix = f".{name}{_TMP_MARKER}"
     with contextlib.suppress(FileNotFoundError):
         for entry in os.scandir(directory):
-            if entry.name.startswith(prefix) and _is_stale(entry, entry.name[len(prefix) :]):
+            if entry.name.startswith(prefix) and is_stale(entry, entry.name[len(prefix) :]):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(entry.path)
-
-
-def _is_stale(entry: os.DirEntry, suffix: str) -> bool:
-    """A temporary whose writer is gone: a dead process on this host, or an old file."""
-    match = _TMP_SUFFIX.fullmatch(suffix)
-    if match and match.group(2) == _HOST_ID:
-        return not _process_alive(int(match.group(1)))
-    with contextlib.suppress(FileNotFoundError):
-        return time.time() - entry.stat().st_mtime > _STALE_AFTER
-    return False
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
