@@ -11,7 +11,8 @@ Every variant runs in its own fresh Python process, on the same corpus:
     of it, 16 MiB), to show that the budget bounds a map task's memory while it reads several
     times that much data.
   - optionally (`--ray`), the budgeted zephyr dedup on a warm local Ray with all cores, for
-    throughput; there each Ray worker's RSS is sampled every 50 ms instead (a lower bound).
+    throughput; there each Ray worker's peak RSS is the kernel's high-water mark (VmHWM, reset
+    when the timed run starts), read when it ends: exact, and no sampler competes for the cores.
 Every variant runs at niceness 15 (`--niceness`; Ray's workers through `RAY_worker_niceness`),
 so that other work on a shared machine slows every variant alike.
 
@@ -57,18 +58,32 @@ def text_key(doc: dict) -> str:
 # ---- memory accounting -------------------------------------------------------------------------
 
 
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
+def _status_kib(field: str, pid: int | str = "self") -> int:
+    with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith(field + ":"):
                 return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
+    raise RuntimeError(f"{field} not in /proc/{pid}/status")
 
 
-def reset_peak_rss() -> None:
-    """Reset this process's VmHWM to its current RSS (Linux >= 4.0)."""
-    with open("/proc/self/clear_refs", "w") as f:
+def reset_peak_rss(pid: int | str = "self") -> None:
+    """Reset a process's VmHWM (peak RSS) to its current RSS (Linux >= 4.0)."""
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
         f.write("5")
+
+
+def cpu_s() -> float:
+    """CPU seconds (user + system) of this process and of its finished, waited-for children."""
+    import resource
+
+    return sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
+
+
+def _proc_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a live process has used so far (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mib() -> float:
@@ -216,8 +231,9 @@ def _warm_key(doc):
     return doc["text"]
 
 
-def _ray_worker_rss_mib() -> dict[int, float]:
-    """RSS of each Ray worker process started under this driver (not Ray's agents or daemons)."""
+def _ray_worker_rss_mib(field: str = "VmRSS") -> dict[int, float]:
+    """RSS (or, with "VmHWM", peak RSS) of each Ray worker process started under this driver
+    (not Ray's agents or daemons)."""
     import psutil
 
     found = {}
@@ -225,16 +241,19 @@ def _ray_worker_rss_mib() -> dict[int, float]:
         try:
             title = " ".join(proc.cmdline())
             if title.startswith("ray::") and "Agent" not in title:  # workers retitle themselves ray::IDLE, ray::_call
-                found[proc.pid] = proc.memory_info().rss / 2**20
-        except psutil.Error:  # exited between listing and reading
+                found[proc.pid] = _status_kib(field, proc.pid) / 1024
+        except (psutil.Error, OSError):  # exited between listing and reading
             continue
     return found
 
 
 def run_zephyr_ray(paths: list[str], out_dir: str, memory: str | None, scratch: str, cores: int) -> dict:
-    """The same pipeline on a warm local Ray; worker RSS is sampled every 50 ms (a lower bound on peaks)."""
-    import threading
+    """The same pipeline on a warm local Ray; each worker's peak RSS is its kernel high-water mark.
 
+    (An earlier version sampled every worker's RSS every 50 ms from a thread of this driver:
+    ~3.5 ms of CPU per sample, ~3% of a 2-core machine taken from the workers it timed, and
+    only a lower bound on the peak.)
+    """
     import ray
     from zephyr import Dataset, create_backend
 
@@ -244,33 +263,28 @@ def run_zephyr_ray(paths: list[str], out_dir: str, memory: str | None, scratch: 
         warm = Dataset.from_list(list(range(4 * cores))).map(_warm_record).deduplicate(_warm_key)
         list(backend.execute(warm))  # warm: start the workers and import the shuffle's modules in them
         idle = _ray_worker_rss_mib()
-        peaks: dict[int, float] = {}
-        stop = threading.Event()
-
-        def sample():
-            while not stop.is_set():
-                for pid, rss in _ray_worker_rss_mib().items():
-                    peaks[pid] = max(rss, peaks.get(pid, 0.0))
-                stop.wait(0.05)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
+        cpu_before = {pid: _proc_cpu_s(pid) for pid in idle}
+        for pid in idle:  # workers started later have their own peak since they started
+            reset_peak_rss(pid)
+        driver_cpu = time.process_time()
         pipeline = Dataset.from_files(list(paths)).load_jsonl().deduplicate(text_key).write_jsonl(
             os.path.join(out_dir, "part-{shard:05d}.jsonl.zst"))
         start = time.perf_counter()
         execution = backend.execute(pipeline)
         list(execution)
         seconds = time.perf_counter() - start
-        stop.set()
-        sampler.join()
+        driver_cpu = time.process_time() - driver_cpu
+        peaks = _ray_worker_rss_mib("VmHWM")
+        workers_cpu = sum(_proc_cpu_s(pid) - cpu_before.get(pid, 0.0) for pid in peaks)
     finally:
         ray.shutdown()
     return {"docs_out": execution.counters.get("zephyr/records_written", 0), "seconds": seconds,
+            "cpu_s": driver_cpu + workers_cpu,  # the driver and the workers (not Ray's raylet and GCS)
             "stages": {str(st.index): {"tasks": st.num_shards, "seconds": round(st.elapsed, 2)} for st in execution.stats},
             "shuffle_runs": execution.counters.get("zephyr/shuffle_runs", 0),
             "buffer_mib": (backend.task_resources.memory // 4 if backend.task_resources.memory else 256 * 2**20) / 2**20,
             "worker_idle_rss_mib": round(min(idle.values()), 1) if idle else None,
-            "worker_peak_rss_mib_sampled": round(max(peaks.values()), 1) if peaks else None, "cores": cores}
+            "worker_peak_rss_mib": round(max(peaks.values()), 1) if peaks else None, "cores": cores}
 
 
 def child_main(spec: dict) -> None:
@@ -288,7 +302,7 @@ def child_main(spec: dict) -> None:
     idle = rss_mib()
     os.makedirs(spec["out_dir"], exist_ok=True)
     reset_peak_rss()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), cpu_s()
     if spec["variant"] == "baseline":
         result = run_baseline(spec["paths"], spec["out_dir"])
     elif spec["variant"] == "zephyr-ray":
@@ -304,6 +318,8 @@ def child_main(spec: dict) -> None:
     else:
         result = run_zephyr(spec["paths"], spec["out_dir"], spec.get("memory"), spec["scratch"])
     result.setdefault("seconds", time.perf_counter() - start)
+    if spec["variant"] in ("baseline", "zephyr"):  # one process, or forked tasks it waited for
+        result["cpu_s"] = cpu_s() - cpu_start
     result["idle_rss_mib"] = round(idle, 1)
     result["process_peak_rss_mib"] = round(_status_kib("VmHWM") / 1024, 1) if spec["variant"] == "baseline" else None
     print("RESULT " + json.dumps(result), flush=True)
@@ -451,16 +467,16 @@ def print_table(r: dict) -> None:
           f"niceness +{r['params']['niceness']} for every variant, Ray's workers included")
     print()
     print("| variant | seconds | docs/s | vs baseline | kept | same ids | RSS at start (MiB) "
-          "| peak RSS per map task (MiB) | peak RSS per reduce task (MiB) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| peak RSS per map task (MiB) | peak RSS per reduce task (MiB) | CPU µs/doc |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for v in r["variants"]:
         if "failed" in v:
-            print(f"| {v['name']} | failed: {v['failed'][-120:]!r} | | | | | | | |")
+            print(f"| {v['name']} | failed: {v['failed'][-120:]!r} | | | | | | | | |")
             continue
         if v["name"] in PEERS:
             label = {"raydata": "Ray Data groupby(key).map_groups(first)", "datatrove": "datatrove exact dedup"}[v["name"]]
             print(f"| {label} ({v['cores']} CPUs) | {v['seconds']:.1f} | {v['docs_per_s']:,} | "
-                  f"{v['docs_per_s'] / base['docs_per_s']:.2f}x | {v['kept']:,} | {v['same_ids_as_baseline']} | | | |")
+                  f"{v['docs_per_s'] / base['docs_per_s']:.2f}x | {v['kept']:,} | {v['same_ids_as_baseline']} | | | | |")
             continue
         if v["name"] == "baseline":
             label = "hand-written sort-based (one process = one task)"
@@ -468,7 +484,7 @@ def print_table(r: dict) -> None:
             start_rss = f"{v['idle_rss_mib']:,.0f}"
         elif v["name"] == "zephyr-ray":
             label = f"zephyr on Ray ({v['cores']} CPUs, warm), memory={v['memory']}"
-            map_peak = reduce_peak = f"{v['worker_peak_rss_mib_sampled'] or 0:,.0f} (per worker, sampled)"
+            map_peak = reduce_peak = f"{v['worker_peak_rss_mib'] or 0:,.0f} (per worker)"
             start_rss = f"{v['worker_idle_rss_mib'] or 0:,.0f} (idle worker)"
         else:
             label = (f"zephyr, memory={v['memory']} (buffer {v['buffer_mib']:.0f} MiB)" if v["memory"]
@@ -477,10 +493,14 @@ def print_table(r: dict) -> None:
             map_peak = f"{v['stages']['0']['max_peak_rss_mib']:,.0f}"
             reduce_peak = f"{v['stages']['1']['max_peak_rss_mib']:,.0f}"
         print(f"| {label} | {v['seconds']:.1f} | {v['docs_per_s']:,} | {v['docs_per_s'] / base['docs_per_s']:.2f}x | "
-              f"{v['kept']:,} | {v['same_ids_as_baseline']} | {start_rss} | {map_peak} | {reduce_peak} |")
+              f"{v['kept']:,} | {v['same_ids_as_baseline']} | {start_rss} | {map_peak} | {reduce_peak} | "
+              f"{v['cpu_s'] / r['corpus']['docs'] * 1e6:.2f} |")
     if any(v["name"] == "zephyr-ray" for v in r["variants"]):
         print("\n(zephyr on Ray: seconds exclude ray.init and a warm-up; at start = the smallest warm worker's RSS; "
-              "its peak is the largest RSS any worker reached, sampled every 50 ms, over both stages)")
+              "its peak is the largest peak RSS (VmHWM) of any worker over both stages; its CPU is the driver's and "
+              "the workers', not Ray's daemons')")
+    print("(CPU µs/doc: user + system CPU per input document, all processes of the variant: steadier than "
+          "seconds on a busy machine)")
     for v in r["variants"][1:]:
         if v["name"] in PEERS or "failed" in v:
             continue

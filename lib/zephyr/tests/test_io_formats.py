@@ -138,3 +138,41 @@ def test_rerun_of_a_finished_shuffle_on_memory_fs_does_no_work(local_backend):
     again = local_backend.execute(ds)
     list(again)
     assert again.counters["zephyr/stages_skipped_outputs_exist"] == 1
+
+
+@pytest.mark.parametrize("block", [7, 64, 1 << 18])
+def test_jsonl_reader_blocks_keep_every_line_and_its_number(tmp_path, monkeypatch, block):
+    """read_jsonl decodes a block of lines at a time: lines across block edges, a line longer
+    than a block, blank lines, a last line without newline, and bad lines far into the file
+    (reported by their own number) all behave as line by line."""
+    from zephyr import counters
+    from zephyr.io import jsonl
+
+    monkeypatch.setattr(jsonl, "_BLOCK", block)
+    lines = [b'{"i": %d, "t": "%s"}' % (i, b"x" * (i % 50)) for i in range(300)]
+    lines[40] = b'{"long": "' + b"y" * 5000 + b'"}'
+    lines[100] = b"   "
+    lines[101] = b""
+    path = tmp_path / "a.jsonl.zst"
+    path.write_bytes(zstandard.ZstdCompressor().compress(b"\n".join(lines)))  # no trailing newline
+    expected = [orjson_loads(line) for line in lines if line.strip()]
+    assert list(jsonl.read_jsonl(str(path))) == expected
+
+    lines[250] = b'{"i": '
+    lines[260] = b"\xff"
+    path.write_bytes(zstandard.ZstdCompressor().compress(b"\n".join(lines) + b"\n"))
+    with pytest.raises(jsonl.BadRecordError, match=r"a.jsonl.zst:251: malformed JSON"):
+        list(jsonl.read_jsonl(str(path)))
+    plain = tmp_path / "b.jsonl"
+    plain.write_bytes(b"\n".join(lines) + b"\n")
+    with counters.collecting() as seen:
+        kept = list(jsonl.read_jsonl(str(plain), on_bad_record="skip"))
+    assert kept == [orjson_loads(line) for i, line in enumerate(lines) if line.strip() and i not in (250, 260)]
+    assert seen["zephyr/bad_records"] == 2
+    assert seen["zephyr/bytes_read"] == plain.stat().st_size
+
+
+def orjson_loads(line: bytes):
+    import orjson
+
+    return orjson.loads(line)

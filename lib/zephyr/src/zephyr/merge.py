@@ -60,10 +60,7 @@ def sort_order(table: pa.Table, leading: str | None = None) -> np.ndarray:
 
 
 def _numpy(table, name: str) -> np.ndarray:
-    column = table.column(name)
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    return column.to_numpy()
+    return _one_chunk(table.column(name)).to_numpy()
 
 
 def _has_collisions(table, h: np.ndarray, order: np.ndarray) -> bool:
@@ -185,8 +182,15 @@ def payload_records(table: pa.Table) -> list:
     import orjson
 
     description = orjson.loads(table.schema.metadata[FIELDS_META])
-    columns = [table.column(f"c{i}") for i in range(len(description["names"]))]
-    return records_of([c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns], description)
+    columns = [_one_chunk(table.column(f"c{i}")) for i in range(len(description["names"]))]
+    return records_of(columns, description)
+
+
+def _one_chunk(column):
+    """An array for a column; `combine_chunks` copies even a single chunk, so that is taken as is."""
+    if isinstance(column, pa.ChunkedArray):
+        return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    return column
 
 
 def first_per_key(chunks: Iterator[Chunk]) -> Iterator[Any]:

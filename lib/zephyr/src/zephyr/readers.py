@@ -62,6 +62,12 @@ def read_path(item: Any, load: op.LoadJsonl | op.LoadParquet | op.LoadFile) -> I
 
 def _shaped(records: Iterator[Any], path: str, path_column: str | None, columns: tuple[str, ...] | None) -> Iterator[Any]:
     """Add the file path column (where a projection names it, else last) and project."""
+    if path_column is None and columns is None:
+        return records  # nothing to reshape: no generator frame per record
+    return _reshaped(records, path, path_column, columns)
+
+
+def _reshaped(records: Iterator[Any], path: str, path_column: str | None, columns: tuple[str, ...] | None) -> Iterator[Any]:
     last = path_column is not None and (columns is None or path_column not in columns)
     for record in records:
         if path_column is not None and not last:
