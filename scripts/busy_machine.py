@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -73,6 +74,7 @@ def stop(state: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        shutil.rmtree(record["ray_temp_dir"], ignore_errors=True)  # the foreign head's sessions and logs
     path.unlink()
     print(f"stopped process groups {record['groups']}")
 
