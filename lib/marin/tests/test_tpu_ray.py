@@ -257,6 +257,42 @@ def test_worker_loss_is_retried_without_using_failure_budget(sim, tmp_path):
     assert result == ["done"] and len(os.listdir(tmp_path)) == 3
 
 
+def test_a_run_waits_for_its_slice_with_warnings_and_starts_when_one_appears(sim, monkeypatch, caplog):
+    """No free v6e-4 in the cluster: run_on_tpu waits (the autoscaler's job) and says so
+    every SLICE_WAIT_WARNING_INTERVAL; once a v6e-4 host joins, the run lands there."""
+    from marin.tpu import runner
+
+    monkeypatch.setattr(runner, "SLICE_WAIT_WARNING_INTERVAL", 0.5)
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = run_on_tpu(where_am_i, "v6e-4", fresh_process=False)
+        except BaseException as e:  # surfaced by the assertion below
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)  # never blocks the test run's exit
+    node = None
+    with caplog.at_level("WARNING", logger=runner.__name__):
+        thread.start()
+        try:
+            _wait_for(lambda: any("'TPU-v6e-4-head'" in r.getMessage() for r in caplog.records), timeout=120,
+                      what="a warning naming the missing v6e-4 head resource")
+            assert thread.is_alive() and not outcome
+            node = sim.cluster.add_node(num_cpus=1, resources={"TPU": 4, "TPU-v6e-4-head": 1})
+        finally:
+            thread.join(timeout=300)
+    try:
+        assert not thread.is_alive() and "error" not in outcome, outcome.get("error")
+        [(node_id, env)] = outcome["result"]
+        assert node_id == node.node_id and env["MARIN_TPU_NUM_HOSTS"] == "1"
+        message = next(r.getMessage() for r in caplog.records if "'TPU-v6e-4-head'" in r.getMessage())
+        assert message.startswith("v6e-4 x1: waited ") and "ray status" in message
+    finally:
+        if node is not None:
+            sim.cluster.kill(node)
+
+
 def test_preemption_budget_is_bounded(sim, tmp_path):
     counter = str(tmp_path)
     with pytest.raises(TpuPreemptedError, match="max_retries_preemption=0"):

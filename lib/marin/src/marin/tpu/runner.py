@@ -63,6 +63,7 @@ from marin.tpu.slices import TPU_RESOURCE, TpuSlice, parse_tpu_type
 __all__ = [
     "PREEMPTION_ERRORS",
     "SLICE_NAME_LABEL",
+    "SLICE_WAIT_WARNING_INTERVAL",
     "TpuPreemptedError",
     "TpuSetupError",
     "is_preemption",
@@ -70,6 +71,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+# While no slice of the requested type is free, a warning this often (seconds): on an
+# autoscaling cluster a wait is normal, a silent wait of hours is not.
+SLICE_WAIT_WARNING_INTERVAL = 300.0
 
 PREEMPTION_ERRORS: tuple[type[BaseException], ...] = (
     NodeDiedError,
@@ -257,12 +262,14 @@ def _attempt(fn: Callable[[], Any], launch: _Launch) -> list[Any]:
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         rendezvous = ray.remote(num_cpus=0, max_restarts=0)(_Rendezvous).options(scheduling_strategy=here).remote()
     try:
-        infos: list[_SliceInfo] = ray.get([h.info.remote() for h in holders])
+        infos: list[_SliceInfo] = _get_waiting([h.info.remote() for h in holders], launch,
+                                               f"a free host with the {launch.spec.head_resource!r} resource per slice")
         # The driver owns the placement groups, so they go away with the attempt even when
         # a slice actor dies with its host.
         for info in infos:
             groups.append(_host_group(launch, info))
-        ray.get([group.ready() for group in groups if group is not None])
+        _get_waiting([group.ready() for group in groups if group is not None], launch,
+                     f"all {launch.spec.num_hosts} hosts of each slice")
         coordinator_ip = infos[0].ip
         refs = [
             holder.run.remote(fn, launch, _slice_env(launch.num_slices, slice_id, coordinator_ip), group, rendezvous)
@@ -276,6 +283,20 @@ def _attempt(fn: Callable[[], Any], launch: _Launch) -> list[Any]:
         for group in groups:
             if group is not None:
                 remove_placement_group(group)
+
+
+def _get_waiting(refs: list, launch: _Launch, what: str) -> list:
+    """`ray.get(refs)`, with a warning every SLICE_WAIT_WARNING_INTERVAL seconds while some
+    are not ready, naming `what` the run waits for."""
+    started = time.monotonic()
+    pending = list(refs)
+    while pending:
+        _, pending = ray.wait(pending, num_returns=len(pending), timeout=SLICE_WAIT_WARNING_INTERVAL)
+        if pending:
+            logger.warning("%s x%d: waited %.0f s for %s (%d of %d not ready); the autoscaler must provide them "
+                           "(see `ray status`)", launch.spec.tpu_type, launch.num_slices, time.monotonic() - started,
+                           what, len(pending), len(refs))
+    return ray.get(list(refs))
 
 
 def _host_group(launch: _Launch, info: _SliceInfo) -> PlacementGroup | None:
