@@ -36,7 +36,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import zstandard
@@ -46,7 +45,7 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from machine import load_average, machine  # noqa: E402
+from machine import load_average, machine, work_dir  # noqa: E402
 from corpus import ensure_corpus, read_shard
 
 
@@ -392,12 +391,8 @@ def main(argv=None) -> dict | None:
     if args.child:
         child_main(json.loads(args.child))
         return None
-    work = args.work_dir or tempfile.mkdtemp(prefix="zephyr-bench-dedup-")
-    try:
+    with work_dir(args.work_dir, "zephyr-bench-dedup-") as work:
         return _bench(args, work)
-    finally:
-        if args.work_dir is None:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 def _bench(args: argparse.Namespace, work: str) -> dict:

@@ -32,7 +32,6 @@ import re
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 import unicodedata
 from collections import Counter
@@ -45,7 +44,7 @@ import orjson
 import zstandard
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from machine import load_average, machine  # noqa: E402
+from machine import load_average, machine, work_dir  # noqa: E402
 from corpus import ensure_corpus
 
 # ---- the per-document work, shared verbatim by both runners --------------------------------
@@ -221,12 +220,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    work = args.work_dir or tempfile.mkdtemp(prefix="zephyr-bench-ray-")
-    try:
+    with work_dir(args.work_dir, "zephyr-bench-ray-") as work:
         return _bench(args, work)
-    finally:
-        if args.work_dir is None:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 def _bench(args: argparse.Namespace, work: str) -> dict:

@@ -23,10 +23,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import timeit
@@ -38,7 +36,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_ray_backend import run_tiny, run_zephyr, w1_corpus  # noqa: E402  (the W1 pipeline and its input, verbatim)
-from machine import load_average, machine  # noqa: E402
+from machine import load_average, machine, work_dir  # noqa: E402
 
 
 class _Unpublished:
@@ -178,12 +176,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    work = args.work_dir or tempfile.mkdtemp(prefix="zephyr-bench-status-")
-    try:
+    with work_dir(args.work_dir, "zephyr-bench-status-") as work:
         return _bench(args, work)
-    finally:
-        if args.work_dir is None:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 def _bench(args: argparse.Namespace, work: str) -> dict:

@@ -1,6 +1,6 @@
 """Training-adapter throughput: ``train_loop`` against a hand-written pure-JAX loop.
 
-For each device count (simulated CPU devices, one fresh process per count) both loops train
+For each device count (simulated CPU devices, one fresh process per count) three loops train
 the same model on the same token stream, data-parallel over a ``("data",)`` mesh of all the
 devices, for the same number of steps, and end with one orbax checkpoint of the state:
 
@@ -15,9 +15,11 @@ devices, for the same number of steps, and end with one orbax checkpoint of the 
 - **preloaded**: the same loop with the whole token stream in memory beforehand (loading not
   timed): the compute-only limit, with no data reading at all.
 
-Both are timed end to end (initialisation and compilation included), alternating round by
-round; the table gives the best run of each (the least disturbed by other work on a shared
-machine) and the adapter's speed as a ratio of the hand-written loop's, best and median.
+They run alternating round by round. The headline figures are steady-state tokens/s, from
+step ``WARMUP`` on (compilation excluded): the best run of each (the least disturbed by other
+work on a shared machine) and the adapter's speed as a ratio of the hand-written loop's, best
+and median. One more column gives the end-to-end ratio (initialisation, compilation and the
+final checkpoint included).
 
     uv run python benchmarks/bench_train.py --json benchmarks/results/train.json
 """
@@ -36,7 +38,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from machine import load_average, machine  # noqa: E402
+from machine import load_average, machine, work_dir  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -206,7 +208,12 @@ def main(argv=None) -> dict:
     if args.worker:
         worker(args)
         return {}
-    work = args.work_dir or tempfile.mkdtemp(prefix="bench-train-")
+    with work_dir(args.work_dir, "bench-train-") as work:
+        return _drive(args, argv, work)
+
+
+def _drive(args: argparse.Namespace, argv, work: str) -> dict:
+    """One worker process per device count, then the table and the JSON."""
     data = write_corpus(os.path.join(work, "tokens"), args.shards, args.steps * args.batch_size * args.seq_len)
     load_before = load_average()
     rows = []
@@ -234,7 +241,7 @@ def main(argv=None) -> dict:
               "load_before": load_before, "load_after": load_average(), "rows": rows}
     print(f"tiny LM, {rows[0]['params']:,} parameters, batch {args.batch_size} x {args.seq_len}, {args.steps} steps, "
           f"best of {args.repeats}; load average {load_before} -> {report['load_after']}\n")
-    print("steady state (after the first 10 steps), tokens/s of the best run:\n")
+    print(f"steady state (after the first {WARMUP} steps), tokens/s of the best run:\n")
     print("| devices | adapter | hand-written | preloaded | adapter / hand-written (best) | (median) "
           "| adapter / preloaded | end to end, adapter / hand-written |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")

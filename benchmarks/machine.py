@@ -1,9 +1,13 @@
-"""What a benchmark reports about the machine it ran on, next to its figures."""
+"""What a benchmark reports about the machine it ran on, and where it keeps its files."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+import shutil
+import tempfile
+from collections.abc import Iterator
 
 
 def load_average() -> str:
@@ -18,3 +22,17 @@ def machine() -> dict:
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return {"cores": os.cpu_count(), "ram_gib": round(mem_gib, 1), "python": platform.python_version(),
             "ray": ray.__version__, "platform": platform.platform()}
+
+
+@contextlib.contextmanager
+def work_dir(path: str | None, prefix: str) -> Iterator[str]:
+    """`path` if given (kept, so a later run reuses its corpus), else a temporary directory
+    removed afterwards, however the run ends."""
+    if path is not None:
+        yield path
+        return
+    work = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -94,8 +94,8 @@ def outputs(out: Path) -> list[str]:
     return sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) if out.exists() else []
 
 
-def kill_when(proc, condition, what, timeout=300):
-    """SIGKILL the job once `condition()` holds (polled every 20 ms); fail if it never does."""
+def wait_while_running(proc, condition, what, timeout=300):
+    """Poll `condition()` every 20 ms until it holds; fail if the job ends first or it never does."""
     deadline = time.monotonic() + timeout
     while not condition():
         if proc.poll() is not None:
@@ -103,6 +103,11 @@ def kill_when(proc, condition, what, timeout=300):
         if time.monotonic() > deadline:
             raise TimeoutError(f"waited {timeout}s for the kill point: {what}")
         time.sleep(0.02)
+
+
+def kill_when(proc, condition, what, timeout=300):
+    """SIGKILL the job once `condition()` holds; fail if it never does."""
+    wait_while_running(proc, condition, what, timeout)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
 
@@ -142,7 +147,10 @@ def test_killed_driver_resumes_without_redoing_finished_work(job, start, tmp_pat
 def test_killed_at_a_random_moment(job, start, tmp_path, reference, seed):
     out, scratch = tmp_path / "out", tmp_path / "scratch"
     proc = start(job, out, scratch)
-    time.sleep(random.Random(seed).uniform(0.3, 2.5))
+    # a random moment of the job's work: counted from its first scatter run, not from the
+    # process start, which a loaded machine may spend entirely on imports
+    wait_while_running(proc, scratch.exists, "the job's first scatter run")
+    time.sleep(random.Random(seed).uniform(0.0, 2.2))
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     scattered, written = manifests(scratch), len(outputs(out))

@@ -226,7 +226,7 @@ def test_multislice_sets_megascale_env(sim):
     assert {env["MEGASCALE_PORT"] for env in envs} == {"8081"}
 
 
-def test_a_failing_slice_stops_the_others(sim, tmp_path):
+def test_a_failing_slice_stops_the_others(sim, tmp_path, wait_until):
     directory = str(tmp_path)
     with pytest.raises(RuntimeError, match="slice 0 broke"):
         run_on_tpu(lambda: fail_on_slice_0_else_heartbeat(directory), "v4-8", num_slices=2, max_retries_failure=0)
@@ -237,7 +237,7 @@ def test_a_failing_slice_stops_the_others(sim, tmp_path):
     def stopped():  # slice 1's heartbeat went quiet: it was killed
         return time.time() - beat.stat().st_mtime > 5
 
-    _wait_for(stopped, timeout=90, what="slice 1's fn to be stopped after slice 0 failed")
+    wait_until(stopped, "slice 1's fn to be stopped after slice 0 failed")
     assert not (tmp_path / "slice-1-finished").exists()
 
 
@@ -257,7 +257,7 @@ def test_worker_loss_is_retried_without_using_failure_budget(sim, tmp_path):
     assert result == ["done"] and len(os.listdir(tmp_path)) == 3
 
 
-def test_a_run_waits_for_its_slice_with_warnings_and_starts_when_one_appears(sim, monkeypatch, caplog):
+def test_a_run_waits_for_its_slice_with_warnings_and_starts_when_one_appears(sim, monkeypatch, caplog, wait_until):
     """No free v6e-4 in the cluster: run_on_tpu waits (the autoscaler's job) and says so
     every SLICE_WAIT_WARNING_INTERVAL; once a v6e-4 host joins, the run lands there."""
     from marin.tpu import runner
@@ -276,8 +276,8 @@ def test_a_run_waits_for_its_slice_with_warnings_and_starts_when_one_appears(sim
     with caplog.at_level("WARNING", logger=runner.__name__):
         thread.start()
         try:
-            _wait_for(lambda: any("'TPU-v6e-4-head'" in r.getMessage() for r in caplog.records), timeout=120,
-                      what="a warning naming the missing v6e-4 head resource")
+            wait_until(lambda: any("'TPU-v6e-4-head'" in r.getMessage() for r in caplog.records),
+                       "a warning naming the missing v6e-4 head resource")
             assert thread.is_alive() and not outcome
             node = sim.cluster.add_node(num_cpus=1, resources={"TPU": 4, "TPU-v6e-4-head": 1})
         finally:
@@ -310,7 +310,7 @@ def token_shards(tmp_path_factory):
     return f"{root}/part-*.jsonl.zst"
 
 
-def test_training_survives_repeated_node_kills_and_matches_uninterrupted_run(sim, token_shards, tmp_path):
+def test_training_survives_repeated_node_kills_and_matches_uninterrupted_run(sim, token_shards, tmp_path, wait_until):
     config = dict(batch_size=4, seq_len=32, num_steps=60, checkpoint_every=5, seed=3)
     ckpt, marker = str(tmp_path / "ckpt"), str(tmp_path / "marker")
     outcome = {}
@@ -331,7 +331,7 @@ def test_training_survives_repeated_node_kills_and_matches_uninterrupted_run(sim
         def reached(step=kill_after_step):
             return (latest_step(ckpt) or 0) >= step and _read(marker + ".node")
 
-        node = _wait_for(reached, timeout=240, what=f"a checkpoint at step >= {kill_after_step}")
+        node = wait_until(reached, f"a checkpoint at step >= {kill_after_step}")
         assert latest_step(ckpt) < config["num_steps"], "training finished before the node was killed"
         sim.kill(node)
         os.remove(marker + ".node")
@@ -353,16 +353,6 @@ def test_training_survives_repeated_node_kills_and_matches_uninterrupted_run(sim
     for a, b in zip(jax.tree_util.tree_leaves(resumed.state["params"]),
                     jax.tree_util.tree_leaves(uninterrupted.state["params"]), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-
-
-def _wait_for(predicate, timeout: float, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise TimeoutError(f"gave up waiting for {what} after {timeout}s")
 
 
 def _mesh(devices: int) -> Mesh:
@@ -420,7 +410,7 @@ def test_training_runs_as_an_executor_step(sim, tmp_path):
     assert set(executor_main([tokens, train], config=config).values()) == {"SKIPPED"}
 
 
-def test_multi_host_training_survives_losing_a_host(sim, token_shards, tmp_path):
+def test_multi_host_training_survives_losing_a_host(sim, token_shards, tmp_path, wait_until):
     """A v4-16 host dies mid-run: the whole slice restarts (a replacement host joins), the two
     hosts form a new JAX program, restore the last complete checkpoint onto the mesh, and end
     with the parameters of an uninterrupted 8-device run."""
@@ -440,7 +430,7 @@ def test_multi_host_training_survives_losing_a_host(sim, token_shards, tmp_path)
     thread = threading.Thread(target=train)
     thread.start()
     try:
-        _wait_for(lambda: (latest_step(ckpt) or 0) >= 10, timeout=300, what="a checkpoint at step >= 10 on the v4-16 slice")
+        wait_until(lambda: (latest_step(ckpt) or 0) >= 10, "a checkpoint at step >= 10 on the v4-16 slice")
         assert latest_step(ckpt) < config["num_steps"], "training finished before the host was killed"
         # The host without the slice's head resource (the placement group may have put either
         # JAX process there): its replacement below is an ordinary host of the same slice.

@@ -79,23 +79,6 @@ def gates(tmp_path):
 
 
 @pytest.fixture
-def wait_until():
-    """`wait_until(condition, what)`: poll until `condition()` is truthy and return it; fail after a generous deadline."""
-    import time
-
-    def wait(condition, what: str, timeout: float = GATE_DEADLINE):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = condition()
-            if value:
-                return value
-            time.sleep(0.02)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-    return wait
-
-
-@pytest.fixture
 def http_json():
     """`http_json(url, headers=None)`: GET a JSON document."""
     import json

@@ -110,6 +110,8 @@ def test_transient_errors_are_retried_without_charging_the_user_budget(files, pa
     assert stats.retries_user == 0  # the user's budget is untouched
     assert stats.retries_lost >= 2 and execution.counters["zephyr/storage_retries"] == stats.retries_lost
     assert files.faults["part-1.jsonl"][0] == 0  # every injected failure was served
+    shards = execution.status.snapshot()["stages"][0]["shards"]  # the status page counts them as the runner does
+    assert (shards["retried_lost"], shards["retried_user"], shards["user_errors"]) == (stats.retries_lost, 0, 0)
 
 
 def test_a_storage_outage_longer_than_the_loss_budget_fails_naming_the_path_and_shard(files):

@@ -33,7 +33,7 @@ class Expr:
 
     def __call__(self, record: Any) -> bool:
         """As a predicate: true only when the expression is true (null counts as false)."""
-        return _truth(self.evaluate(record), f"filter({self!r})") is True
+        return _truth(self.evaluate(record), self, "filter({!r})") is True
 
     def __bool__(self) -> bool:
         raise TypeError(f"the truth value of the expression {self!r} is unknown until it runs; use & | ~ instead of and/or/not")
@@ -201,11 +201,13 @@ class Arithmetic(Expr):
         return f"({self.left!r} {self.op} {self.right!r})"
 
 
-def _truth(value: Any, where: str) -> bool | None:
-    """A boolean operand (None for null); any other value is a TypeError naming `where`."""
+def _truth(value: Any, node: Expr, where: str = "{!r}") -> bool | None:
+    """A boolean operand (None for null); any other value is a TypeError naming `node` (its
+    text, formatted into `where`, is built only then: this runs once per record)."""
     if value is None or isinstance(value, bool):
         return value
-    raise TypeError(f"{where} needs true, false or null, got {type(value).__name__} {value!r:.80}; compare it explicitly")
+    raise TypeError(f"{where.format(node)} needs true, false or null, got {type(value).__name__} {value!r:.80}; "
+                    "compare it explicitly")
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -218,10 +220,10 @@ class Logical(Expr):
 
     def evaluate(self, record: Any) -> Any:
         decisive = self.op == "|"  # the value that settles the result on its own
-        a = _truth(self.left.evaluate(record), repr(self))
+        a = _truth(self.left.evaluate(record), self)
         if a is decisive:
             return decisive
-        b = _truth(self.right.evaluate(record), repr(self))
+        b = _truth(self.right.evaluate(record), self)
         if b is decisive:
             return decisive
         return None if a is None or b is None else not decisive
@@ -235,7 +237,7 @@ class Not(Expr):
     child: Expr
 
     def evaluate(self, record: Any) -> Any:
-        value = _truth(self.child.evaluate(record), repr(self))
+        value = _truth(self.child.evaluate(record), self)
         return None if value is None else not value
 
     def __repr__(self) -> str:

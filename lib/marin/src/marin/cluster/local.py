@@ -273,7 +273,7 @@ class _NodeExited(RuntimeError):
 
 
 def _wait_ready(url: str, token: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
-    """Wait until the job API answers (authenticated) and the head's own node is alive.
+    """Wait until the dashboard's nodes API (authenticated) lists the head's own node alive.
 
     The dashboard answers before the head's raylet has registered; a head whose raylet never
     registers dies a little later, so answering alone does not make it ready.

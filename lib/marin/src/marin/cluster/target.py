@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from zephyr.io.temporaries import process_alive
+
 from marin.cluster import local
 from marin.cluster.auth import auth_headers, read_token, redact, remote_token_path, write_private_file
 from marin.cluster.commands import (
@@ -173,7 +175,7 @@ def forwarded_port(cluster: str) -> int | None:
             port, pid = int(record["port"]), int(record["pid"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if record.get("cluster") == cluster and local.process_alive(pid) and _listening(port):
+        if record.get("cluster") == cluster and process_alive(pid) and _listening(port):
             return port
     return None
 

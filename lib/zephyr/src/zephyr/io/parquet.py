@@ -92,6 +92,7 @@ def read_parquet(
             raise ValueError(f"{path}: not a readable Parquet file: {e}") from e
         names = schema.names
         wanted = [c for c in columns if c in names] if columns is not None else None
+        keep = wanted  # the output's columns; `wanted` may grow by the late filter's own
         pushed, late = None, None
         if filter is not None:
             pushed = to_arrow_filter(filter, schema)
@@ -102,7 +103,6 @@ def read_parquet(
         for batch in _row_group_batches(fragment, row_groups, wanted, pushed):
             rows = batch.to_pylist()
             if late is not None:
-                keep = [c for c in columns if c in names] if columns is not None else None
                 rows = [_project(r, keep) for r in rows if late(r)]
             yield from rows
     finally:

@@ -50,8 +50,8 @@ class ObservedBackend:
         except TaskLost as e:
             self._status.shard_failed(self._index, task, e, lost=True)
             raise
-        except Exception as e:
-            self._status.shard_failed(self._index, task, e, lost=False)
+        except Exception as e:  # a transient storage error is a lost attempt too, as the runner counts it
+            self._status.shard_failed(self._index, task, e, lost=getattr(e, "transient", False))
             raise
         self._status.shard_succeeded(self._index, task, result)
         return result
