@@ -134,15 +134,18 @@ def test_columnar_and_pickled_paths_give_identical_outputs(seed, monkeypatch, tm
     assert sorted(typed(r) for r in dedup) == sorted(typed(r) for r in firsts.values())
 
 
-def test_records_that_do_not_convert_fall_back_and_keep_their_types(monkeypatch, tmp_path):
+@pytest.mark.parametrize("json_payload", [True, False])
+def test_records_that_do_not_convert_fall_back_and_keep_their_types(json_payload, monkeypatch, tmp_path):
     """int vs float across chunks, tuples vs lists, varying key sets, non-dicts: all exact."""
     ints = [{"k": f"k{i % 50}", "v": i} for i in range(3000)]
     floats = [{"k": f"k{i % 50}", "v": float(i)} for i in range(3000)]  # same field, now float
     ragged = [{"k": "r", "v": (1, "t")}, {"k": "r", "only": [1]}, ("not", "a dict")]
     ds = Dataset.from_list([ints + floats, ragged]).flat_map(list)
-    out, execution = run(ds.reshard(2), monkeypatch, tmp_path, memory="64MiB")
+    out, execution = run(ds.reshard(2), monkeypatch, tmp_path, memory="64MiB", ZEPHYR_SHUFFLE_JSON=int(json_payload))
     assert sorted(map(typed, out)) == sorted(map(typed, ints + floats + ragged))
-    assert execution.counters["zephyr/shuffle_runs_columnar"] == 0  # both buffers had to fall back
+    # as JSON lines, ints then floats are one exact payload; as fields, the second chunk's
+    # float column does not match the first's int column; the tuple never converts
+    assert execution.counters["zephyr/shuffle_runs_columnar"] == (1 if json_payload else 0)
     values = [r["v"] for r in out if isinstance(r, dict) and r["k"] != "r"]
     assert sum(type(v) is int for v in values) == 3000 and sum(type(v) is float for v in values) == 3000
 

@@ -1,7 +1,18 @@
 """Records <-> Arrow columns for the shuffle, exactly or not at all.
 
-A batch of records converts when every record is a plain `dict` with the same `str` keys in the
-same order (what `load_jsonl` and `load_parquet` produce). Each field becomes one column:
+Two payload forms, tried in this order:
+
+**JSON lines** (`json_lines`). When every record is JSON data built only from plain `dict`
+(with `str` keys), `list`, `str`, `int` (at most 64 bits), finite `float`, `bool` and `None`
+(what `load_jsonl` produces, and most records built from it), the payload is one binary column
+holding each record's `orjson.dumps(record) + b"\n"`: decoding gives back an equal record of
+identical types (orjson writes every float so that it parses back to the same bits, and keeps
+key order), and a JSONL writer after the shuffle copies the bytes as they are
+(`json_records.JsonLines`). Anything else (a tuple, which would come back a list; `NaN`, which
+would come back `None`; subclasses; bytes) is checked for and rejected, exactly.
+
+**Fields** (`columns_of`). A batch converts when every record is a plain `dict` with the same
+`str` keys in the same order (what `load_parquet` produces). Each field becomes one column:
 
 - values that are all `str`, all `int` (64-bit), all `float` or all `bool`, each optionally
   mixed with `None`, become a native Arrow column (`None` is null; `NaN` and `-0.0` survive);
@@ -16,7 +27,10 @@ Reading back gives equal records of identical types, in the same key order.
 
 from __future__ import annotations
 
+import collections
 import itertools
+import math
+import os
 import pickle
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -28,9 +42,19 @@ import pyarrow as pa
 
 from zephyr.shuffle_keys import hash_key_bytes
 
-__all__ = ["batch_rows", "columns_of", "conform", "dumps", "key_column", "key_of", "records_of", "sort_value_column", "unify_schemas"]
+__all__ = [
+    "batch_rows", "columns_of", "conform", "dumps", "is_json", "json_lines", "key_column", "key_of", "payload_columns", "payload_of",
+    "records_of", "sort_value_column", "unify_schemas",
+]
 
 FIELDS_META = b"zephyr.fields"
+JSON_COLUMN = "j"
+JSON_DESCRIPTION = {"json": True}
+_JSON_TYPES = frozenset({dict, list, str, int, float, bool, type(None)})
+_CONTAINERS = frozenset({dict, list})
+_STR = frozenset({str})
+_NO_DEFAULT = itertools.repeat(None)
+_LINE_OPTION = itertools.repeat(orjson.OPT_APPEND_NEWLINE)
 _NATIVE = {str: pa.large_string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
 _PICKLE = "p"
 _NATIVE_TAG = "n"
@@ -59,6 +83,75 @@ def _column(values: list) -> tuple[pa.Array, str]:
     return pa.array([dumps(v) for v in values], pa.large_binary()), _PICKLE
 
 
+def json_enabled() -> bool:
+    """`ZEPHYR_SHUFFLE_JSON=0` turns the JSON-lines payload off (records then travel as fields)."""
+    return os.environ.get("ZEPHYR_SHUFFLE_JSON", "1").lower() not in ("0", "false", "no", "off")
+
+
+def json_lines(items: Sequence[Any], checked: bool = True) -> pa.Array | None:
+    """Each item's JSON line (`orjson.dumps(item) + b"\n"`) as a binary column, or None unless
+    every item decodes back from its line equal and of identical types (`checked=False`
+    skips that check, for items a JSON parser made).
+
+    The lines are appended to one buffer as they are made and the row bounds found from its
+    newlines (orjson escapes any newline inside a string): holding each line as its own bytes
+    object costs several times more, since orjson sizes every output for 1 KiB and more first.
+    """
+    buffer = bytearray()
+    try:
+        collections.deque(map(buffer.extend, map(orjson.dumps, items, _NO_DEFAULT, _LINE_OPTION)), maxlen=0)
+    except orjson.JSONEncodeError:  # beyond 64 bits, lone surrogates, cycles, unknown types
+        return None
+    if checked and not _json_exact(items):
+        return None
+    ends = np.flatnonzero(np.frombuffer(buffer, dtype=np.uint8) == 10)
+    offsets = np.zeros(len(ends) + 1, dtype=np.int64)
+    offsets[1:] = ends + 1
+    return pa.Array.from_buffers(pa.large_binary(), len(ends), [None, pa.py_buffer(offsets), pa.py_buffer(buffer)])
+
+
+def _json_exact(items: Sequence[Any]) -> bool:
+    """Whether `items` hold only what JSON gives back exactly. A level of nesting at a time,
+    types are gathered in bulk (`set(map(type, ...))` over the level's chained keys and
+    values), so flat records cost a few C-level passes. Only called on items orjson could
+    encode: no cycles, bounded depth."""
+    values = items
+    while values:
+        types = set(map(type, values))
+        if not types <= _JSON_TYPES:
+            return False
+        if float in types and not all(map(math.isfinite, [v for v in values if type(v) is float])):
+            return False  # NaN and infinities would come back None
+        if types.isdisjoint(_CONTAINERS):
+            return True
+        dicts = values if types == {dict} else [v for v in values if type(v) is dict]
+        if not set(map(type, itertools.chain.from_iterable(dicts))) <= _STR:
+            return False  # orjson writes only str keys, but a str subclass would come back a str
+        lists = [v for v in values if type(v) is list] if list in types else ()
+        values = list(itertools.chain(itertools.chain.from_iterable(map(dict.values, dicts)), itertools.chain.from_iterable(lists)))
+    return True
+
+
+def is_json(schema: pa.Schema) -> bool:
+    """Whether a shuffle batch's payload is JSON lines (one `j` column)."""
+    return JSON_COLUMN in schema.names
+
+
+def payload_of(items: Sequence[Any], parsed_json: bool = False) -> tuple[list[pa.Array], list[str], dict] | None:
+    """`items` as payload columns, with their names and description: JSON lines when they are
+    exact (known to be when `parsed_json`: they are what a JSON parser made), else fields; None
+    when neither converts (they travel pickled)."""
+    if json_enabled():
+        lines = json_lines(items, checked=not parsed_json)
+        if lines is not None:
+            return [lines], [JSON_COLUMN], JSON_DESCRIPTION
+    fields = columns_of(items)
+    if fields is None:
+        return None
+    columns, description = fields
+    return columns, [f"c{i}" for i in range(len(columns))], description
+
+
 def columns_of(items: Sequence[Any]) -> tuple[list[pa.Array], dict] | None:
     """Payload columns of `items` and their description, or None when they are not uniform dicts."""
     first = items[0]
@@ -77,8 +170,18 @@ def columns_of(items: Sequence[Any]) -> tuple[list[pa.Array], dict] | None:
     return columns, {"names": list(names), "encodings": encodings}
 
 
+def payload_columns(data: pa.Table | pa.RecordBatch) -> tuple[list, dict]:
+    """A shuffle table's (or batch's) payload columns and their description."""
+    description = orjson.loads(data.schema.metadata[FIELDS_META])
+    if description.get("json"):
+        return [data.column(JSON_COLUMN)], description
+    return [data.column(f"c{i}") for i in range(len(description["names"]))], description
+
+
 def records_of(columns: Sequence[pa.Array], description: dict) -> list:
     """The records back from payload columns: equal values, identical types, same key order."""
+    if description.get("json"):
+        return list(map(orjson.loads, columns[0].to_pylist()))
     names, encodings = description["names"], description["encodings"]
     if _PICKLE not in encodings:
         return pa.StructArray.from_arrays(list(columns), names=names).to_pylist()
@@ -156,8 +259,7 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 
 def batch_rows(batch: pa.RecordBatch, keyed: bool) -> Iterator[tuple]:
     """`(h, kb, sort value, pos, key, item)` per row of a shuffle batch (key None unless keyed)."""
-    description = orjson.loads(batch.schema.metadata[FIELDS_META])
-    items = records_of([batch.column(f"c{i}") for i in range(len(description["names"]))], description)
+    items = records_of(*payload_columns(batch))
     kbs = batch.column("kb").to_pylist()
     values = batch.column("sv").to_pylist() if "sv" in batch.schema.names else itertools.repeat(None)
     keys = map(key_of, kbs) if keyed else itertools.repeat(None)

@@ -10,7 +10,8 @@ Memory is one batch per source plus one chunk. Full sort keys are unique (shard,
 so the source whose batch ends at the frontier always empties it: every round progresses.
 
 The modes (keep the first row per key, reduce groups, concatenate) read chunks and convert
-only the rows they hand to Python (`columnar.records_of`).
+only the rows they hand on (`columnar.records_of`). Rows whose payload is JSON lines are handed
+on by keep-first and concatenate as a `JsonLines`, which a JSONL writer copies as bytes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from zephyr.columnar import FIELDS_META, key_of, records_of
+from zephyr.columnar import JSON_COLUMN, is_json, key_of, payload_columns, records_of
+from zephyr.json_records import JsonLines
 
 _RECORD_SLICE = 4096
 
@@ -150,17 +152,20 @@ class Chunk:
         row = int(self.order[-1])
         return int(self.table.column("h")[row].as_py()), self.table.column("kb")[row].as_py()
 
-    def record_lists(self, rows: np.ndarray | None = None) -> Iterator[list]:
-        """Python records of the sorted rows (or of `rows`), a list per slice of rows, so a big
-        round never holds all its rows as Python objects at once."""
+    def sorted_slices(self, rows: np.ndarray | None = None) -> Iterator[pa.Table]:
+        """The sorted rows (or the sorted positions `rows`) a slice at a time, so a big round
+        never holds all its rows as Python objects at once."""
         order = self.order if rows is None else self.order[rows]
         contiguous = len(order) and order[0] == 0 and (np.diff(order) == 1).all()
         for start in range(0, len(order), _RECORD_SLICE):
             if contiguous:
-                part = self.table.slice(start, min(_RECORD_SLICE, len(order) - start))
+                yield self.table.slice(start, min(_RECORD_SLICE, len(order) - start))
             else:
-                part = self.table.take(pa.array(order[start : start + _RECORD_SLICE]))
-            yield payload_records(part)
+                yield self.table.take(pa.array(order[start : start + _RECORD_SLICE]))
+
+    def record_lists(self) -> Iterator[list]:
+        """Python records of the sorted rows, a list per slice."""
+        return map(payload_records, self.sorted_slices())
 
 
 def group_starts(h: np.ndarray, kb, order: np.ndarray, previous: tuple | None) -> np.ndarray:
@@ -179,11 +184,19 @@ def group_starts(h: np.ndarray, kb, order: np.ndarray, previous: tuple | None) -
 
 def payload_records(table: pa.Table) -> list:
     """The records of a shuffle table's payload columns (`c0, c1, ...`)."""
-    import orjson
+    columns, description = payload_columns(table)
+    return records_of(list(map(_one_chunk, columns)), description)
 
-    description = orjson.loads(table.schema.metadata[FIELDS_META])
-    columns = [_one_chunk(table.column(f"c{i}")) for i in range(len(description["names"]))]
-    return records_of(columns, description)
+
+def _handed_on(tables: Iterator[pa.Table]) -> Iterator[Any] | JsonLines:
+    """The records of sorted slices: a `JsonLines` when the payload is JSON lines."""
+    first = next(tables, None)
+    if first is None:
+        return iter(())
+    tables = itertools.chain([first], tables)
+    if is_json(first.schema):
+        return JsonLines(_one_chunk(t.column(JSON_COLUMN)) for t in tables)
+    return itertools.chain.from_iterable(map(payload_records, tables))
 
 
 def _one_chunk(column):
@@ -193,22 +206,22 @@ def _one_chunk(column):
     return column
 
 
-def first_per_key(chunks: Iterator[Chunk]) -> Iterator[Any]:
+def first_per_key(chunks: Iterator[Chunk]) -> Iterator[Any] | JsonLines:
     """Deduplicate: the first row of each key (rows arrive by shard and position within a key).
     Records are handed on through `chain` (no Python frame per record)."""
-    return itertools.chain.from_iterable(_first_lists(chunks))
+    return _handed_on(_first_slices(chunks))
 
 
-def _first_lists(chunks: Iterator[Chunk]) -> Iterator[list]:
+def _first_slices(chunks: Iterator[Chunk]) -> Iterator[pa.Table]:
     previous = None
     for chunk in chunks:
         starts = chunk.starts(previous)
         previous = chunk.last_key()
-        yield from chunk.record_lists(None if starts.all() else np.flatnonzero(starts))
+        yield from chunk.sorted_slices(None if starts.all() else np.flatnonzero(starts))
 
 
-def concatenate(chunks: Iterator[Chunk]) -> Iterator[Any]:
-    return itertools.chain.from_iterable(records for chunk in chunks for records in chunk.record_lists())
+def concatenate(chunks: Iterator[Chunk]) -> Iterator[Any] | JsonLines:
+    return _handed_on(table for chunk in chunks for table in chunk.sorted_slices())
 
 
 def reduce_groups(chunks: Iterator[Chunk], reducer: Callable[..., Any]) -> Iterator[Any]:

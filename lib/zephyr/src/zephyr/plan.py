@@ -11,7 +11,7 @@ after the source splits its files into row-group slices, one shard each.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from zephyr import ops as op
@@ -74,6 +74,8 @@ def compile_plan(dataset) -> Plan:
             sink, reader = _shuffle_for(record, num_shards)
             chain = push_down(tuple(current))
             fp = fingerprint((fp, _reader_of(stage_input), chain, sink))
+            if isinstance(stage_input, tuple) and chain and all(isinstance(o, op.LoadJsonl) for o in chain):
+                sink = replace(sink, parsed_json=True)  # its items come straight from orjson.loads
             stages.append(Stage(len(stages), chain, num_shards, stage_input, sink, label, fp))
             current, num_shards, stage_input, label = [], sink.num_partitions, reader, reader.label
         elif isinstance(record, sop.SortedMergeJoin):

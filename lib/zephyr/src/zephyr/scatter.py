@@ -25,7 +25,7 @@ import orjson
 import pyarrow as pa
 
 from zephyr import counters
-from zephyr.columnar import FIELDS_META, batch_rows, columns_of, conform, dumps, key_column, sort_value_column, unify_schemas
+from zephyr.columnar import FIELDS_META, batch_rows, conform, dumps, key_column, payload_of, sort_value_column, unify_schemas
 from zephyr.io.files import atomic_write
 from zephyr.merge import group_starts, sort_order
 from zephyr.ops import callable_name
@@ -76,6 +76,9 @@ class ScatterSink:
     num_partitions: int
     partitioner: HashPartition | RoundRobin
     root: str = ""  # bound by the runner: <scratch>/<stage fingerprint>
+    # set by the planner when the stage only loads JSON lines: its items are what orjson.loads
+    # made, so they are JSON exactly (unless a key function changes them: key functions must not)
+    parsed_json: bool = False
 
     def describe(self) -> str:
         return f"scatter({self.partitioner.describe()} into {self.num_partitions} shards)"
@@ -146,7 +149,7 @@ class _Buffer:
         self._bytes_per_row = (self.used - before) / len(items)
 
     def _columnar(self, items, keys, values, first_pos: int) -> pa.RecordBatch | None:
-        payload = columns_of(items)
+        payload = payload_of(items, parsed_json=self.sink.parsed_json)
         if payload is None:
             return None
         n = len(items)
@@ -169,9 +172,9 @@ class _Buffer:
             names.append("sv")
         columns.append(pa.array(np.arange(first_pos, first_pos + n, dtype=np.int64)))
         names.append("pos")
-        data, description = payload
+        data, data_names, description = payload
         columns += data
-        names += [f"c{i}" for i in range(len(data))]
+        names += data_names
         batch = pa.RecordBatch.from_arrays(columns, names=names, metadata={FIELDS_META: orjson.dumps(description)})
         schema = batch.schema if self.schema is None else unify_schemas(self.schema, batch.schema)
         if schema is None:

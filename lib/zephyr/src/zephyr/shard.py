@@ -22,6 +22,7 @@ from zephyr.io.files import exists
 from zephyr.io.binary import write_binary_file
 from zephyr.io.jsonl import write_jsonl_file
 from zephyr.io.parquet import write_parquet_file
+from zephyr.json_records import JsonLines
 from zephyr.join import BoundJoin, merge_join
 from zephyr.readers import read_path, select_columns
 
@@ -121,8 +122,11 @@ def _counted(stream: Iterator) -> tuple[Iterator, Iterator[int]]:
     """`stream` unchanged, and a counter whose next value is how many items it has yielded.
 
     Zipped with `itertools.count` in C: ~40 ns per item, where a Python-level wrapper costs
-    three times that (benchmarks/bench_status.py).
+    three times that (benchmarks/bench_status.py). A shuffle's `JsonLines` counts itself, so
+    that it reaches a JSONL writer as it is.
     """
+    if isinstance(stream, JsonLines):
+        return stream, stream.counter()
     counter = itertools.count()
     return map(_first, zip(stream, counter)), counter
 

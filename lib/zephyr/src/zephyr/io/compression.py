@@ -191,7 +191,7 @@ class _ZstdWriter(io.RawIOBase):
         return True
 
     def write(self, data) -> int:
-        self._raw.write(self._cobj.compress(bytes(data)))
+        self._raw.write(self._cobj.compress(data))  # any bytes-like object: no copy
         return len(data)
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ import orjson
 
 from zephyr.io.compression import CorruptInputError, TruncatedInputError
 from zephyr.io.files import open_input, open_output
+from zephyr.json_records import JsonLines
 
 __all__ = ["BadRecordError", "read_jsonl", "write_jsonl_file"]
 
@@ -84,10 +85,18 @@ def _decode_lines(lines: list[bytes], path: str, line_no: int, on_bad_record: st
 
 
 def write_jsonl_file(items: Iterable[Any], path: str, *, remove_stale: bool = True) -> int:
-    """Write items as JSON lines to `path` atomically; returns the number written."""
+    """Write items as JSON lines to `path` atomically; returns the number written.
+
+    Items that still hold their JSON lines (a shuffle's `JsonLines`) are written by copying
+    those bytes, which are what encoding the items would give."""
     count = 0
     dumps = orjson.dumps
     with open_output(path, remove_stale=remove_stale) as out:
+        if isinstance(items, JsonLines):
+            for block, n in items.blocks():
+                out.write(block)
+                count += n
+            return count
         for item in items:
             out.write(dumps(item, option=orjson.OPT_APPEND_NEWLINE))
             count += 1

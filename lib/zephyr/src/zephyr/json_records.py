@@ -1,0 +1,70 @@
+"""Records that still hold their JSON lines, so a JSONL writer after a shuffle copies bytes.
+
+A columnar shuffle whose payload is JSON lines (`columnar.json_lines`: each record's
+`orjson.dumps(record) + b"\\n"`) hands its reduce side's records on as a `JsonLines`. Iterating
+it decodes them (`orjson.loads`, a slice of rows at a time). A JSON-lines writer that is handed
+one instead copies each slice's line bytes into its output (`blocks`): byte for byte what
+encoding the decoded records would write, without decoding or encoding anything.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import orjson
+
+__all__ = ["JsonLines"]
+
+_first = operator.itemgetter(0)
+
+
+class JsonLines:
+    """The records of a stream of binary arrays of JSON lines (in order).
+
+    `iter()` always returns the same iterator (so `islice` in a loop continues where it
+    stopped); `blocks()` is the writer's way in, before anything was iterated.
+    """
+
+    def __init__(self, arrays: Iterator[Any]):
+        self._arrays = arrays
+        self._iterator: Iterator[Any] | None = None
+        self._iterated = itertools.count()
+        self._copied = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._iterator is None:
+            records = itertools.chain.from_iterable(map(_decode, self._arrays))
+            self._iterator = map(_first, zip(records, self._iterated))  # counted in C, as shard._counted does
+        return self._iterator
+
+    def __next__(self) -> Any:
+        return next(iter(self))
+
+    def blocks(self) -> Iterator[tuple[memoryview, int]]:
+        """(the lines' bytes, how many lines) per slice of rows; the records are not decoded."""
+        if self._iterator is not None:
+            raise RuntimeError("JsonLines.blocks() after iterating its records")
+        for array in self._arrays:
+            if len(array):
+                self._copied += len(array)
+                yield _line_bytes(array), len(array)
+
+    def counter(self) -> Iterator[int]:
+        """An iterator whose next value is how many records went out so far, either way."""
+        while True:
+            yield self._copied + next(self._iterated)
+
+
+def _decode(array) -> Iterator[Any]:
+    return map(orjson.loads, array.to_pylist())
+
+
+def _line_bytes(array) -> memoryview:
+    """The data bytes of a (possibly sliced) large_binary array's rows, without copying."""
+    _, offsets, data = array.buffers()
+    bounds = np.frombuffer(offsets, dtype=np.int64, count=array.offset + len(array) + 1)
+    return memoryview(data)[int(bounds[array.offset]) : int(bounds[array.offset + len(array)])]
