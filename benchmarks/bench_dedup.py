@@ -34,6 +34,7 @@ import io
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -378,6 +379,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "workers through RAY_worker_niceness (default 15, Ray's own default; 0: default "
                              "priority, which competes fairly with other work on a shared machine)")
     parser.add_argument("--work-dir", default=None, help="where the corpus and outputs go (default: a temp dir, removed after)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run every variant this many times, in turn (baseline, zephyr, ..., baseline, ...), and "
+                             "report each round and the median ratio: on a machine whose speed drifts, a ratio taken "
+                             "within one round compares like with like (default 1)")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -401,6 +406,43 @@ def _bench(args: argparse.Namespace, work: str) -> dict:
     info = ensure_corpus(os.path.join(work, "corpus"), num_shards=args.shards, docs_per_shard=args.docs // args.shards,
                          dup_fraction=args.dup_fraction, min_chars=args.min_chars, max_chars=args.max_chars, seed=4)
     corpus_s = time.perf_counter() - t0
+    rounds = [_round(args, work, info) for _ in range(args.rounds)]
+    result = {
+        "benchmark": "dedup",
+        "machine": machine(),
+        "load_avg_before": load_before,
+        "load_avg_after": load_average(),
+        "params": {k: v for k, v in vars(args).items() if k != "child"},
+        "corpus": {"docs": info.num_docs, "duplicates": info.duplicates, "unique_texts": info.unique_texts,
+                   "mb_jsonl": round(info.bytes_uncompressed / 1e6, 1), "mb_zst": round(info.bytes_compressed / 1e6, 1),
+                   "mb_jsonl_per_shard": round(info.bytes_uncompressed / 1e6 / args.shards, 1),
+                   "generate_s": round(corpus_s, 1)},
+        "variants": rounds[0],
+    }
+    if args.rounds > 1:
+        result["rounds"] = rounds
+        result["median_vs_baseline"] = {
+            r["name"]: statistics.median(rr[0]["seconds"] / rr[i]["seconds"] for rr in rounds)
+            for i, r in enumerate(rounds[0]) if i and "failed" not in r and all("failed" not in rr[i] for rr in rounds)
+        }
+    for i, variants in enumerate(rounds):
+        if args.rounds > 1:
+            print(f"\n## round {i + 1} of {args.rounds}")
+        print_table(result | {"variants": variants})
+    if args.rounds > 1:
+        print("\nmedian over the rounds of (baseline seconds / variant seconds, same round): "
+              + ", ".join(f"{name} {ratio:.2f}x" for name, ratio in result["median_vs_baseline"].items()))
+    for variants in rounds:
+        if not all(r["same_ids_as_baseline"] for r in variants if r["name"] not in PEERS and "failed" not in r):
+            raise SystemExit("zephyr kept a different set of ids than the baseline")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return result
+
+
+def _round(args: argparse.Namespace, work: str, info) -> list[dict]:
+    """Every variant once, in order; each result with its kept-ids check against the baseline."""
     paths = list(info.paths)
     variants = [("baseline", None)] + ([] if args.skip_unbounded else [("zephyr", None)]) + [("zephyr", args.memory)]
     if args.ray:
@@ -432,25 +474,7 @@ def _bench(args: argparse.Namespace, work: str) -> dict:
             continue
         r["same_ids_as_baseline"] = r["kept"] == reference
         r["kept"] = len(r["kept"])
-    result = {
-        "benchmark": "dedup",
-        "machine": machine(),
-        "load_avg_before": load_before,
-        "load_avg_after": load_average(),
-        "params": {k: v for k, v in vars(args).items() if k != "child"},
-        "corpus": {"docs": info.num_docs, "duplicates": info.duplicates, "unique_texts": info.unique_texts,
-                   "mb_jsonl": round(info.bytes_uncompressed / 1e6, 1), "mb_zst": round(info.bytes_compressed / 1e6, 1),
-                   "mb_jsonl_per_shard": round(info.bytes_uncompressed / 1e6 / args.shards, 1),
-                   "generate_s": round(corpus_s, 1)},
-        "variants": results,
-    }
-    print_table(result)
-    if not all(r["same_ids_as_baseline"] for r in results if r["name"] not in PEERS and "failed" not in r):
-        raise SystemExit("zephyr kept a different set of ids than the baseline")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-    return result
+    return results
 
 
 def print_table(r: dict) -> None:
