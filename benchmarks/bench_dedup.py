@@ -428,7 +428,10 @@ def _bench(args: argparse.Namespace, work: str) -> dict:
     for i, variants in enumerate(rounds):
         if args.rounds > 1:
             print(f"\n## round {i + 1} of {args.rounds}")
-        print_table(result | {"variants": variants})
+            loads = {"load_avg_before": variants[0]["load_avg_before"], "load_avg_after": variants[-1]["load_avg_after"]}
+        else:
+            loads = {}
+        print_table(result | loads | {"variants": variants})
     if args.rounds > 1:
         print("\nmedian over the rounds of (baseline seconds / variant seconds, same round): "
               + ", ".join(f"{name} {ratio:.2f}x" for name, ratio in result["median_vs_baseline"].items()))
@@ -458,7 +461,8 @@ def _round(args: argparse.Namespace, work: str, info) -> list[dict]:
                 "scratch": os.path.join(work, "scratch"), "cores": args.ray_cores,
                 "niceness": args.niceness}
         try:
-            r = run_child(spec) | {"name": name, "memory": memory}
+            before = load_average()
+            r = run_child(spec) | {"name": name, "memory": memory, "load_avg_before": before, "load_avg_after": load_average()}
         except RuntimeError as e:
             if variant not in PEERS:
                 raise
