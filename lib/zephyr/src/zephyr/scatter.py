@@ -2,8 +2,8 @@
 
 Items arrive one at a time and are gathered into chunks of about a MiB. Each chunk's keys
 (and `sort_by` values) are computed, encoded and hashed as a batch (`shuffle_keys`), and the
-chunk becomes an Arrow record batch when its records convert exactly (`columnar`), else a list
-of pickled records. A buffer of a quarter of the task's `memory` (256 MiB without a budget;
+chunk becomes an Arrow record batch when its records convert exactly (`columnar`: their JSON
+lines, or a column per field), else a list of pickled records. A buffer of a quarter of the task's `memory` (256 MiB without a budget;
 an eighth for Arrow data, which the sort holds twice) holds chunks; when full it is sorted by
 (partition, hash, key bytes, sort value, position) with NumPy/Arrow, combined (deduplicate's
 keep-first is vectorized), and spilled as one run (`runs.py`). A buffer is columnar while every chunk converts with one schema; the first chunk
