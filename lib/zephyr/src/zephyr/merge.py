@@ -183,7 +183,7 @@ def group_starts(h: np.ndarray, kb, order: np.ndarray, previous: tuple | None) -
 
 
 def payload_records(table: pa.Table) -> list:
-    """The records of a shuffle table's payload columns (`c0, c1, ...`)."""
+    """The records of a shuffle table's payload (JSON lines `j`, or fields `c0, c1, ...`)."""
     columns, description = payload_columns(table)
     return records_of(list(map(_one_chunk, columns)), description)
 
