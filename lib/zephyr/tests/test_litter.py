@@ -4,6 +4,7 @@ owner process dead) are removed by a later run, while a live run's are never tou
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -130,11 +131,18 @@ def processes():
 
 
 def wait_for_line(proc: subprocess.Popen, line: str, timeout: float = 120) -> None:
-    """Read `proc`'s stdout until `line` (a subprocess that prints it and sleeps)."""
+    """Read `proc`'s stdout until `line` (a subprocess that prints it and sleeps). Reads the
+    pipe itself, only when `select` says there is something, so a silent process fails the
+    test at the deadline instead of blocking it in `readline`."""
     deadline = time.monotonic() + timeout
-    while (got := proc.stdout.readline().strip()) != line:
-        assert got or proc.poll() is None, f"the process ended (exit {proc.poll()}) before printing {line}"
-        assert time.monotonic() < deadline, f"waited {timeout}s for {line!r}"
+    fd, pending = proc.stdout.fileno(), b""
+    while line.encode() not in (part.strip() for part in pending.split(b"\n")):
+        remaining = deadline - time.monotonic()
+        assert remaining > 0, f"waited {timeout}s for {line!r}; got {pending[-200:]!r}"
+        if select.select([fd], [], [], remaining)[0]:
+            chunk = os.read(fd, 65536)
+            assert chunk, f"the process ended (exit {proc.wait()}) before printing {line}"
+            pending += chunk
 
 
 def test_temporaries_of_killed_writers_are_swept_by_the_next_run_and_a_live_writers_kept(

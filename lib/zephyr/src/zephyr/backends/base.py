@@ -126,7 +126,9 @@ class Backend(ABC):
         return False
 
     def close(self) -> None:
-        """Release what the backend holds (threads, a Ray it started, shared objects)."""
+        """Release what the backend holds (threads, a Ray it started, shared objects).
+        Subclasses release their own and then call this, which drops the shared objects."""
+        self._shared.clear()
 
     # ---- running pipelines -------------------------------------------------------------------
 

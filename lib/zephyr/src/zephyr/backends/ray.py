@@ -144,7 +144,7 @@ class RayBackend(Backend):
     def close(self) -> None:
         import ray
 
-        self._shared.clear()  # drops the references, so Ray can free the objects
+        super().close()  # drops the shared objects' references, so Ray can free them
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
         self._owns_ray = False

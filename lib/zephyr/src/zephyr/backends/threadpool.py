@@ -44,4 +44,4 @@ class ThreadpoolBackend(Backend):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-        self._shared.clear()
+        super().close()
