@@ -403,3 +403,19 @@ def ray_cluster_module():
 def wait_until_fixture():
     """`wait_until(condition, what, timeout=WAIT_TIMEOUT)`: poll until truthy, else TimeoutError naming `what`."""
     return wait_until
+
+
+@pytest.fixture
+def background():
+    """`background(*popen_args, **popen_kwargs)`: start a process that is killed (and reaped)
+    after the test, whether it passed or failed."""
+    started: list[subprocess.Popen] = []
+
+    def launch(*args, **kwargs) -> subprocess.Popen:
+        started.append(subprocess.Popen(*args, **kwargs))
+        return started[-1]
+
+    yield launch
+    for proc in started:
+        proc.kill()
+        proc.wait()

@@ -50,21 +50,6 @@ EXPERIMENT = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def background():
-    """Start a process in the background; it is killed after the test, pass or fail."""
-    started: list[subprocess.Popen] = []
-
-    def launch(*args, **kwargs) -> subprocess.Popen:
-        started.append(subprocess.Popen(*args, **kwargs))
-        return started[-1]
-
-    yield launch
-    for proc in started:
-        proc.kill()
-        proc.wait()
-
-
 def test_experiment_killed_mid_step_finishes_on_rerun(tmp_path, background):
     script = tmp_path / "experiment.py"
     script.write_text(EXPERIMENT)

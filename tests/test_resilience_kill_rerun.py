@@ -64,19 +64,11 @@ def job(tmp_path):
 
 
 @pytest.fixture
-def start():
+def start(background):
     """Start the job in the background; whatever the test does, it is killed afterwards."""
-    started: list[subprocess.Popen] = []
-
-    def launch(script, out, scratch):
-        started.append(subprocess.Popen([sys.executable, str(script), str(out), str(scratch)],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-        return started[-1]
-
-    yield launch
-    for proc in started:
-        proc.kill()
-        proc.wait()
+    return lambda script, out, scratch: background(
+        [sys.executable, str(script), str(out), str(scratch)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
 
 
 def finish(script, out, scratch):

@@ -115,19 +115,9 @@ KILLED_IN_A_MERGE = textwrap.dedent(
 
 
 @pytest.fixture
-def processes():
-    """Start subprocesses that are killed after the test, whatever happens in it."""
-    started: list[subprocess.Popen] = []
-
-    def start(script: str, *args: str, env: dict) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-c", script, *args], env=env, stdout=subprocess.PIPE, text=True)
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        proc.kill()
-        proc.wait()
+def processes(background):
+    """Start Python scripts that are killed after the test, whatever happens in it."""
+    return lambda script, *args, env: background([sys.executable, "-c", script, *args], env=env, stdout=subprocess.PIPE, text=True)
 
 
 def wait_for_line(proc: subprocess.Popen, line: str, timeout: float = 120) -> None:
