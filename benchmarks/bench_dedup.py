@@ -46,7 +46,7 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from machine import load_average, machine, work_dir  # noqa: E402
+from machine import load_average, machine, start_local_ray, work_dir  # noqa: E402
 from corpus import ensure_corpus, read_shard
 
 
@@ -257,7 +257,7 @@ def run_zephyr_ray(paths: list[str], out_dir: str, memory: str | None, scratch: 
     import ray
     from zephyr import Dataset, create_backend
 
-    ray.init(address="local", num_cpus=cores, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    start_local_ray(cores)
     try:
         backend = create_backend("ray", memory=memory, progress=False, scratch_dir=scratch)
         warm = Dataset.from_list(list(range(4 * cores))).map(_warm_record).deduplicate(_warm_key)

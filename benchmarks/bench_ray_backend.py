@@ -44,7 +44,7 @@ import orjson
 import zstandard
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from machine import load_average, machine, work_dir  # noqa: E402
+from machine import load_average, machine, start_local_ray, work_dir  # noqa: E402
 from corpus import ensure_corpus
 
 # ---- the per-document work, shared verbatim by both runners --------------------------------
@@ -237,7 +237,7 @@ def _bench(args: argparse.Namespace, work: str) -> dict:
     # Ray runs its workers at niceness 15: the Pool's get the same, so other load slows both alike
     pool = multiprocessing.get_context("fork").Pool(args.cores, initializer=os.nice, initargs=(args.pool_niceness,))
     t0 = time.perf_counter()
-    ray.init(address="local", num_cpus=args.cores, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    start_local_ray(args.cores)
     ray_start = time.perf_counter() - t0
     backend = create_backend("ray", progress=False)
     try:

@@ -33,7 +33,7 @@ import time
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from machine import load_average, machine  # noqa: E402
+from machine import load_average, machine, start_local_ray  # noqa: E402
 
 
 def hot_keys(count: int, partitions: int) -> list[str]:
@@ -130,7 +130,7 @@ def main(argv=None) -> dict:
              "skewed": [(s, per_shard, args.keys, hot) for s in range(args.shards)]}
     variants = [("uniform", {}), ("skewed", {}), ("skewed, splitting off", {"ZEPHYR_SKEW_MAX_PIECES": "1"})]
     work = tempfile.mkdtemp(prefix="zephyr-bench-skew-")
-    ray.init(address="local", num_cpus=args.cores, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    start_local_ray(args.cores)
     runs: dict[str, list] = {name: [] for name, _ in variants}
     try:
         backend = create_backend("ray", memory=args.memory, progress=False, scratch_dir=os.path.join(work, "scratch"))

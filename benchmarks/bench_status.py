@@ -36,7 +36,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_ray_backend import run_tiny, run_zephyr, w1_corpus  # noqa: E402  (the W1 pipeline and its input, verbatim)
-from machine import load_average, machine, work_dir  # noqa: E402
+from machine import load_average, machine, start_local_ray, work_dir  # noqa: E402
 
 
 class _Unpublished:
@@ -187,7 +187,7 @@ def _bench(args: argparse.Namespace, work: str) -> dict:
     load_before = load_average()
     info = w1_corpus(os.path.join(work, "corpus"), args.shards, args.docs_per_shard)
     paths = list(info.paths)
-    ray.init(address="local", num_cpus=args.cores, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    start_local_ray(args.cores)
     backend = create_backend("ray", progress=False)
     variants = ("off", "on", "watched")
     runs: dict[str, list] = {v: [] for v in variants}

@@ -18,6 +18,8 @@ import hashlib
 import os
 import time
 
+from machine import start_local_ray
+
 __all__ = ["run_datatrove", "run_raydata"]
 
 
@@ -37,7 +39,7 @@ def run_raydata(paths: list[str], out_dir: str, cores: int) -> dict:
     """Ray Data's groupby(key).map_groups(first) on a local Ray of `cores` CPUs (ray.init excluded)."""
     import ray
 
-    ray.init(address="local", num_cpus=cores, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    start_local_ray(cores)
     try:
         import ray.data
 
