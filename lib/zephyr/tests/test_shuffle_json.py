@@ -163,7 +163,9 @@ def write_corpus(directory, shards: int, per_shard: int) -> list[str]:
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.zst", ".jsonl.gz"])
 def test_jsonl_written_from_json_lines_is_byte_identical_to_encoding_the_records(suffix, monkeypatch, tmp_path):
     paths = write_corpus(tmp_path / "in", shards=3, per_shard=3000)
-    outputs, written = {}, {}
+    outputs, written, copied = {}, {}, []
+    real_blocks = JsonLines.blocks
+    monkeypatch.setattr(JsonLines, "blocks", lambda self: copied.append(1) or real_blocks(self))
     for path, env in (("json", {}), ("fields", {"ZEPHYR_SHUFFLE_JSON": 0}), ("pickled", {"ZEPHYR_SHUFFLE_COLUMNAR": 0})):
         for shuffle in ("dedup", "reshard"):
             ds = Dataset.from_files(paths).load_jsonl()
@@ -171,6 +173,8 @@ def test_jsonl_written_from_json_lines_is_byte_identical_to_encoding_the_records
             out_dir = tmp_path / path / shuffle
             files, execution = run(ds.write_jsonl(str(out_dir / ("part-{shard}" + suffix))), monkeypatch, tmp_path / f"s-{path}-{shuffle}", **env)
             outputs[path, shuffle] = [open(f, "rb").read() for f in sorted(files)]
+            assert bool(copied) == (path == "json"), (path, shuffle)  # the bytes were copied on the JSON path only
+            copied.clear()
             written[path, shuffle] = execution.counters["zephyr/records_written"]
             monkeypatch.delenv("ZEPHYR_SHUFFLE_JSON", raising=False)
             monkeypatch.delenv("ZEPHYR_SHUFFLE_COLUMNAR", raising=False)
@@ -198,6 +202,27 @@ def test_the_write_copies_bytes_without_decoding(monkeypatch, tmp_path):
     mapped = Dataset.from_files(paths).load_jsonl().deduplicate(lambda r: r["text"]).map(lambda r: r["id"])
     ids, _ = run(mapped, monkeypatch, tmp_path / "s2")
     assert len(ids) == len(set(ids)) == 1000 and calls  # other ops decode the records
+
+
+def test_other_consumers_get_a_plain_iterator_of_records(monkeypatch, tmp_path):
+    """Only a JSONL writer sees the `JsonLines`; a reducer or a map_shard function gets what
+    any stream gives: an iterator, for which `iter(it) is it`."""
+    import statistics
+
+    ds = Dataset.from_list([[1, 2], [3, 4]]).flat_map(lambda x: x)
+    hm, _ = run(ds.reduce(statistics.harmonic_mean), monkeypatch, tmp_path / "hm")  # reshard(1), then the reducer
+    assert hm == [pytest.approx(statistics.harmonic_mean([1, 2, 3, 4]))]
+    kinds, _ = run(ds.reshard(2).map_shard(lambda it: [iter(it) is it, sum(it)]), monkeypatch, tmp_path / "ms")
+    assert kinds[0::2] == [True, True] and sum(kinds[1::2]) == 10
+
+
+def test_a_buffer_that_holds_fields_stays_fields(monkeypatch, tmp_path):
+    """A NaN in the first chunk makes that chunk fields; later chunks that are JSON data join
+    it as fields too, so the run stays columnar instead of turning into pickles."""
+    rows = [{"k": f"k{i % 100}", "x": float("nan") if i == 0 else i * 0.5} for i in range(20_000)]
+    out, execution = run(Dataset.from_list([rows]).flat_map(list).deduplicate(lambda r: r["k"]), monkeypatch, tmp_path / "s")
+    assert len(out) == 100
+    assert execution.counters["zephyr/shuffle_runs_columnar"] == execution.counters["zephyr/shuffle_runs"] > 0
 
 
 def test_json_lines_stream_iterates_once_and_counts_either_way():
@@ -230,6 +255,16 @@ def test_only_a_stage_that_just_loads_json_lines_skips_the_exactness_check(tmp_p
     assert not compile_plan(loaded.map(lambda r: r).deduplicate(key)).stages[0].sink.parsed_json
     assert not compile_plan(Dataset.from_list([{"k": 1}]).deduplicate(key)).stages[0].sink.parsed_json
     assert not compile_plan(Dataset.from_files(paths).load_file().deduplicate(key)).stages[0].sink.parsed_json
+    # a file path column is the caller's string (maybe a str subclass): not the parser's
+    assert not compile_plan(Dataset.from_files(paths).load_jsonl(include_file_paths=True).deduplicate(key)).stages[0].sink.parsed_json
+
+
+def test_a_file_path_given_as_a_str_subclass_keeps_its_type(monkeypatch, tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"k": 1}\n{"k": 2}\n')
+    path = Text(str(tmp_path / "a.jsonl"))
+    ds = Dataset.from_files([path]).load_jsonl(include_file_paths=True).deduplicate(lambda r: r["k"])
+    out, _ = run(ds, monkeypatch, tmp_path / "s")
+    assert sorted(type(r["__file_path"]).__name__ for r in out) == ["Text", "Text"]
 
 
 # ---- resume between scatter and reduce with JSON-lines runs ---------------------------------------------

@@ -137,11 +137,12 @@ def is_json(schema: pa.Schema) -> bool:
     return JSON_COLUMN in schema.names
 
 
-def payload_of(items: Sequence[Any], parsed_json: bool = False) -> tuple[list[pa.Array], list[str], dict] | None:
+def payload_of(items: Sequence[Any], parsed_json: bool = False, fields_only: bool = False) -> tuple[list[pa.Array], list[str], dict] | None:
     """`items` as payload columns, with their names and description: JSON lines when they are
     exact (known to be when `parsed_json`: they are what a JSON parser made), else fields; None
-    when neither converts (they travel pickled)."""
-    if json_enabled():
+    when neither converts (they travel pickled). `fields_only` skips JSON lines (for a buffer
+    that already holds fields, which JSON batches could not join)."""
+    if json_enabled() and not fields_only:
         lines = json_lines(items, checked=not parsed_json)
         if lines is not None:
             return [lines], [JSON_COLUMN], JSON_DESCRIPTION

@@ -25,8 +25,10 @@ _first = operator.itemgetter(0)
 class JsonLines:
     """The records of a stream of binary arrays of JSON lines (in order).
 
-    `iter()` always returns the same iterator (so `islice` in a loop continues where it
-    stopped); `blocks()` is the writer's way in, before anything was iterated.
+    An iterable, not an iterator: the runner hands it on as it is only to a JSONL writer, and
+    as `iter(...)` (a plain iterator of records) to anything else. `iter()` always returns the
+    same iterator, so reading it in pieces continues where it stopped; `blocks()` is the
+    writer's way in, before anything was iterated.
     """
 
     def __init__(self, arrays: Iterator[Any]):
@@ -40,9 +42,6 @@ class JsonLines:
             records = itertools.chain.from_iterable(map(_decode, self._arrays))
             self._iterator = map(_first, zip(records, self._iterated))  # counted in C, as shard._counted does
         return self._iterator
-
-    def __next__(self) -> Any:
-        return next(iter(self))
 
     def blocks(self) -> Iterator[tuple[memoryview, int]]:
         """(the lines' bytes, how many lines) per slice of rows; the records are not decoded."""

@@ -74,7 +74,7 @@ def compile_plan(dataset) -> Plan:
             sink, reader = _shuffle_for(record, num_shards)
             chain = push_down(tuple(current))
             fp = fingerprint((fp, _reader_of(stage_input), chain, sink))
-            if isinstance(stage_input, tuple) and chain and all(isinstance(o, op.LoadJsonl) for o in chain):
+            if isinstance(stage_input, tuple) and chain and all(_parsed_json(o) for o in chain):
                 sink = replace(sink, parsed_json=True)  # its items come straight from orjson.loads
             stages.append(Stage(len(stages), chain, num_shards, stage_input, sink, label, fp))
             current, num_shards, stage_input, label = [], sink.num_partitions, reader, reader.label
@@ -89,6 +89,12 @@ def compile_plan(dataset) -> Plan:
         _check_writers(s)
         _check_load_file_extensions(s)
     return Plan(tuple(stages), fp)
+
+
+def _parsed_json(record) -> bool:
+    """Whether a loader's records are exactly what orjson's parser made (a file path column
+    is the caller's string, maybe a `str` subclass, so it does not count)."""
+    return isinstance(record, op.LoadJsonl) and not record.include_file_paths
 
 
 def _split_files(shards: list[SourceShard], ops: tuple) -> list[SourceShard]:

@@ -25,7 +25,7 @@ import orjson
 import pyarrow as pa
 
 from zephyr import counters
-from zephyr.columnar import FIELDS_META, batch_rows, conform, dumps, key_column, payload_of, sort_value_column, unify_schemas
+from zephyr.columnar import FIELDS_META, batch_rows, conform, dumps, is_json, key_column, payload_of, sort_value_column, unify_schemas
 from zephyr.io.files import atomic_write
 from zephyr.merge import group_starts, sort_order
 from zephyr.ops import callable_name
@@ -149,7 +149,8 @@ class _Buffer:
         self._bytes_per_row = (self.used - before) / len(items)
 
     def _columnar(self, items, keys, values, first_pos: int) -> pa.RecordBatch | None:
-        payload = payload_of(items, parsed_json=self.sink.parsed_json)
+        fields_only = self.schema is not None and not is_json(self.schema)  # keep one form per buffer
+        payload = payload_of(items, parsed_json=self.sink.parsed_json, fields_only=fields_only)
         if payload is None:
             return None
         n = len(items)

@@ -82,7 +82,7 @@ def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
             if stream is None:
                 stream = program.reader.read(task) if program.reader is not None else iter(task.items)
                 start_at, stream = _load(program.ops, stream, ctx)
-                stream, counted = _counted(stream)
+                stream, counted = _counted(stream, writes_jsonl=start_at < len(program.ops) and isinstance(program.ops[start_at], op.WriteJsonl))
             for record in program.ops[start_at:]:
                 stream = _apply(record, stream, ctx)
             if program.sink is None:
@@ -118,15 +118,16 @@ def _load(ops: tuple, stream: Iterator, ctx: _Context) -> tuple[int, Iterator]:
     return start, stream
 
 
-def _counted(stream: Iterator) -> tuple[Iterator, Iterator[int]]:
+def _counted(stream: Iterator, writes_jsonl: bool = False) -> tuple[Iterator, Iterator[int]]:
     """`stream` unchanged, and a counter whose next value is how many items it has yielded.
 
     Zipped with `itertools.count` in C: ~40 ns per item, where a Python-level wrapper costs
-    three times that (benchmarks/bench_status.py). A shuffle's `JsonLines` counts itself, so
-    that it reaches a JSONL writer as it is.
+    three times that (benchmarks/bench_status.py). A shuffle's `JsonLines` counts itself; it
+    is handed on as it is only to a JSONL writer (`writes_jsonl`), which copies its bytes, and
+    as its plain iterator of records to anything else.
     """
     if isinstance(stream, JsonLines):
-        return stream, stream.counter()
+        return (stream if writes_jsonl else iter(stream)), stream.counter()
     counter = itertools.count()
     return map(_first, zip(stream, counter)), counter
 
