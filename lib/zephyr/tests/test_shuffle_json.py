@@ -200,8 +200,9 @@ def test_the_write_copies_bytes_without_decoding(monkeypatch, tmp_path):
     assert sum(len(open(f, "rb").read().splitlines()) for f in files) == 1000 == execution.counters["zephyr/records_written"]
     assert execution.status.snapshot()["stages"][1]["items_in"] == 1000  # the reduce stage still counts its records in
     mapped = Dataset.from_files(paths).load_jsonl().deduplicate(lambda r: r["text"]).map(lambda r: r["id"])
-    ids, _ = run(mapped, monkeypatch, tmp_path / "s2")
+    ids, mapped_run = run(mapped, monkeypatch, tmp_path / "s2")
     assert len(ids) == len(set(ids)) == 1000 and calls  # other ops decode the records
+    assert mapped_run.status.snapshot()["stages"][1]["items_in"] == 1000  # and count them in
 
 
 def test_other_consumers_get_a_plain_iterator_of_records(monkeypatch, tmp_path):
@@ -234,12 +235,12 @@ def test_json_lines_stream_iterates_once_and_counts_either_way():
     assert list(itertools.islice(stream, 2)) == [{"i": 2}, {"i": 3}]  # iter() continues, it does not restart
     with pytest.raises(RuntimeError, match="after iterating"):
         next(stream.blocks())
-    assert next(stream.counter()) == 4
+    assert next(stream.copied()) == 0  # iterated records are counted by the runner, like any stream's
     copied = JsonLines(iter([a.slice(1) for a in arrays]))  # sliced arrays: only their rows' bytes
     blocks = list(copied.blocks())
     assert [n for _, n in blocks] == [2, 2, 2]
     assert b"".join(bytes(b) for b, _ in blocks).splitlines() == [orjson.dumps({"i": i}) for i in (1, 2, 4, 5, 7, 8)]
-    assert next(copied.counter()) == 6
+    assert next(copied.copied()) == 6
 
 
 # ---- what the planner trusts ------------------------------------------------------------------------------
@@ -302,14 +303,15 @@ def test_resume_between_scatter_and_reduce_with_json_runs(tmp_path):
     script.write_text(RESUME_SCRIPT)
     out, scratch = tmp_path / "out", tmp_path / "scratch"
     args = [sys.executable, str(script), str(out), str(scratch), str(tmp_path / "in")]
-    died = subprocess.run(args, env={**os.environ, "DIE_IN_REDUCE": "1"}, capture_output=True, text=True)
+    died = subprocess.run(args, env={**os.environ, "DIE_IN_REDUCE": "1"}, capture_output=True, text=True, timeout=300)
     assert died.returncode == 9, died.stderr
     assert list(scratch.rglob("*.arrow"))  # the map side left JSON-lines runs behind
-    rerun = subprocess.run(args, capture_output=True, text=True)
+    rerun = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
     assert "resumed 3 columnar 3" in rerun.stdout
     clean = tmp_path / "clean"
-    fresh = subprocess.run([sys.executable, str(script), str(clean), str(tmp_path / "s2"), str(tmp_path / "in")], capture_output=True, text=True)
+    fresh = subprocess.run([sys.executable, str(script), str(clean), str(tmp_path / "s2"), str(tmp_path / "in")], capture_output=True, text=True,
+                           timeout=300)
     assert "resumed 0 columnar 3" in fresh.stdout, fresh.stderr
     assert [p.read_bytes() for p in sorted(clean.glob("part-*"))] == [p.read_bytes() for p in sorted(out.glob("part-*"))]
     assert len(list(out.glob("part-*"))) == 2

@@ -10,7 +10,6 @@ encoding the decoded records would write, without decoding or encoding anything.
 from __future__ import annotations
 
 import itertools
-import operator
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,9 +17,6 @@ import numpy as np
 import orjson
 
 __all__ = ["JsonLines"]
-
-_first = operator.itemgetter(0)
-
 
 class JsonLines:
     """The records of a stream of binary arrays of JSON lines (in order).
@@ -34,13 +30,11 @@ class JsonLines:
     def __init__(self, arrays: Iterator[Any]):
         self._arrays = arrays
         self._iterator: Iterator[Any] | None = None
-        self._iterated = itertools.count()
         self._copied = 0
 
     def __iter__(self) -> Iterator[Any]:
         if self._iterator is None:
-            records = itertools.chain.from_iterable(map(_decode, self._arrays))
-            self._iterator = map(_first, zip(records, self._iterated))  # counted in C, as shard._counted does
+            self._iterator = itertools.chain.from_iterable(map(_decode, self._arrays))
         return self._iterator
 
     def blocks(self) -> Iterator[tuple[memoryview, int]]:
@@ -52,10 +46,9 @@ class JsonLines:
                 self._copied += len(array)
                 yield _line_bytes(array), len(array)
 
-    def counter(self) -> Iterator[int]:
-        """An iterator whose next value is how many records went out so far, either way."""
-        while True:
-            yield self._copied + next(self._iterated)
+    def copied(self) -> Iterator[int]:
+        """An iterator whose next value is how many records `blocks()` has copied so far."""
+        return iter(lambda: self._copied, None)
 
 
 def _decode(array) -> Iterator[Any]:

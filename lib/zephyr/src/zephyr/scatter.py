@@ -3,11 +3,13 @@
 Items arrive one at a time and are gathered into chunks of about a MiB. Each chunk's keys
 (and `sort_by` values) are computed, encoded and hashed as a batch (`shuffle_keys`), and the
 chunk becomes an Arrow record batch when its records convert exactly (`columnar`: their JSON
-lines, or a column per field), else a list of pickled records. A buffer of a quarter of the task's `memory` (256 MiB without a budget;
-an eighth for Arrow data, which the sort holds twice) holds chunks; when full it is sorted by
-(partition, hash, key bytes, sort value, position) with NumPy/Arrow, combined (deduplicate's
-keep-first is vectorized), and spilled as one run (`runs.py`). A buffer is columnar while every chunk converts with one schema; the first chunk
-that does not turns it (and what it holds) into pickles, so mixed data always shuffles exactly.
+lines, or a column per field), else a list of pickled records. A buffer of a quarter of the
+task's `memory` (256 MiB without a budget; an eighth for Arrow data, which the sort holds
+twice) holds chunks; when full it is sorted by (partition, hash, key bytes, sort value,
+position) with NumPy/Arrow, combined (deduplicate's keep-first is vectorized), and spilled as
+one run (`runs.py`). A buffer is columnar while every chunk converts with one schema (a buffer
+holding fields takes later chunks as fields); the first chunk that does not turns it (and
+what it holds) into pickles, so mixed data always shuffles exactly.
 When the shard is done its manifest (`map-NNNNN.json`, the run list with packed offsets) is
 written atomically: its existence marks the map shard finished for a resumed run.
 """

@@ -82,7 +82,8 @@ def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
             if stream is None:
                 stream = program.reader.read(task) if program.reader is not None else iter(task.items)
                 start_at, stream = _load(program.ops, stream, ctx)
-                stream, counted = _counted(stream, writes_jsonl=start_at < len(program.ops) and isinstance(program.ops[start_at], op.WriteJsonl))
+                writes_jsonl = start_at < len(program.ops) and isinstance(program.ops[start_at], op.WriteJsonl)
+                stream, counted = _counted(stream, writes_jsonl)
             for record in program.ops[start_at:]:
                 stream = _apply(record, stream, ctx)
             if program.sink is None:
@@ -122,12 +123,14 @@ def _counted(stream: Iterator, writes_jsonl: bool = False) -> tuple[Iterator, It
     """`stream` unchanged, and a counter whose next value is how many items it has yielded.
 
     Zipped with `itertools.count` in C: ~40 ns per item, where a Python-level wrapper costs
-    three times that (benchmarks/bench_status.py). A shuffle's `JsonLines` counts itself; it
-    is handed on as it is only to a JSONL writer (`writes_jsonl`), which copies its bytes, and
-    as its plain iterator of records to anything else.
+    three times that (benchmarks/bench_status.py). A shuffle's `JsonLines` is handed on as it
+    is only to a JSONL writer (`writes_jsonl`), which copies its bytes and counts them; anything
+    else gets its plain iterator of records, counted like any stream.
     """
     if isinstance(stream, JsonLines):
-        return (stream if writes_jsonl else iter(stream)), stream.counter()
+        if writes_jsonl:
+            return stream, stream.copied()
+        stream = iter(stream)
     counter = itertools.count()
     return map(_first, zip(stream, counter)), counter
 
