@@ -49,6 +49,18 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 # A `ray start --block` node drains for 30 s on SIGTERM (for Serve); test nodes stop at once.
 os.environ.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
 
+# Property-based tests (hypothesis): CI runs a fixed seed and a bounded example count, so a
+# run is reproducible and takes minutes; `HYPOTHESIS_PROFILE=nightly` explores far more
+# (random seeds, 20x the examples); `HYPOTHESIS_PROFILE=dev` is random and quick.
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
+settings.register_profile("ci", derandomize=True, max_examples=50, deadline=None, print_blob=True,
+                          suppress_health_check=_SLOW_OK, database=None)
+settings.register_profile("nightly", max_examples=1000, deadline=None, print_blob=True, suppress_health_check=_SLOW_OK)
+settings.register_profile("dev", max_examples=20, deadline=None, print_blob=True, suppress_health_check=_SLOW_OK)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
 # Deadlines for waits in tests: generous, because a loaded CI machine is slow, never a hang.
 WAIT_TIMEOUT = 300.0
 
