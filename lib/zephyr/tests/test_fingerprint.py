@@ -1,10 +1,13 @@
 """Plan fingerprints: what a resumed run may reuse. Same code -> same digest in any process;
 any change to what a stage computes -> a different digest."""
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 from zephyr import Dataset
 from zephyr.fingerprint import fingerprint
@@ -83,3 +86,77 @@ def test_set_keys_encode_canonically():
     assert key_bytes({"b", "a"}) == key_bytes({"a", "b"}) == key_bytes(frozenset(["b", "a"]))
     assert key_bytes(("x", {3, 1, 2})) == key_bytes(("x", {2, 3, 1}))
     assert partition_of(key_bytes({"a", "b"}), 7) == partition_of(key_bytes({"b", "a"}), 7)
+
+
+FAIL_FLAG = {"path": None}  # a file whose existence makes `flaky_count` fail (after the scatter)
+
+
+def flaky_count(key, items):
+    if FAIL_FLAG["path"] and os.path.exists(FAIL_FLAG["path"]):
+        raise RuntimeError("reduce fails while the flag file exists")
+    return {"w": key, "n": sum(1 for _ in items)}
+
+
+def _word_counts(paths):
+    """The oracle: plain Python over the files as they are now."""
+    counts = {}
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                w = json.loads(line)["w"]
+                counts[w] = counts.get(w, 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("rewrite", ["same_size", "other_size", "from_list_paths"])
+def test_resumed_shuffle_does_not_reuse_map_output_of_rewritten_inputs(tmp_path, rewrite):
+    """Regression (issue 21, 6): the fingerprint covered input names, not contents, so a run
+    that failed after its scatter, rerun after an input was rewritten in place, reused the old
+    map output and wrote the old answer."""
+    from zephyr import create_backend
+
+    inputs = [tmp_path / f"in-{i}.jsonl" for i in range(3)]
+    for i, path in enumerate(inputs):
+        path.write_text("".join(json.dumps({"w": f"w{(i + j) % 4}"}) + "\n" for j in range(20)))
+    flag = tmp_path / "fail"
+    flag.write_text("")
+    FAIL_FLAG["path"] = str(flag)
+    scratch = tmp_path / "scratch"
+    backend = create_backend("sync", progress=False, scratch_dir=str(scratch))
+
+    def pipeline():
+        source = (Dataset.from_list([str(p) for p in inputs]) if rewrite == "from_list_paths"
+                  else Dataset.from_files(str(tmp_path / "in-*.jsonl")))
+        return source.load_jsonl().group_by(lambda r: r["w"], flaky_count, num_output_shards=2)
+
+    try:
+        with pytest.raises(Exception, match="flag file exists"):
+            list(backend.execute(pipeline()))
+        assert any(scratch.rglob("map-*.json")), "the first run must fail after its scatter"
+        # rewrite one input in place: same name, other words (and maybe another size)
+        words = "ab" if rewrite == "same_size" else "abc"
+        inputs[1].write_text("".join(json.dumps({"w": f"x{words[j % len(words)]}"}) + "\n" for j in range(20)))
+        flag.unlink()
+        execution = backend.execute(pipeline())
+        got = {r["w"]: r["n"] for r in execution}
+    finally:
+        FAIL_FLAG["path"] = None
+    assert got == _word_counts(inputs)
+    assert execution.counters["zephyr/map_shards_resumed"] == 0
+
+
+def test_input_versions_come_from_every_filesystem(tmp_path, gcs_bucket):
+    """Each store's listing gives a version that changes when a file is rewritten in place."""
+    from zephyr.io.files import expand_glob_versions, file_versions, url_to_fs
+
+    for root in (str(tmp_path), f"memory://versions-{os.getpid()}", gcs_bucket):
+        path = f"{root}/a.jsonl"
+        fs, fs_path = url_to_fs(path)
+        fs.pipe_file(fs_path, b'{"a": 1}\n')
+        before = expand_glob_versions(f"{root}/*.jsonl")
+        assert len(before) == 1 and before[0][1] == file_versions([path])[path]  # a listing and a lookup agree
+        fs.pipe_file(fs_path, b'{"a": 2}\n')  # same size, new content
+        fs.invalidate_cache()
+        after = expand_glob_versions(f"{root}/*.jsonl")
+        assert after[0][1] != before[0][1], (root, before, after)
+        assert file_versions([path])[path] == after[0][1]

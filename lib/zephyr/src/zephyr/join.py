@@ -25,6 +25,7 @@ class BoundJoin:
     right_ops: tuple
     right_items: tuple
     right_labels: tuple
+    right_fingerprint: str = ""  # the right side's plan (its inputs' versions too), for resume identity
 
     def describe(self) -> str:
         return self.record.describe()

@@ -20,7 +20,7 @@ from zephyr.errors import PlanError
 from zephyr.fingerprint import fingerprint
 from zephyr.pushdown import push_down
 from zephyr.shuffle import Concatenate, FirstPerKey, HashPartition, ReduceGroups, RoundRobin, ScatterSink, ShuffleReader, keep_first
-from zephyr.sources import SourceShard, resolve_source, split_parquet_shards
+from zephyr.sources import SourceShard, resolve_source, split_parquet_shards, with_path_versions
 
 __all__ = ["Plan", "Stage", "compile_plan", "shard_input_paths", "stage_output_path", "stage_output_paths"]
 
@@ -62,13 +62,13 @@ def compile_plan(dataset) -> Plan:
 
     Validates writers against shard counts and join inputs against each other; runs no user code.
     """
-    shards: Sequence[SourceShard] = _split_files(resolve_source(dataset.source), dataset.ops)
+    shards: Sequence[SourceShard] = _split_files(_versioned(resolve_source(dataset.source), dataset.ops), dataset.ops)
     stages: list[Stage] = []
     current: list = []
     num_shards = len(shards)
     stage_input: Any = tuple(shards)
     label = dataset.source.describe()
-    fp = fingerprint(("source", dataset.source, [s.label for s in shards]))
+    fp = fingerprint(("source", dataset.source, [(s.label, s.version) for s in shards]))
     for record in dataset.ops:
         if isinstance(record, (sop.GroupBy, sop.Deduplicate, sop.Reshard)):
             sink, reader = _shuffle_for(record, num_shards)
@@ -89,6 +89,17 @@ def compile_plan(dataset) -> Plan:
         _check_writers(s)
         _check_load_file_extensions(s)
     return Plan(tuple(stages), fp)
+
+
+def _versioned(shards: list[SourceShard], ops: tuple) -> list[SourceShard]:
+    """`from_list` items that a loader reads as paths get their files' versions, as
+    `from_files` shards have (see `SourceShard.version`)."""
+    if ops and isinstance(ops[0], _LOADERS) and shards and all(s.path is None for s in shards):
+        return with_path_versions(shards)
+    return shards
+
+
+_LOADERS = (op.LoadJsonl, op.LoadParquet, op.LoadFile)
 
 
 def _parsed_json(record) -> bool:
@@ -146,7 +157,9 @@ def _bind_join(record: sop.SortedMergeJoin, num_shards: int):
             f"sorted_merge_join needs co-partitioned inputs with equal shard counts; "
             f"left has {num_shards} shards, right has {stage.num_shards} ({stage.input_label})"
         )
-    return BoundJoin(record, stage.ops, tuple(s.items for s in stage.input), tuple(s.label for s in stage.input))
+    return BoundJoin(
+        record, stage.ops, tuple(s.items for s in stage.input), tuple(s.label for s in stage.input), right.fingerprint
+    )
 
 
 def _check_writers(stage: Stage) -> None:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Union
 
-from zephyr.io.files import expand_glob
+from zephyr.io.files import expand_glob_versions, file_versions
 
-__all__ = ["FilesSource", "ListSource", "ParquetSlice", "Source", "SourceShard", "input_path_of", "resolve_source", "split_parquet_shards"]
+__all__ = ["FilesSource", "ListSource", "ParquetSlice", "Source", "SourceShard", "input_path_of", "resolve_source", "split_parquet_shards", "with_path_versions"]
 
 
 @dataclass(frozen=True)
@@ -52,23 +52,36 @@ class SourceShard:
     items: tuple[Any, ...]
     label: str  # a short description for errors and progress, e.g. the file path
     path: str | None = None  # the input file of a `from_files` shard (for `{basename}`); None for list items
+    # what the shard's input files held when the plan was made (`io.files.file_version`): part
+    # of the plan's fingerprint, so a resumed run never reuses work made from other contents
+    version: str = ""
 
 
 def resolve_source(source: Source) -> list[SourceShard]:
     """Expand a source into its shards. Raises FileNotFoundError for empty globs or missing files."""
     if isinstance(source, ListSource):
         return [SourceShard(items, _label_of(items)) for items in source.shards]
-    paths: list[str] = []
+    versions: dict[str, str] = {}
     for pattern in source.patterns:
-        matches = expand_glob(pattern)
+        matches = expand_glob_versions(pattern)
         if not matches:
             if not any(c in pattern for c in "*?["):
                 raise FileNotFoundError(f"Input file {pattern!r} does not exist")
             if not source.empty_glob_ok:
                 raise FileNotFoundError(f"Input pattern {pattern!r} matched no files (pass empty_glob_ok=True to allow this)")
-        paths.extend(matches)
+        versions.update(matches)
     # overlapping patterns must not read a file twice; one sorted order whatever the patterns
-    return [SourceShard((p,), p, p) for p in sorted(set(paths))]
+    return [SourceShard((p,), p, p, versions[p]) for p in sorted(versions)]
+
+
+def with_path_versions(shards: Sequence[SourceShard]) -> list[SourceShard]:
+    """List shards whose items are paths (read by a loader) with those files' versions, so
+    rewriting an input in place changes the plan's fingerprint as it does for `from_files`."""
+    paths = [item for shard in shards for item in shard.items if isinstance(item, str)]
+    if not paths:
+        return list(shards)
+    versions = file_versions(paths)
+    return [replace(s, version=";".join(versions[i] for i in s.items if isinstance(i, str))) for s in shards]
 
 
 @dataclass(frozen=True)
@@ -105,19 +118,19 @@ def split_parquet_shards(shards: Sequence[SourceShard], approx_bytes: int, parqu
         for item in shard.items:
             if not isinstance(item, str):
                 raise TypeError(f"approx_shard_bytes splits input files, so the items must be paths; got {type(item).__name__}: {item!r:.100}")
-            paths.append((item, shard.path is not None))
-    splittable = list(dict.fromkeys(p for p, _ in paths if not parquet_only or format_for(p) is FileFormat.PARQUET))
+            paths.append((item, shard.path is not None, shard.version))
+    splittable = list(dict.fromkeys(p for p, _, _ in paths if not parquet_only or format_for(p) is FileFormat.PARQUET))
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(splittable)))) as pool:
         sizes = dict(zip(splittable, pool.map(_row_group_sizes, splittable)))
     out: list[SourceShard] = []
-    for path, from_files in paths:
+    for path, from_files, version in paths:
         file = path if from_files else None
         if path not in sizes:
-            out.append(SourceShard((path,), path, file))
+            out.append(SourceShard((path,), path, file, version))
             continue
         for groups in _pack(sizes[path], approx_bytes):
             piece = ParquetSlice(path, groups) if groups else path  # a file without row groups: itself
-            out.append(SourceShard((piece,), str(piece), file))
+            out.append(SourceShard((piece,), str(piece), file, version))
     return out
 
 

@@ -32,6 +32,9 @@ __all__ = [
     "atomic_write",
     "exists",
     "expand_glob",
+    "expand_glob_versions",
+    "file_version",
+    "file_versions",
     "open_input",
     "open_output",
     "remove_empty_dir",
@@ -63,14 +66,61 @@ def expand_glob(pattern: str) -> list[str]:
     and in-progress temporaries beside outputs are never taken for inputs; name them
     explicitly (`out/.*`) to match them.
     """
+    return [path for path, _ in expand_glob_versions(pattern)]
+
+
+def expand_glob_versions(pattern: str) -> list[tuple[str, str]]:
+    """`expand_glob`, each path paired with its `file_version` (from the same listing)."""
     fs, fs_path = url_to_fs(pattern)
     if not fsspec.core.has_magic(fs_path):
-        return [pattern] if fs.isfile(fs_path) else []
+        try:
+            info = fs.info(fs_path)
+        except Exception:  # noqa: BLE001 - as fsspec's isfile: unreadable counts as absent
+            return []
+        return [(pattern, file_version(info))] if info.get("type") == "file" else []
     found = fs.glob(fs_path, detail=True)
     files = sorted(p for p, info in found.items() if info.get("type") == "file" and not _hidden_match(fs_path, p))
-    if "://" in pattern:
-        return [fs.unstrip_protocol(p) for p in files]
-    return files
+    named = [fs.unstrip_protocol(p) for p in files] if "://" in pattern else files
+    return [(name, file_version(found[p])) for name, p in zip(named, files)]
+
+
+# What tells one content of a path from another, by filesystem: an object store's generation
+# or etag changes on every write; a local file's mtime (ns) and inode change on every write or
+# rename over it; memory:// files have only their creation time. The size counts everywhere.
+_VERSION_KEYS = ("generation", "ETag", "etag", "md5Hash", "mtime", "LastModified", "updated", "created", "ino")
+
+
+def file_version(info: dict) -> str:
+    """A short text that changes whenever the file described by `info` (an fsspec `info()`
+    or `glob(detail=True)` entry) is rewritten: its size and its store's version fields."""
+    parts = [f"size={info.get('size')}"]
+    for key in _VERSION_KEYS:
+        value = info.get(key)
+        if value is None:
+            continue
+        if hasattr(value, "timestamp"):  # datetimes (memory://, some object stores)
+            value = value.timestamp()
+        parts.append(f"{key}={value}")
+    return ";".join(parts)
+
+
+def file_versions(paths: list[str]) -> dict[str, str]:
+    """`file_version` of each path (one `info` request each, 16 at a time); a path that is
+    not there maps to "missing", one that cannot be looked at to "unreadable:<error type>"."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def version(path: str) -> str:
+        fs, fs_path = url_to_fs(path)
+        try:
+            return file_version(fs.info(fs_path))
+        except FileNotFoundError:
+            return "missing"
+        except Exception as e:  # noqa: BLE001 - the task that reads it reports the real error
+            return f"unreadable:{type(e).__name__}"
+
+    unique = list(dict.fromkeys(paths))
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(unique)))) as pool:
+        return dict(zip(unique, pool.map(version, unique)))
 
 
 def _hidden_match(pattern: str, path: str) -> bool:
