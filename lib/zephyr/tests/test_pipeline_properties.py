@@ -348,3 +348,42 @@ def test_generated_pipelines_match_the_oracle(kind, case):
 @given(case=cases())
 def test_generated_pipelines_match_the_oracle_on_ray(ray_shared, case):
     run_case("ray", *case)
+
+
+keyed_records = st.lists(st.lists(st.builds(lambda k, v: {"k": k, "v": v}, keys, scalars), max_size=10), min_size=1, max_size=3)
+keyed_steps = st.sampled_from([Step("deduplicate", (key_k,)), Step("group_by", (key_k, count_group)), Step("group_by", (key_k, list_group))])
+
+
+@pytest.mark.parametrize("kind", ["sync", "threadpool"])
+@given(shards=keyed_records, step=keyed_steps)
+def test_shuffles_tell_apart_keys_that_differ(kind, shards, step):
+    """Keys that collide under a careless encoding (None/NaN/inf, tuple/list, 1/1.0/True) stay apart."""
+    run_case(kind, shards, [step])
+
+
+# ---- regressions the suite found -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "colliding",
+    [
+        pytest.param([None, math.nan, math.inf, -math.inf], id="none-nan-infinities"),  # JSON wrote all four as null
+        pytest.param([(1, 2), [1, 2]], id="tuple-list"),  # JSON wrote both as [1,2]
+        pytest.param([{1: "a"}, {"1": "a"}], id="int-str-dict-keys"),  # JSON wrote both as {"1":"a"}
+        pytest.param([Point(1, 2), {"x": 1, "y": 2}], id="dataclass-dict"),  # orjson writes dataclasses as objects
+    ],
+)
+def test_deduplicate_keeps_records_whose_keys_only_json_confuses(local_backend, colliding):
+    """Regression: shuffle keys were encoded as JSON, so distinct keys merged and records vanished."""
+    rows = [{"k": k, "i": i} for i, k in enumerate(colliding)]
+    got = list(local_backend.execute(Dataset.from_list([rows]).flat_map(list).deduplicate(key_k)))
+    assert oracle.bag(got) == oracle.bag(rows)
+
+
+def test_equal_keys_group_together_whatever_their_dict_order_or_object_identity(local_backend):
+    """Equal keys must give equal bytes: dict order and shared objects (pickle memo) must not matter."""
+    s = "".join(["sh", "ared"])
+    keys = [{"a": (1,), "b": 2**70}, {"b": 2**70, "a": (1,)}, (s, s), ("shared", "".join(["sha", "red"]))]
+    rows = [{"k": k, "i": i} for i, k in enumerate(keys)]
+    got = dict((oracle.canon(k), n) for k, n in local_backend.execute(Dataset.from_list([rows]).flat_map(list).group_by(key_k, count_group)))
+    assert sorted(got.values()) == [2, 2]
