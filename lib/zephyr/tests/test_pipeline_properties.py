@@ -19,6 +19,7 @@ prints the shrunk records and pipeline, and a `@reproduce_failure` blob to repla
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import tempfile
 import zlib
@@ -223,13 +224,16 @@ ORDER_FREE_REDUCERS = [count_group, min_group]
 right_records = st.builds(lambda j, w: {"j": j, "w": w}, st.integers(0, 3), values)
 
 
+ANY_PLACEMENT = ("map", "filter", "flat_map", "select", "group_by", "reshard", "count", "reduce")
+EXACT_PLACEMENT = ("window", "take_per_shard", "deduplicate", "sorted_merge_join")
+KEEP_RECORDS = ("filter", "take_per_shard", "deduplicate", "reshard")  # dicts stay dicts of the same fields
+
+
 @st.composite
-def steps(draw, num_shards: int, exact: bool) -> tuple[Step, int, bool]:
-    """One op valid after a dataset of `num_shards` shards (`exact`: placement defined); the op,
-    and the shard count and exactness after it."""
-    kinds = ["map", "filter", "flat_map", "select", "group_by", "reshard", "count", "reduce"]
-    if exact:
-        kinds += ["window", "take_per_shard", "deduplicate", "sorted_merge_join"]
+def steps(draw, num_shards: int, exact: bool, allowed=ANY_PLACEMENT + EXACT_PLACEMENT) -> tuple[Step, int, bool]:
+    """One op of the `allowed` kinds valid after a dataset of `num_shards` shards (`exact`:
+    placement defined); the op, and the shard count and exactness after it."""
+    kinds = [k for k in ANY_PLACEMENT + (EXACT_PLACEMENT if exact else ()) if k in allowed]
     kind = draw(st.sampled_from(kinds))
     outputs = draw(st.none() | st.integers(1, 4))
     if kind == "map":
@@ -271,11 +275,11 @@ def steps(draw, num_shards: int, exact: bool) -> tuple[Step, int, bool]:
 
 
 @st.composite
-def pipelines(draw, num_shards: int) -> list[Step]:
+def pipelines(draw, num_shards: int, allowed=ANY_PLACEMENT + EXACT_PLACEMENT, min_size=1) -> list[Step]:
     """1-4 ops; a join's left side is sorted by its key first (a map_shard), as the op requires."""
     chosen, exact = [], True
-    for _ in range(draw(st.integers(1, 4))):
-        step, num_shards, exact = draw(steps(num_shards, exact))
+    for _ in range(draw(st.integers(min_size, 4))):
+        step, num_shards, exact = draw(steps(num_shards, exact, allowed))
         if step.name == "sorted_merge_join":
             chosen.append(Step("map_shard", (SortedBy(step.args[1]),)))
         chosen.append(step)
@@ -359,6 +363,97 @@ keyed_steps = st.sampled_from([Step("deduplicate", (key_k,)), Step("group_by", (
 def test_shuffles_tell_apart_keys_that_differ(kind, shards, step):
     """Keys that collide under a careless encoding (None/NaN/inf, tuple/list, 1/1.0/True) stay apart."""
     run_case(kind, shards, [step])
+
+
+# ---- through the writers -------------------------------------------------------------------
+
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False, allow_infinity=False), text)
+json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3), max_leaves=6)
+json_records = st.builds(
+    lambda fixed, extra: {**fixed, **extra},
+    st.fixed_dictionaries({"k": json_scalars}, optional={"v": json_values}),
+    st.dictionaries(text, json_values, max_size=2),
+)
+# what write_parquet handles today: every record has the same fields of the same types, no nulls
+# (in one field order: Parquet keeps a column order, not each record's key order)
+parquet_records = st.builds(
+    lambda k, t, score, tags, lang, n: {"k": k, "text": t, "score": score, "tags": tags, "meta": {"lang": lang, "n": n}},
+    st.integers(-3, 3), text, st.floats(allow_nan=False), st.lists(text, max_size=2), text, st.integers(-(2**63), 2**63 - 1),
+)
+WRITERS = {"jsonl": ("write_jsonl", "load_jsonl", json_records), "parquet": ("write_parquet", "load_parquet", parquet_records)}
+
+
+def written_and_read_back(kind: str, fmt: str, shards, pipeline, directory) -> list[list[Any]]:
+    """Run the pipeline ending in the writer, then read each output file back as one shard."""
+    write, load, _ = WRITERS[fmt]
+    ds = Dataset.from_list(shards).flat_map(list)
+    for step in pipeline:
+        ds = step.on_dataset(ds)
+    with tempfile.TemporaryDirectory(prefix="zephyr-oracle-") as scratch:
+        backend = create_backend(kind, max_parallelism=4, progress=False, scratch_dir=scratch)
+        try:
+            paths = list(backend.execute(getattr(ds, write)(f"{directory}/part-{{shard:05d}}.{fmt}")))
+            return list(backend.execute(getattr(Dataset.from_list(paths), load)().map_shard(collect_shard)))
+        finally:
+            backend.close()
+
+
+@st.composite
+def writer_cases(draw, fmt: str):
+    shards = draw(st.lists(st.lists(WRITERS[fmt][2], max_size=6), min_size=1, max_size=3))
+    return shards, draw(pipelines(len(shards), allowed=KEEP_RECORDS, min_size=0))
+
+
+@pytest.mark.parametrize("kind", ["sync", "threadpool"])
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+@settings(max_examples=25)
+@given(data=st.data())
+def test_written_files_read_back_as_the_oracle_says(kind, fmt, data, tmp_path_factory):
+    shards, pipeline = data.draw(writer_cases(fmt))
+    model, want = expected_result(shards, pipeline)
+    got = written_and_read_back(kind, fmt, shards, pipeline, tmp_path_factory.mktemp("out"))
+    assert len(got) == len(want)
+    if model.exact:
+        assert [[oracle.canon(r) for r in shard] for shard in got] == [[oracle.canon(r) for r in shard] for shard in want]
+    else:
+        assert oracle.bag(r for shard in got for r in shard) == oracle.bag(r for shard in want for r in shard)
+
+
+def round_trips_or_fails(fmt: str, records: list[dict], directory) -> None:
+    """What is read back equals what was written, or the run fails: never a silent change."""
+    try:
+        (got,) = written_and_read_back("sync", fmt, [records], [], directory)
+    except Exception:
+        return
+    assert oracle.bag(got) == oracle.bag(records)
+
+
+# The writers' known defects (issue 21), fixed on another branch: flip these when it is merged.
+@pytest.mark.xfail(strict=True, reason="write_parquet takes its schema from the first record: later fields are dropped")
+def test_write_parquet_keeps_fields_the_first_record_lacks(tmp_path):
+    round_trips_or_fails("parquet", [{"id": 1}, {"id": 2, "text": "b"}, {"id": 3, "text": "c", "lang": "en"}], tmp_path)
+
+
+@pytest.mark.xfail(strict=True, reason="write_parquet types a field from the first batch: 2.7 after ints becomes 2")
+def test_write_parquet_keeps_a_float_after_ints(tmp_path):
+    round_trips_or_fails("parquet", [{"x": i} for i in range(9_000)] + [{"x": 2.7}], tmp_path)
+
+
+@pytest.mark.xfail(strict=True, reason="write_jsonl writes NaN and the infinities as null")
+def test_write_jsonl_keeps_nan_and_infinities(tmp_path):
+    round_trips_or_fails("jsonl", [{"x": math.nan}, {"x": math.inf}, {"x": -math.inf}], tmp_path)
+
+
+@pytest.mark.xfail(strict=True, reason="load_jsonl reads integers beyond 64 bits as floats")
+def test_load_jsonl_reads_big_integers_exactly(local_backend, tmp_path):
+    records = [{"id": 2**64}, {"id": 2**64 + 1}, {"id": -(2**70)}]
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    try:
+        got = list(local_backend.execute(Dataset.from_list([str(path)]).load_jsonl()))
+    except Exception:
+        return  # refused: fine, if it says so
+    assert oracle.bag(got) == oracle.bag(records)
 
 
 # ---- regressions the suite found -----------------------------------------------------------
