@@ -246,7 +246,8 @@ class Dataset:
         """Group items by `key(item)` and emit `reducer(key, items_iterator)` per group.
 
         A reducer that is a generator function may yield several items; otherwise its return
-        value is the one item of the group. Items reach the reducer ordered by `sort_by(item)`
+        value is the one item of the group. Keys are equal when their types and values are
+        (`1`, `1.0` and `True` are three groups; NaN is one). Items reach the reducer ordered by `sort_by(item)`
         (if given), then by input shard and position. `combiner(key, items)` (associative,
         returning one item like those it combines) pre-aggregates on the map side. Output has
         `num_output_shards` shards (default: as many as the input). Memory: neither side holds a
@@ -262,7 +263,11 @@ class Dataset:
         return self._then(sop.GroupBy(key, reducer, sort_by, num_output_shards, combiner))
 
     def deduplicate(self, key: Callable[[Any], Any], num_output_shards: int | None = None) -> Dataset:
-        """Keep the first item per `key(item)`; "first" is by input shard, then position."""
+        """Keep the first item per `key(item)`; "first" is by input shard, then position.
+
+        Keys are equal when their types and values are, as in `group_by`: `1`, `1.0` and `True`
+        are three keys, a tuple is not a list, NaN equals NaN (see docs/zephyr.md, Keys).
+        """
         _check_callable(key, "deduplicate key")
         if num_output_shards is not None:
             _check_positive(num_output_shards, "num_output_shards")

@@ -13,7 +13,10 @@ same in every process and on every machine (unlike Python's salted `hash`).
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import pickle
+import struct
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -28,37 +31,89 @@ HASH_SPACE = 1 << 64
 
 
 def key_bytes(key: Any) -> bytes:
-    """A canonical, process-independent encoding of a key.
+    """A canonical, process-independent encoding of a key: equal keys, equal bytes, and only they.
 
-    A `str` is `b"s"` + its UTF-8; anything else is `b"j"` + JSON with sorted keys (sets become
-    sorted lists), or `b"p"` + a pickle with sets replaced by their sorted elements.
+    A `str` is `b"s"` + its UTF-8; a value made only of `dict` (with `str` keys), `list`, `str`,
+    64-bit `int`, finite `float`, `bool` and `None` is `b"j"` + JSON with sorted keys; anything
+    else is `b"c"` + `_canonical_bytes`. Keys are equal when they have the same types and values:
+    `1`, `1.0` and `True` differ, a tuple is not a list, NaN equals NaN, `0.0` and `-0.0` differ;
+    dict and set order do not count. (JSON alone confused None with NaN and the infinities, tuples
+    with lists, `{1: x}` with `{"1": x}` and dataclasses with dicts.)
     """
     if type(key) is str:
         try:
             return _STR_TAG + key.encode()
-        except UnicodeEncodeError:  # lone surrogates: the generic encodings below keep them
+        except UnicodeEncodeError:  # lone surrogates: the generic encoding below keeps them
             pass
-    canonical = _canonical(key)
-    try:
-        return b"j" + orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
-    except TypeError:
-        return b"p" + pickle.dumps(canonical, protocol=5)
+    if _json_exact(key):
+        try:
+            return b"j" + orjson.dumps(key, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:  # a lone surrogate in a nested str
+            pass
+    out = bytearray(b"c")
+    _canonical_bytes(key, out)
+    return bytes(out)
 
 
-class _SortedSet(tuple):
-    """A set's elements in a canonical order (their own encodings, sorted)."""
+def _json_exact(value: Any) -> bool:
+    """Whether JSON writes `value` so that no other value has the same text."""
+    t = type(value)
+    if t is str or t is bool or value is None:
+        return True
+    if t is int:
+        return -(1 << 63) <= value < (1 << 64)
+    if t is float:
+        return math.isfinite(value)
+    if t is list:
+        return all(map(_json_exact, value))
+    if t is dict:
+        return all(type(k) is str for k in value) and all(map(_json_exact, value.values()))
+    return False
 
 
-def _canonical(value: Any) -> Any:
-    """Sets pickle in hash order, which PYTHONHASHSEED changes per process: sort them."""
-    if isinstance(value, (set, frozenset)):
-        return _SortedSet(sorted((_canonical(v) for v in value), key=key_bytes))
-    if isinstance(value, (list, tuple)) and not isinstance(value, _SortedSet):
-        items = [_canonical(v) for v in value]
-        return type(value)(items) if type(value) in (list, tuple) else value
-    if isinstance(value, dict):
-        return {k: _canonical(v) for k, v in value.items()}
-    return value
+def _canonical_bytes(value: Any, out: bytearray) -> None:
+    """A tagged, length-prefixed encoding that depends only on types and values (never on object
+    identity, as a pickle's memo does, nor on dict or set order)."""
+    t = type(value)
+    if value is None or t is bool:
+        out += b"N" if value is None else b"T" if value else b"F"
+    elif t is int:
+        _chunk(out, b"i", str(value).encode())
+    elif t is float:
+        out += b"fnan" if value != value else b"f" + struct.pack(">d", value)
+    elif t is str:
+        _chunk(out, b"s", value.encode("utf-8", "surrogatepass"))
+    elif t is bytes:
+        _chunk(out, b"b", value)
+    elif t in (list, tuple):
+        out += b"[%d:" % len(value) if t is list else b"(%d:" % len(value)
+        for v in value:
+            _canonical_bytes(v, out)
+    elif t is dict or t in (set, frozenset):
+        pairs = value.items() if t is dict else ((v,) for v in value)
+        encoded = sorted(_encode_all(pair) for pair in pairs)
+        out += b"{" if t is dict else b"<" if t is set else b">"
+        out += b"%d:" % len(encoded) + b"".join(_length_prefixed(e) for e in encoded)
+    elif dataclasses.is_dataclass(value):
+        _chunk(out, b"D", f"{t.__module__}.{t.__qualname__}".encode())
+        _canonical_bytes(tuple(getattr(value, f.name) for f in dataclasses.fields(value)), out)
+    else:
+        _chunk(out, b"p", pickle.dumps(value, protocol=5))
+
+
+def _encode_all(values: tuple) -> bytes:
+    out = bytearray()
+    for v in values:
+        _canonical_bytes(v, out)
+    return bytes(out)
+
+
+def _length_prefixed(data: bytes) -> bytes:
+    return b"%d:" % len(data) + data
+
+
+def _chunk(out: bytearray, tag: bytes, data: bytes) -> None:
+    out += tag + _length_prefixed(data)
 
 
 def _mix(crc: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -1,0 +1,207 @@
+"""A plain-Python model of Zephyr's Dataset ops, written from the docs, not from the code.
+
+A dataset is a list of shards, each a list of records. Each op below states its meaning in a
+few lines, taken from the README's op table and the `Dataset` docstrings. It imports nothing
+from zephyr: the test compares the two.
+
+Per-shard ops are generators, as Zephyr streams: `take_per_shard` stops reading its shard,
+so an error in a record past the first `n` is never raised (by either side).
+
+What the docs leave open is made explicit with `Model.exact`:
+- exact: shard i holds exactly these records, in this order (sources, per-item ops, window,
+  take_per_shard, map_shard, sorted_merge_join, and the one shard of count/reduce);
+- not exact (a bag): only the multiset of records and the number of shards are defined.
+  `group_by`, `deduplicate` and `reshard` say which records come out, not where or in which
+  order (partitions are hash ranges; reshard keeps each output shard in input order but
+  does not say which shard an item lands in).
+Order-dependent ops (window, take_per_shard, keep-first, order-sensitive reducers, joins) are
+only modelled on an exact dataset; the test's pipeline generator respects that.
+
+Equality is `canon(a) == canon(b)`: type-exact (`1`, `1.0` and `True` differ, a tuple is not a
+list), NaN equals NaN, `0.0` and `-0.0` differ, dict key order counts. Shuffle keys are equal
+when their `canon` is equal: the docs' "equal keys, equal bytes" with a type-exact reading.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+
+def canon(value: Any) -> tuple:
+    """A totally ordered token of `value`: equal tokens iff the values are strictly equal."""
+    t = type(value)
+    if value is None:
+        return ("none",)
+    if t is bool:
+        return ("bool", value)
+    if t is int:
+        return ("int", value)
+    if t is float:
+        return ("float", "nan" if value != value else value.hex())
+    if t is str:
+        return ("str", value)
+    if t is bytes:
+        return ("bytes", value)
+    if t in (list, tuple):
+        return (t.__name__, tuple(canon(v) for v in value))
+    if t is dict:
+        return ("dict", tuple((canon(k), canon(v)) for k, v in value.items()))
+    if dataclasses.is_dataclass(value):
+        return ("dataclass", t.__qualname__, tuple(canon(getattr(value, f.name)) for f in dataclasses.fields(value)))
+    return ("other", t.__qualname__, repr(value))
+
+
+def same(a: Any, b: Any) -> bool:
+    return canon(a) == canon(b)
+
+
+def bag(records: Iterable[Any]) -> list[tuple]:
+    """A multiset of records, as a sorted list of tokens."""
+    return sorted(map(canon, records))
+
+
+@dataclasses.dataclass
+class Model:
+    """Shards (lists, or iterators not read yet), and whether their placement is defined."""
+
+    shards: list[Iterable[Any]]
+    exact: bool = True
+
+    def records(self) -> list[Any]:
+        """Every record in (shard, position) order; reads the shards (once)."""
+        return [r for shard in self.shards for r in shard]
+
+    def materialize(self) -> list[list[Any]]:
+        return [list(shard) for shard in self.shards]
+
+
+def from_shards(shards: list[list[Any]]) -> Model:
+    return Model([list(s) for s in shards])
+
+
+# ---- per-item and per-shard ops: shard i -> shard i, lazily ------------------------------
+
+
+def _per_shard(model: Model, fn: Callable[[Iterator[Any]], Iterable[Any]]) -> Model:
+    """Shard i becomes `fn(iterator over shard i)`, unread until used."""
+    return Model([fn(iter(shard)) for shard in model.shards], model.exact)
+
+
+def map_(model, fn):
+    return _per_shard(model, lambda it: (fn(r) for r in it))
+
+
+def filter_(model, pred):
+    return _per_shard(model, lambda it: (r for r in it if pred(r)))
+
+
+def flat_map(model, fn):
+    return _per_shard(model, lambda it: (y for r in it for y in fn(r)))
+
+
+def select(model, *columns):
+    """Keep the named keys of dict records, in this order; a non-dict record is an error."""
+
+    def one(r):
+        if not isinstance(r, dict):
+            raise TypeError(f"select on a {type(r).__name__}")
+        return {c: r[c] for c in columns if c in r}
+
+    return map_(model, one)
+
+
+def map_shard(model, fn):
+    return _per_shard(model, fn)
+
+
+def window(model, size):
+    """Consecutive lists of `size` per shard; the last one of a shard may be shorter."""
+
+    def chunks(it):
+        while chunk := list(itertools.islice(it, size)):
+            yield chunk
+
+    return _per_shard(model, chunks)
+
+
+def take_per_shard(model, n):
+    return _per_shard(model, lambda it: itertools.islice(it, n))
+
+
+def sorted_merge_join(model, right_shards, left_key, right_key, how="inner", combiner=None):
+    """Shard i with right shard i: each left item, in order, with each equal-key right item, in
+    order; with how="left" a left item without a match gives `combiner(left, None)`. The default
+    combiner is `{**left, **right}`, and an unmatched left item as it is."""
+
+    def combine(left, right):
+        if combiner is not None:
+            return combiner(left, right)
+        if right is None:
+            return left
+        if not (isinstance(left, dict) and isinstance(right, dict)):
+            raise TypeError("the default combiner merges dicts")
+        return {**left, **right}
+
+    def join(left_items, right_items):
+        for left in left_items:
+            matches = [r for r in right_items if left_key(left) == right_key(r)]
+            yield from (combine(left, r) for r in matches)
+            if not matches and how == "left":
+                yield combine(left, None)
+
+    assert len(right_shards) == len(model.shards)
+    return Model([join(iter(shard), right) for shard, right in zip(model.shards, right_shards)])
+
+
+# ---- shuffles: the records that come out, not where -------------------------------------
+
+
+def _groups(records: list[Any], key) -> dict[tuple, tuple[Any, list[Any]]]:
+    """Key token -> (the first item's key, the items in (shard, position) order)."""
+    groups: dict[tuple, tuple[Any, list[Any]]] = {}
+    for r in records:
+        k = key(r)
+        groups.setdefault(canon(k), (k, []))[1].append(r)
+    return groups
+
+
+def group_by(model, key, reducer, sort_by=None, num_output_shards=None, combiner=None):
+    """`reducer(key, items)` per group, items ordered by `sort_by` then (shard, position). A
+    generator reducer yields several records. A combiner (associative, pre-aggregating) must not
+    change the result, so the model ignores it. Output: a bag over `num_output_shards`
+    (default: as many as the input)."""
+    out = []
+    for k, items in _groups(model.records(), key).values():
+        if sort_by is not None:
+            items = sorted(items, key=sort_by)  # stable: ties stay in (shard, position) order
+        result = reducer(k, iter(items))
+        out.extend(result if isinstance(result, Iterator) else [result])
+    return _bag(out, num_output_shards or len(model.shards))
+
+
+def deduplicate(model, key, num_output_shards=None):
+    """The first record per key, first by input shard, then position."""
+    firsts = [items[0] for _, items in _groups(model.records(), key).values()]
+    return _bag(firsts, num_output_shards or len(model.shards))
+
+
+def reshard(model, num_shards):
+    return _bag(model.records(), num_shards)
+
+
+def reduce(model, local, global_=None):
+    """One shard with one value: `global(local(shard) for each shard)`."""
+    final = global_ or local
+    return Model([[final(iter([local(iter(shard)) for shard in model.shards]))]])
+
+
+def count(model):
+    return Model([[len(model.records())]])
+
+
+def _bag(records: list[Any], num_shards: int) -> Model:
+    """A bag: every record in shard 0 of the model, `num_shards` shards in all."""
+    return Model([records] + [[] for _ in range(num_shards - 1)], exact=False)

@@ -1,0 +1,484 @@
+"""Generated records through generated pipelines, compared with a plain-Python oracle (`oracle.py`).
+
+Records mix nested dicts and lists, missing and extra keys, int/float/None/str/bool, ints beyond
+64 bits, NaN and infinities, astral characters, bytes, tuples and dataclasses. A pipeline is
+1-4 ops drawn from map, filter, flat_map, select, window, take_per_shard, group_by (sort_by,
+combiner), deduplicate, reshard, count, reduce and sorted_merge_join, with their functions
+picked from fixed menus of module-level functions (picklable, for Ray). Where the oracle
+raises, Zephyr must raise too. Writer round trips (write_jsonl/write_parquet, read back) run
+on the records the writers handle today; what they mishandle is pinned in xfail tests below.
+
+CI runs the root conftest's 'ci' profile (fixed seed, 50 examples; Ray: 15). A longer run:
+
+    HYPOTHESIS_PROFILE=nightly uv run pytest lib/zephyr/tests/test_pipeline_properties.py
+
+(random seeds, 1,000 examples per local test; add `-k "not ray"` to stay off Ray). A failure
+prints the shrunk records and pipeline, and a `@reproduce_failure` blob to replay it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import tempfile
+import zlib
+from typing import Any
+
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from lib.zephyr.tests import oracle
+from zephyr import Dataset, create_backend
+
+# ---- records -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Point:
+    x: Any
+    y: Any
+
+
+FIELDS = ["k", "v", "x", "ü", "𝒳"]
+# values that collide under careless key encodings: 1/1.0/True, None/NaN/inf, tuple/list, 0.0/-0.0
+TRICKY = [0, 1, 1.0, True, False, None, math.nan, math.inf, -math.inf, 0.0, -0.0, "1", "a", "𝒳",
+          2**64, 2**64 + 1, -(2**70), (1, 2), [1, 2], b"a", ""]
+
+text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=6)
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 5), st.integers(-(2**80), 2**80), st.floats(), text, st.binary(max_size=4)
+)
+keys = st.one_of(st.sampled_from(TRICKY), st.sampled_from(TRICKY), scalars, st.tuples(scalars, scalars), st.lists(scalars, max_size=2))
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.tuples(inner, inner),
+        st.dictionaries(st.sampled_from(FIELDS), inner, max_size=3),
+        st.builds(Point, inner, inner),
+    ),
+    max_leaves=6,
+)
+dict_records = st.builds(
+    lambda fixed, extra: {**fixed, **extra},
+    st.fixed_dictionaries({"k": keys}, optional={"v": values, "x": values}) | st.fixed_dictionaries({}, optional={"v": values}),
+    st.dictionaries(text, values, max_size=2),
+)
+records = st.one_of(dict_records, dict_records, dict_records, values)
+shards_of_records = st.lists(st.lists(records, max_size=8), min_size=1, max_size=4)
+
+
+# ---- the function menus (module level: Ray pickles them by reference) ---------------------
+
+
+def key_k(r):
+    return r.get("k") if isinstance(r, dict) else None
+
+
+def key_bucket(r):
+    return zlib.crc32(repr(r).encode()) % 4
+
+
+def key_type(r):
+    return type(r).__name__
+
+
+def key_whole(r):
+    return r
+
+
+def sort_len(r):
+    return len(repr(r))
+
+
+def sort_neg_bucket(r):
+    return -key_bucket(r)
+
+
+def identity(r):
+    return r
+
+
+def wrap(r):
+    return {"k": key_k(r), "v": r}
+
+
+def tag_bucket(r):
+    return (key_bucket(r), r)
+
+
+def is_dict(r):
+    return isinstance(r, dict)
+
+
+def has_k(r):
+    return isinstance(r, dict) and "k" in r
+
+
+def bucket_even(r):
+    return key_bucket(r) % 2 == 0
+
+
+def twice(r):
+    return [r, r]
+
+
+def nothing(r):
+    return []
+
+
+def spread(r):
+    if isinstance(r, dict):
+        return list(r.values())
+    return list(r) if isinstance(r, (list, tuple)) else [r]
+
+
+def count_group(k, items):
+    return (k, sum(1 for _ in items))
+
+
+def list_group(k, items):
+    return (k, list(items))
+
+
+def explode_group(k, items):
+    for i, r in enumerate(items):
+        yield (k, i, r)
+
+
+def min_item(k, items):
+    return min(items, key=oracle.canon)
+
+
+def min_group(k, items):
+    return (k, min_item(k, items))
+
+
+def count_items(items):
+    return sum(1 for _ in items)
+
+
+def sum_buckets(items):
+    return sum(key_bucket(r) for r in items)
+
+
+def first_or_none(items):
+    return next(iter(items), None)
+
+
+def pair(left, right):
+    return (left, right)
+
+
+def right_key(r):
+    return r["j"]
+
+
+def collect_shard(items):
+    return [list(items)]
+
+
+@dataclasses.dataclass(frozen=True)
+class SortedBy:
+    """map_shard: the shard sorted by a key (a join's left side must be)."""
+
+    key: Any
+
+    def __call__(self, items):
+        return sorted(items, key=self.key)
+
+
+# ---- pipelines -----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One op: `Dataset.<name>(*args, **kwargs)` and `oracle.<name>(model, *args, **kwargs)`."""
+
+    name: str
+    args: tuple = ()
+    kwargs: tuple = ()  # (name, value) pairs
+
+    def __repr__(self) -> str:
+        args = [getattr(a, "__name__", repr(a)) for a in self.args]
+        args += [f"{k}={getattr(v, '__name__', repr(v))}" for k, v in self.kwargs]
+        return f"{self.name}({', '.join(args)})"
+
+    def on_dataset(self, ds: Dataset) -> Dataset:
+        args = self.args
+        if self.name == "sorted_merge_join":  # the right side as a Dataset of those shards
+            args = (Dataset.from_list(args[0]).flat_map(list),) + args[1:]
+        if self.name == "reduce":
+            return ds.reduce(*args)
+        return getattr(ds, self.name)(*args, **dict(self.kwargs))
+
+    def on_model(self, model: oracle.Model) -> oracle.Model:
+        fn = {"map": oracle.map_, "filter": oracle.filter_}.get(self.name) or getattr(oracle, self.name)
+        return fn(model, *self.args, **dict(self.kwargs))
+
+
+KEYS = [key_k, key_bucket, key_type, key_whole]
+ORDER_FREE_REDUCERS = [count_group, min_group]
+right_records = st.builds(lambda j, w: {"j": j, "w": w}, st.integers(0, 3), values)
+
+
+ANY_PLACEMENT = ("map", "filter", "flat_map", "select", "group_by", "reshard", "count", "reduce")
+EXACT_PLACEMENT = ("window", "take_per_shard", "deduplicate", "sorted_merge_join")
+KEEP_RECORDS = ("filter", "take_per_shard", "deduplicate", "reshard")  # dicts stay dicts of the same fields
+
+
+@st.composite
+def steps(draw, num_shards: int, exact: bool, allowed=ANY_PLACEMENT + EXACT_PLACEMENT) -> tuple[Step, int, bool]:
+    """One op of the `allowed` kinds valid after a dataset of `num_shards` shards (`exact`:
+    placement defined); the op, and the shard count and exactness after it."""
+    kinds = [k for k in ANY_PLACEMENT + (EXACT_PLACEMENT if exact else ()) if k in allowed]
+    kind = draw(st.sampled_from(kinds))
+    outputs = draw(st.none() | st.integers(1, 4))
+    if kind == "map":
+        return Step("map", (draw(st.sampled_from([identity, wrap, tag_bucket])),)), num_shards, exact
+    if kind == "filter":
+        return Step("filter", (draw(st.sampled_from([is_dict, has_k, bucket_even])),)), num_shards, exact
+    if kind == "flat_map":
+        return Step("flat_map", (draw(st.sampled_from([twice, nothing, spread])),)), num_shards, exact
+    if kind == "select":
+        columns = draw(st.lists(st.sampled_from(FIELDS), min_size=1, max_size=3, unique=True))
+        return Step("select", tuple(columns)), num_shards, exact
+    if kind == "window":
+        return Step("window", (draw(st.integers(1, 3)),)), num_shards, exact
+    if kind == "take_per_shard":
+        return Step("take_per_shard", (draw(st.integers(0, 3)),)), num_shards, exact
+    if kind == "reshard":
+        n = draw(st.integers(1, 4))
+        return Step("reshard", (n,)), n, False
+    if kind == "count":
+        return Step("count"), 1, True
+    if kind == "reduce":
+        pairs = [(count_items, sum), (sum_buckets, sum)] + ([(first_or_none, first_or_none)] if exact else [])
+        return Step("reduce", draw(st.sampled_from(pairs))), 1, True
+    if kind == "deduplicate":
+        return Step("deduplicate", (draw(st.sampled_from(KEYS)),), (("num_output_shards", outputs),)), outputs or num_shards, False
+    if kind == "sorted_merge_join":
+        right = draw(st.lists(st.lists(right_records, max_size=4), min_size=num_shards, max_size=num_shards))
+        right = [sorted(shard, key=right_key) for shard in right]
+        how = draw(st.sampled_from(["inner", "left"]))
+        combiner = draw(st.sampled_from([None, pair]))
+        step = Step("sorted_merge_join", (right, key_bucket, right_key), (("how", how), ("combiner", combiner)))
+        return step, num_shards, True
+    # group_by
+    reducer = draw(st.sampled_from(ORDER_FREE_REDUCERS + ([list_group, explode_group] if exact else [])))
+    kwargs = {"num_output_shards": outputs, "sort_by": draw(st.sampled_from([None, sort_len, sort_neg_bucket]))}
+    if reducer is min_group and draw(st.booleans()):
+        kwargs["combiner"] = min_item
+    return Step("group_by", (draw(st.sampled_from(KEYS)), reducer), tuple(kwargs.items())), outputs or num_shards, False
+
+
+@st.composite
+def pipelines(draw, num_shards: int, allowed=ANY_PLACEMENT + EXACT_PLACEMENT, min_size=1) -> list[Step]:
+    """1-4 ops; a join's left side is sorted by its key first (a map_shard), as the op requires."""
+    chosen, exact = [], True
+    for _ in range(draw(st.integers(min_size, 4))):
+        step, num_shards, exact = draw(steps(num_shards, exact, allowed))
+        if step.name == "sorted_merge_join":
+            chosen.append(Step("map_shard", (SortedBy(step.args[1]),)))
+        chosen.append(step)
+    return chosen
+
+
+@st.composite
+def cases(draw):
+    shards = draw(shards_of_records)
+    return shards, draw(pipelines(len(shards)))
+
+
+# ---- running both --------------------------------------------------------------------------
+
+
+def expected_result(shards, pipeline) -> tuple[oracle.Model, list[list[Any]]] | Exception:
+    """The oracle's shards (materialized), or the error it raised."""
+    model = oracle.from_shards(shards)
+    try:
+        for step in pipeline:
+            model = step.on_model(model)
+        return model, model.materialize()
+    except Exception as e:  # the oracle's own errors: a select of a non-dict, a default join of non-dicts
+        return e
+
+
+def zephyr_result(backend, shards, pipeline) -> list[list[Any]]:
+    ds = Dataset.from_list(shards).flat_map(list)  # shard i holds shards[i]
+    for step in pipeline:
+        ds = step.on_dataset(ds)
+    return list(backend.execute(ds.map_shard(collect_shard)))
+
+
+def check(backend, shards, pipeline) -> None:
+    expected = expected_result(shards, pipeline)
+    for step in pipeline:  # `--hypothesis-show-statistics` shows what the examples covered
+        event(f"op: {step.name}")
+    event(f"oracle: {type(expected).__name__ if isinstance(expected, Exception) else 'result'}")
+    if isinstance(expected, Exception):
+        with pytest.raises(Exception):
+            zephyr_result(backend, shards, pipeline)
+        return
+    model, want = expected
+    got = zephyr_result(backend, shards, pipeline)
+    assert len(got) == len(want), "shard count"
+    if model.exact:
+        assert [[oracle.canon(r) for r in shard] for shard in got] == [[oracle.canon(r) for r in shard] for shard in want]
+    else:
+        assert oracle.bag(r for shard in got for r in shard) == oracle.bag(r for shard in want for r in shard)
+
+
+def run_case(kind: str, shards, pipeline) -> None:
+    """On a fresh backend with its own scratch directory: no example resumes another's scratch."""
+    with tempfile.TemporaryDirectory(prefix="zephyr-oracle-") as scratch:
+        backend = create_backend(kind, max_parallelism=4, progress=False, scratch_dir=scratch)
+        try:
+            check(backend, shards, pipeline)
+        finally:
+            backend.close()
+
+
+@pytest.mark.parametrize("kind", ["sync", "threadpool"])
+@given(case=cases())
+def test_generated_pipelines_match_the_oracle(kind, case):
+    run_case(kind, *case)
+
+
+@pytest.mark.ray
+@settings(max_examples=15)
+@given(case=cases())
+def test_generated_pipelines_match_the_oracle_on_ray(ray_shared, case):
+    run_case("ray", *case)
+
+
+keyed_records = st.lists(st.lists(st.builds(lambda k, v: {"k": k, "v": v}, keys, scalars), max_size=10), min_size=1, max_size=3)
+keyed_steps = st.sampled_from([Step("deduplicate", (key_k,)), Step("group_by", (key_k, count_group)), Step("group_by", (key_k, list_group))])
+
+
+@pytest.mark.parametrize("kind", ["sync", "threadpool"])
+@given(shards=keyed_records, step=keyed_steps)
+def test_shuffles_tell_apart_keys_that_differ(kind, shards, step):
+    """Keys that collide under a careless encoding (None/NaN/inf, tuple/list, 1/1.0/True) stay apart."""
+    run_case(kind, shards, [step])
+
+
+# ---- through the writers -------------------------------------------------------------------
+
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False, allow_infinity=False), text)
+json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3), max_leaves=6)
+json_records = st.builds(
+    lambda fixed, extra: {**fixed, **extra},
+    st.fixed_dictionaries({"k": json_scalars}, optional={"v": json_values}),
+    st.dictionaries(text, json_values, max_size=2),
+)
+# what write_parquet handles today: every record has the same fields of the same types, no nulls
+# (in one field order: Parquet keeps a column order, not each record's key order)
+parquet_records = st.builds(
+    lambda k, t, score, tags, lang, n: {"k": k, "text": t, "score": score, "tags": tags, "meta": {"lang": lang, "n": n}},
+    st.integers(-3, 3), text, st.floats(allow_nan=False), st.lists(text, max_size=2), text, st.integers(-(2**63), 2**63 - 1),
+)
+WRITERS = {"jsonl": ("write_jsonl", "load_jsonl", json_records), "parquet": ("write_parquet", "load_parquet", parquet_records)}
+
+
+def written_and_read_back(kind: str, fmt: str, shards, pipeline, directory) -> list[list[Any]]:
+    """Run the pipeline ending in the writer, then read each output file back as one shard."""
+    write, load, _ = WRITERS[fmt]
+    ds = Dataset.from_list(shards).flat_map(list)
+    for step in pipeline:
+        ds = step.on_dataset(ds)
+    with tempfile.TemporaryDirectory(prefix="zephyr-oracle-") as scratch:
+        backend = create_backend(kind, max_parallelism=4, progress=False, scratch_dir=scratch)
+        try:
+            paths = list(backend.execute(getattr(ds, write)(f"{directory}/part-{{shard:05d}}.{fmt}")))
+            return list(backend.execute(getattr(Dataset.from_list(paths), load)().map_shard(collect_shard)))
+        finally:
+            backend.close()
+
+
+@st.composite
+def writer_cases(draw, fmt: str):
+    shards = draw(st.lists(st.lists(WRITERS[fmt][2], max_size=6), min_size=1, max_size=3))
+    return shards, draw(pipelines(len(shards), allowed=KEEP_RECORDS, min_size=0))
+
+
+@pytest.mark.parametrize("kind", ["sync", "threadpool"])
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+@settings(max_examples=25)
+@given(data=st.data())
+def test_written_files_read_back_as_the_oracle_says(kind, fmt, data, tmp_path_factory):
+    shards, pipeline = data.draw(writer_cases(fmt))
+    model, want = expected_result(shards, pipeline)
+    got = written_and_read_back(kind, fmt, shards, pipeline, tmp_path_factory.mktemp("out"))
+    assert len(got) == len(want)
+    if model.exact:
+        assert [[oracle.canon(r) for r in shard] for shard in got] == [[oracle.canon(r) for r in shard] for shard in want]
+    else:
+        assert oracle.bag(r for shard in got for r in shard) == oracle.bag(r for shard in want for r in shard)
+
+
+def round_trips_or_fails(fmt: str, records: list[dict], directory) -> None:
+    """What is read back equals what was written, or the run fails: never a silent change."""
+    try:
+        (got,) = written_and_read_back("sync", fmt, [records], [], directory)
+    except Exception:
+        return
+    assert oracle.bag(got) == oracle.bag(records)
+
+
+# The writers' known defects (issue 21), fixed on another branch: flip these when it is merged.
+@pytest.mark.xfail(strict=True, reason="write_parquet takes its schema from the first record: later fields are dropped")
+def test_write_parquet_keeps_fields_the_first_record_lacks(tmp_path):
+    round_trips_or_fails("parquet", [{"id": 1}, {"id": 2, "text": "b"}, {"id": 3, "text": "c", "lang": "en"}], tmp_path)
+
+
+@pytest.mark.xfail(strict=True, reason="write_parquet types a field from the first batch: 2.7 after ints becomes 2")
+def test_write_parquet_keeps_a_float_after_ints(tmp_path):
+    round_trips_or_fails("parquet", [{"x": i} for i in range(9_000)] + [{"x": 2.7}], tmp_path)
+
+
+@pytest.mark.xfail(strict=True, reason="write_jsonl writes NaN and the infinities as null")
+def test_write_jsonl_keeps_nan_and_infinities(tmp_path):
+    round_trips_or_fails("jsonl", [{"x": math.nan}, {"x": math.inf}, {"x": -math.inf}], tmp_path)
+
+
+@pytest.mark.xfail(strict=True, reason="load_jsonl reads integers beyond 64 bits as floats")
+def test_load_jsonl_reads_big_integers_exactly(local_backend, tmp_path):
+    records = [{"id": 2**64}, {"id": 2**64 + 1}, {"id": -(2**70)}]
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    try:
+        got = list(local_backend.execute(Dataset.from_list([str(path)]).load_jsonl()))
+    except Exception:
+        return  # refused: fine, if it says so
+    assert oracle.bag(got) == oracle.bag(records)
+
+
+# ---- regressions the suite found -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "colliding",
+    [
+        pytest.param([None, math.nan, math.inf, -math.inf], id="none-nan-infinities"),  # JSON wrote all four as null
+        pytest.param([(1, 2), [1, 2]], id="tuple-list"),  # JSON wrote both as [1,2]
+        pytest.param([{1: "a"}, {"1": "a"}], id="int-str-dict-keys"),  # JSON wrote both as {"1":"a"}
+        pytest.param([Point(1, 2), {"x": 1, "y": 2}], id="dataclass-dict"),  # orjson writes dataclasses as objects
+    ],
+)
+def test_deduplicate_keeps_records_whose_keys_only_json_confuses(local_backend, colliding):
+    """Regression: shuffle keys were encoded as JSON, so distinct keys merged and records vanished."""
+    rows = [{"k": k, "i": i} for i, k in enumerate(colliding)]
+    got = list(local_backend.execute(Dataset.from_list([rows]).flat_map(list).deduplicate(key_k)))
+    assert oracle.bag(got) == oracle.bag(rows)
+
+
+def test_equal_keys_group_together_whatever_their_dict_order_or_object_identity(local_backend):
+    """Equal keys must give equal bytes: dict order and shared objects (pickle memo) must not matter."""
+    s = "".join(["sh", "ared"])
+    keys = [{"a": (1,), "b": 2**70}, {"b": 2**70, "a": (1,)}, (s, s), ("shared", "".join(["sha", "red"]))]
+    rows = [{"k": k, "i": i} for i, k in enumerate(keys)]
+    got = dict((oracle.canon(k), n) for k, n in local_backend.execute(Dataset.from_list([rows]).flat_map(list).group_by(key_k, count_group)))
+    assert sorted(got.values()) == [2, 2]
