@@ -365,3 +365,43 @@ def test_a_successful_run_removes_older_scratch_of_the_same_pipeline_only(tmp_pa
         assert {p.name for p in scratch.iterdir()} == {roots["results"]}
     finally:
         FAIL_FLAG["path"] = None
+
+
+def test_functions_of_a_script_without_a_file_count_by_their_code():
+    """`python -c` and notebooks run in a `__main__` with no file: not a library, so a
+    redefined function with another body is other work."""
+    script = textwrap.dedent(
+        """
+        from zephyr.fingerprint import fingerprint
+        def f(x): return x + 1
+        first = fingerprint(f)
+        def f(x): return x + 2
+        print(first != fingerprint(f))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "True", done.stderr
+
+
+def test_decorated_and_nested_objects_count_by_what_they_hold():
+    import enum
+
+    def cached_plus(n):
+        @functools.lru_cache
+        def f(x):  # pickled by reference: identity comes from the function it wraps
+            return x + n
+
+        return f
+
+    assert fingerprint(cached_plus(1)) != fingerprint(cached_plus(2))
+
+    class Mode(enum.Enum):
+        FAST = 1
+        SLOW = 2
+
+    assert fingerprint(Mode.FAST) == fingerprint(Mode.FAST) != fingerprint(Mode.SLOW)
+    deep = []
+    for _ in range(300):
+        deep = [deep]
+    reason = identify(("map(fn)", deep)).reason
+    assert reason.startswith("map(fn) -> item 0") and "nested deeper" in reason

@@ -9,15 +9,17 @@ Identity covers everything that decides what a stage computes, walked structural
 - functions by qualified name, bytecode, names, constants, defaults, keyword defaults, the
   values their closures capture, and the module-level names their code reads (helpers and
   constants, followed recursively: e.g. a helper called by a lambda, or a threshold it reads).
-  Functions of the user's own modules count by their code although they pickle by
-  reference; those of the standard library, installed packages and zephyr count by name
-  (by code too where their name is not unique: lambdas and nested functions);
-- bound methods by function and instance; `staticmethod`, `classmethod`, `property` by
-  their functions; builtins by name (and the object a builtin method is bound to);
+  Functions of the user's own modules (and of a `__main__` without a file: `python -c`,
+  notebooks) count by their code although they pickle by reference; those of the standard
+  library, installed packages and zephyr count by name (by code too where their name is not
+  unique: lambdas and nested functions);
+- bound methods by function and instance; `staticmethod`, `classmethod`, `property`,
+  `cached_property` by their functions; `lru_cache` wrappers by the function they wrap;
+  builtins by name (and the object a builtin method is bound to);
 - classes of the standard library, installed packages and zephyr by name; other classes
   by name, bases, methods (a changed `__call__` body counts) and class attributes;
 - any other object (callable objects, dataclasses, `functools.partial`, ...) as what
-  `__reduce_ex__` says rebuilds it: the constructor, its arguments and the state (instance
+  `__reduce_ex__` (or copyreg's table, as pickle does) says rebuilds it: the constructor, its arguments and the state (instance
   `__dict__` and `__slots__`), each walked the same way, never pickled.
 
 Each mutable object or function is walked once (later visits hash a back-reference by
@@ -26,8 +28,8 @@ on hash seeds, set order, `id()` or memory addresses, so the digest is the same 
 process.
 
 Some objects have no identity that can be established: ones `__reduce_ex__` refuses (locks,
-open files, sockets, generators, C objects without pickling support) and structures nested
-deeper than 100 levels. Then `identify` returns an `Identity` that is not resumable: its
+open files, sockets, generators, C objects without pickling support), ones whose walk
+raises, and structures nested deeper than 100 levels. Then `identify` returns an `Identity` that is not resumable: its
 digest includes a random nonce, so it never equals another (the run works, it just cannot
 resume), and `reason` says what was found where, e.g.
 "map(fn) -> closure cell 'client': a _thread.lock (cannot be reduced: ...)".
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import copyreg
 import enum
+import functools
 import hashlib
 import os
 import sys
@@ -103,7 +106,10 @@ class _Unidentifiable(Exception):
         self.where: list[str] = []
 
     def describe(self) -> str:
-        where = " -> ".join(label for label in reversed(self.where) if label)
+        labels = [label for label in reversed(self.where) if label]
+        if len(labels) > 8:  # a deep structure: its start and where it ended
+            labels = labels[:4] + [f"... ({len(labels) - 8} more)"] + labels[-4:]
+        where = " -> ".join(labels)
         return f"{where}: {self.what}" if where else self.what
 
 
@@ -120,6 +126,10 @@ class _Feeder:
         except _Unidentifiable as e:
             e.where.append(label() if callable(label) else label)
             raise
+        except RecursionError:
+            raise _Unidentifiable("nested too deeply for Python's recursion limit") from None
+        except Exception as e:  # noqa: BLE001 - an object that breaks the walk has no identity we trust
+            raise _Unidentifiable(f"a {_type_name(obj)} that could not be walked ({type(e).__name__}: {e})") from None
 
     def feed(self, obj: Any, depth: int) -> None:
         h = self.h
@@ -131,10 +141,7 @@ class _Feeder:
             raise _Unidentifiable(f"nested deeper than {_MAX_DEPTH} levels")
         d = depth + 1
         if kind is tuple:  # immutable: no back-reference (sharing may differ between processes)
-            h.update(f"tuple[{len(obj)}](".encode())
-            for i, item in enumerate(obj):
-                self.feed_at(lambda i=i: f"item {i}", item, d)
-            h.update(b")")
+            self._items(obj, d)
             return
         if kind is frozenset:
             self._set(obj, d)
@@ -152,10 +159,7 @@ class _Feeder:
     def _compound(self, obj: Any, kind: type, d: int) -> None:
         h = self.h
         if kind is list:
-            h.update(f"list[{len(obj)}](".encode())
-            for i, item in enumerate(obj):
-                self.feed_at(lambda i=i: f"item {i}", item, d)
-            h.update(b")")
+            self._items(obj, d)
         elif kind is set:
             self._set(obj, d)
         elif kind is dict or kind is types.MappingProxyType:
@@ -172,6 +176,10 @@ class _Feeder:
         elif kind in (staticmethod, classmethod):
             h.update(f"{kind.__name__}(".encode())
             self.feed(obj.__func__, d)
+            h.update(b")")
+        elif kind is functools.cached_property:
+            h.update(b"cached_property(")
+            self.feed(obj.func, d)
             h.update(b")")
         elif kind is property:
             h.update(b"property(")
@@ -195,6 +203,17 @@ class _Feeder:
         else:
             self._reduced(obj, kind, d)
 
+    def _items(self, obj: list | tuple, d: int) -> None:
+        h = self.h
+        h.update(f"{type(obj).__name__}[{len(obj)}](".encode())
+        for i, item in enumerate(obj):
+            kind = type(item)
+            if kind in _ATOMS:  # inline: from_list sources hold many records
+                h.update(f"{kind.__name__}:{item!r};".encode())
+            else:
+                self.feed_at(lambda i=i: f"item {i}", item, d)
+        h.update(b")")
+
     def _set(self, obj: Any, d: int) -> None:
         """Elements by their own digests, sorted: the same whatever the hash order."""
         digests = []
@@ -208,6 +227,10 @@ class _Feeder:
         h = self.h
         h.update(f"dict[{len(obj)}](".encode())
         for k, v in obj.items():  # insertion order: deterministic, and iteration order matters
+            kind, vkind = type(k), type(v)
+            if kind in _ATOMS and vkind in _ATOMS:  # inline: from_list sources hold many records
+                h.update(f"{kind.__name__}:{k!r};{vkind.__name__}:{v!r};".encode())
+                continue
             self.feed_at(lambda k=k: f"key {_short_repr(k)}", k, d)
             self.feed_at(lambda k=k: f"[{_short_repr(k)}]", v, d)
         h.update(b")")
@@ -282,11 +305,14 @@ class _Feeder:
             reducer = copyreg.dispatch_table.get(kind)
             reduced = reducer(obj) if reducer is not None else obj.__reduce_ex__(4)
         except Exception as e:  # noqa: BLE001 - any refusal means: no inspectable state
-            raise _Unidentifiable(f"a {kind.__module__}.{kind.__qualname__} (cannot be reduced: {type(e).__name__}: {e})") from None
+            raise _Unidentifiable(f"a {_type_name(obj)} (cannot be reduced: {type(e).__name__}: {e})") from None
         h.update(b"reduced(")
         self.feed_at("type", kind, d)
-        if isinstance(reduced, str):  # a global, pickled by reference
+        if isinstance(reduced, str):  # a global, pickled by reference (an lru_cache'd function: by what it wraps)
             h.update(f"global:{reduced};".encode())
+            wrapped = getattr(obj, "__wrapped__", None)
+            if wrapped is not None:
+                self.feed_at("wrapped function", wrapped, d)
         else:
             labels = ("constructor", "arguments", "state", "list items", "dict items", "state setter")
             for label, part in zip(labels, reduced):
@@ -308,6 +334,11 @@ def _global_names(code: types.CodeType) -> set[str]:
         if isinstance(const, types.CodeType):
             names |= _global_names(const)
     return names
+
+
+def _type_name(obj: Any) -> str:
+    kind = type(obj)
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 def _fn_label(fn: types.FunctionType) -> str:
@@ -341,9 +372,7 @@ def _is_library(module: str | None) -> bool:
         path = getattr(mod, "__file__", None) if mod is not None else None
         if top in _LIBRARY_PACKAGES or top in sys.stdlib_module_names or top == "builtins":
             result = True
-        elif mod is not None and path is None:  # builtin or frozen
-            result = True
-        elif path is not None:
+        elif path is not None:  # no file (`python -c`, a notebook's __main__): the user's
             real = os.path.realpath(path)
             result = any(real.startswith(root) for root in _library_roots())
     _library_cache[module] = result
