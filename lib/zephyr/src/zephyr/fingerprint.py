@@ -16,8 +16,8 @@ Identity covers everything that decides what a stage computes, walked structural
 - bound methods by function and instance; `staticmethod`, `classmethod`, `property`,
   `cached_property` by their functions; `lru_cache` wrappers by the function they wrap;
   builtins by name (and the object a builtin method is bound to);
-- classes of the standard library, installed packages and zephyr by name; other classes
-  by name, bases, methods (a changed `__call__` body counts) and class attributes;
+- classes of the standard library, installed packages and zephyr by name (unless made by a
+  factory: `<locals>` in the name); other classes by name, bases, methods (a changed `__call__` body counts) and class attributes;
 - any other object (callable objects, dataclasses, `functools.partial`, ...) as what
   `__reduce_ex__` (or copyreg's table, as pickle does) says rebuilds it: the constructor, its arguments and the state (instance
   `__dict__` and `__slots__`), each walked the same way, never pickled.
@@ -32,7 +32,7 @@ open files, sockets, generators, C objects without pickling support), ones whose
 raises, and structures nested deeper than 100 levels. Then `identify` returns an `Identity` that is not resumable: its
 digest includes a random nonce, so it never equals another (the run works, it just cannot
 resume), and `reason` says what was found where, e.g.
-"map(fn) -> closure cell 'client': a _thread.lock (cannot be reduced: ...)".
+"map(fn) -> function fn closure cell 'client': a _thread.lock (cannot be reduced: ...)".
 """
 
 from __future__ import annotations
@@ -245,6 +245,8 @@ class _Feeder:
         self._code(fn.__code__, d)
         self.feed_at("defaults", fn.__defaults__, d)
         self.feed_at("keyword defaults", fn.__kwdefaults__, d)
+        if fn.__dict__:  # attributes set on the function (functools.wraps: __wrapped__)
+            self.feed_at("attributes", fn.__dict__, d)
         for name_, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
             try:
                 value = cell.cell_contents
@@ -262,9 +264,10 @@ class _Feeder:
 
     def _code(self, code: types.CodeType, d: int) -> None:
         h = self.h
-        h.update(f"code:{code.co_name}:{code.co_argcount}:{code.co_kwonlyargcount}:{code.co_flags}:".encode())
+        h.update(f"code:{code.co_name}:{code.co_argcount}:{code.co_posonlyargcount}:{code.co_kwonlyargcount}:{code.co_flags}:".encode())
         h.update(repr((code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars)).encode())
         h.update(code.co_code)
+        h.update(getattr(code, "co_exceptiontable", b""))  # which instructions each handler covers
         for const in code.co_consts:
             self.feed(const, d)
 
@@ -281,7 +284,7 @@ class _Feeder:
     def _class(self, cls: type, d: int) -> None:
         h = self.h
         h.update(f"class:{cls.__module__}.{cls.__qualname__}(".encode())
-        if not _is_library(cls.__module__):
+        if not _is_library(cls.__module__) or "<" in cls.__qualname__:  # made by a factory: not unique by name
             for base in cls.__bases__:
                 self.feed_at(lambda b=base: f"base {b.__qualname__}", base, d)
             for name, value in vars(cls).items():
