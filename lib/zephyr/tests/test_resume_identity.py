@@ -127,13 +127,13 @@ def _oracle(items, fn):
     return sorted(sums.items())
 
 
-def _crash_then_rerun(scratch, items, make, first, second):
+def _crash_then_rerun(scratch, items, make, first, second, backend_name="sync"):
     """Run with `make(first)` until the reducer fails (after the scatter), then rerun with
     `make(second)`, made only then (a global constant is read when the code runs)."""
     flag = Path(scratch) / "fail"
     flag.write_text("")
     FAIL_FLAG["path"] = str(flag)
-    backend = create_backend("sync", progress=False, scratch_dir=f"{scratch}/s")
+    backend = create_backend(backend_name, progress=False, scratch_dir=f"{scratch}/s")
     try:
         with pytest.raises(Exception, match="flag file exists"):
             list(backend.execute(_pipeline(items, make(first))))
@@ -156,14 +156,15 @@ def test_resumed_shuffle_does_not_reuse_map_output_of_changed_code(tmp_path, kin
     assert execution.counters["zephyr/map_shards_resumed"] == 0
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
+    backend_name=st.sampled_from(["sync", "threadpool"]),
     kind=st.sampled_from(sorted(KINDS)),
     items=st.lists(st.integers(-50, 50), min_size=1, max_size=6),
     versions=st.lists(st.integers(1, 9), min_size=2, max_size=2, unique=True),
     same=st.booleans(),
 )
-def test_oracle_crash_after_scatter_change_code_rerun(kind, items, versions, same):
+def test_oracle_crash_after_scatter_change_code_rerun(backend_name, kind, items, versions, same):
     """Property: crash after the scatter, rerun with changed code (or the same code, rebuilt):
     the result equals a clean run of the new code; unchanged code resumes every map shard."""
     make, meaning = KINDS[kind]
@@ -172,7 +173,7 @@ def test_oracle_crash_after_scatter_change_code_rerun(kind, items, versions, sam
         new = old + 1  # two bodies only: a different version must pick the other one
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            got, execution = _crash_then_rerun(scratch, items, make, old, new)
+            got, execution = _crash_then_rerun(scratch, items, make, old, new, backend_name)
     finally:
         _global_constant(2), _body(0)
     assert got == _oracle(items, meaning(new))
