@@ -86,6 +86,7 @@ class Execution:
                     "ZEPHYR_SCRATCH_DIR, or --scratch-dir) to shared storage such as gs://bucket/scratch",
                     self.scratch_dir,
                 )
+        self._owner = owner_of(self.plan)  # marks this pipeline's scratch roots (`zephyr.scratch`)
         for item in self.plan.not_resumable():
             logger.warning("zephyr: stage %d cannot be resumed by a rerun, so its shuffle output is removed when the "
                            "run ends: %s", item["stage"], item["reason"])
@@ -144,7 +145,7 @@ class Execution:
         self._started = started
         for stage, program in list(zip(self.plan.stages, self.programs))[first:]:
             if isinstance(stage.sink, ScatterSink):
-                mark_root(stage.sink.root, owner_of(self.plan), stage.fingerprint)
+                mark_root(stage.sink.root, self._owner, stage.fingerprint)
             tasks = self._tasks(stage, previous)
             previous = None  # the map summaries are in the reduce tasks now; free them
             if len(tasks) != stage.num_shards:  # a skewed partition was cut into key ranges
@@ -238,7 +239,7 @@ class Execution:
         """This run's scratch, and what earlier runs of the same pipeline left (`zephyr.scratch`)."""
         roots = [stage.sink.root for stage in self.plan.stages if isinstance(stage.sink, ScatterSink)]
         remove_roots(roots)
-        remove_older_roots(self.scratch_dir, owner_of(self.plan), set(roots))
+        remove_older_roots(self.scratch_dir, self._owner, set(roots))
         if self._scratch_is_ours:  # the default folder beside the output: gone once empty
             remove_empty_dir(self.scratch_dir)
 
