@@ -335,11 +335,21 @@ def test_unidentifiable_capture_never_resumes_and_says_so(tmp_path, caplog):
     assert "not resumable: stage 0" in format_snapshot(record)
 
 
-def test_a_successful_run_removes_older_scratch_of_the_same_pipeline_only(tmp_path):
+@pytest.mark.parametrize("store", ["local", "memory", "gcs"])
+def test_a_successful_run_removes_older_scratch_of_the_same_pipeline_only(tmp_path, store, request):
     """Scratch made by an older identity of this pipeline (same output) goes when a run
     succeeds; another pipeline's scratch in the same scratch dir stays, as does the scratch of
     a pipeline that returns its results (it cannot tell its own older scratch apart)."""
-    scratch = tmp_path / "scratch"
+    from zephyr.io.files import url_to_fs
+
+    roots_at = {"local": lambda: str(tmp_path / "scratch"), "memory": lambda: f"memory://scratch-{os.getpid()}-{tmp_path.name}",
+                "gcs": lambda: f"{request.getfixturevalue('gcs_bucket')}/scratch"}
+    scratch = roots_at[store]()
+    fs, base = url_to_fs(scratch)
+
+    def names():
+        return {p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(base, detail=False)} if fs.exists(base) else set()
+
     items = list(range(6))
 
     def write(fn, out):
@@ -347,25 +357,27 @@ def test_a_successful_run_removes_older_scratch_of_the_same_pipeline_only(tmp_pa
 
     flag = tmp_path / "fail"
     FAIL_FLAG["path"] = str(flag)
-    backend = create_backend("sync", progress=False, scratch_dir=str(scratch))
+    backend = create_backend("sync", progress=False, scratch_dir=scratch)
     try:
         flag.write_text("")
         roots = {}
         for name, ds in (("out", write(Scale(1), "out")), ("other", write(Scale(5), "other")), ("results", _pipeline(items, Scale(7)))):
             with pytest.raises(Exception, match="flag file exists"):
                 list(backend.execute(ds))
-            roots[name] = ({p.name for p in scratch.iterdir()} - set(roots.values())).pop()
+            roots[name] = (names() - set(roots.values())).pop()
         flag.unlink()
         list(backend.execute(write(Scale(4), "out")))  # the code changed: the older scratch of "out" is stale
-        assert {p.name for p in scratch.iterdir()} == {roots["other"], roots["results"]}
+        assert names() == {roots["other"], roots["results"]}
         list(backend.execute(_pipeline(items, Scale(4))))  # no output: other roots are left alone
-        assert {p.name for p in scratch.iterdir()} == {roots["other"], roots["results"]}
+        assert names() == {roots["other"], roots["results"]}
         other = backend.execute(write(Scale(5), "other"))
         list(other)
         assert other.counters["zephyr/map_shards_resumed"] == len(items)  # resumed its own, then removed it
-        assert {p.name for p in scratch.iterdir()} == {roots["results"]}
+        assert names() == {roots["results"]}
     finally:
         FAIL_FLAG["path"] = None
+        if store != "local" and fs.exists(base):
+            fs.rm(base, recursive=True)
 
 
 def test_functions_of_a_script_without_a_file_count_by_their_code():

@@ -66,6 +66,7 @@ def remove_older_roots(scratch_dir: str, owner: dict | None, keep: set[str]) -> 
     fs, base = url_to_fs(scratch_dir)
     kept = {url_to_fs(root)[1].rstrip("/") for root in keep}
     try:
+        fs.invalidate_cache(base)  # roots another process made since this one last listed
         children = fs.ls(base, detail=False)
     except (FileNotFoundError, NotADirectoryError):
         return []
