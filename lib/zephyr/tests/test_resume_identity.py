@@ -319,6 +319,7 @@ def test_unidentifiable_capture_never_resumes_and_says_so(tmp_path, caplog):
         assert "stage 0 cannot be resumed" in caplog.text and "closure cell 'lock'" in caplog.text
         assert "_thread.lock" in caplog.text
         assert failed.status.snapshot()["not_resumable"][0]["stage"] == 0
+        assert failed.counters["zephyr/shuffle_records"] == 5  # the scatter ran before the reducer failed
         assert not list(scratch.rglob("map-*.json")) and not list(scratch.rglob(OWNER_NAME))  # removed although it failed
         flag.unlink()
         execution = backend.execute(pipeline())
