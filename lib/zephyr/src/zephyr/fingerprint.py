@@ -1,32 +1,116 @@
-"""Stable fingerprints of plans: the same pipeline code and inputs give the same digest in any
-process on any machine, so a rerun finds the scatter output of an earlier, interrupted run,
-and a changed pipeline does not.
+"""Stable fingerprints of plans: what identifies a stage's work, so a rerun resumes the scatter
+output of an earlier, interrupted run of the same work and never reuses work made otherwise.
 
-Functions are fingerprinted by what they do: qualified name, bytecode, constants, defaults,
-the values their closures capture, and the module-level functions and constants they refer to
-(followed recursively, e.g. a helper called by a lambda, or a threshold it reads). Modules and
-classes count by name. Sets are hashed as sorted elements, so digests do not depend on
-PYTHONHASHSEED. Each object is visited once, so mutually recursive helpers terminate.
+Identity covers everything that decides what a stage computes, walked structurally:
+- values: None, bools, numbers, strings and bytes by type and value; lists, tuples and dicts
+  in order (dicts in insertion order); sets and frozensets as their elements' sorted digests
+  (never in hash order, so PYTHONHASHSEED does not matter); NumPy arrays by dtype, shape and
+  bytes; enum members by class, name and value;
+- functions by qualified name, bytecode, names, constants, defaults, keyword defaults, the
+  values their closures capture, and the module-level names their code reads (helpers and
+  constants, followed recursively: e.g. a helper called by a lambda, or a threshold it reads).
+  Functions of the user's own modules (and of a `__main__` without a file: `python -c`,
+  notebooks) count by their code although they pickle by reference; those of the standard
+  library, installed packages and zephyr count by name (by code too where their name is not
+  unique: lambdas and nested functions);
+- bound methods by function and instance; `staticmethod`, `classmethod`, `property`,
+  `cached_property` by their functions; `lru_cache` wrappers by the function they wrap;
+  builtins by name (and the object a builtin method is bound to);
+- classes of the standard library, installed packages and zephyr by name (unless made by a
+  factory: `<locals>` in the name); other classes by name, bases, methods (a changed `__call__` body counts) and class attributes;
+- any other object (callable objects, dataclasses, `functools.partial`, ...) as what
+  `__reduce_ex__` (or copyreg's table, as pickle does) says rebuilds it: the constructor, its arguments and the state (instance
+  `__dict__` and `__slots__`), each walked the same way, never pickled.
+
+Each mutable object or function is walked once (later visits hash a back-reference by
+order of first visit), so cycles and mutually recursive helpers terminate. Nothing depends
+on hash seeds, set order, `id()` or memory addresses, so the digest is the same in every
+process.
+
+Some objects have no identity that can be established: ones `__reduce_ex__` refuses (locks,
+open files, sockets, generators, C objects without pickling support), ones whose walk
+raises, and structures nested deeper than 100 levels. Then `identify` returns an `Identity` that is not resumable: its
+digest includes a random nonce, so it never equals another (the run works, it just cannot
+resume), and `reason` says what was found where, e.g.
+"map(fn) -> function fn closure cell 'client': a _thread.lock (cannot be reduced: ...)".
 """
 
 from __future__ import annotations
 
-import dataclasses
+import copyreg
+import enum
+import functools
 import hashlib
-import pickle
+import os
+import sys
+import sysconfig
 import types
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["fingerprint"]
+__all__ = ["Identity", "fingerprint", "identify"]
 
-_MAX_DEPTH = 60
+_MAX_DEPTH = 100
+_ATOMS = (type(None), bool, int, float, complex, str, bytes)
+# class attributes that say nothing about behaviour (or repeat what the walk sees elsewhere)
+_SKIPPED_CLASS_ATTRS = frozenset({
+    "__dict__", "__weakref__", "__doc__", "__module__", "__qualname__", "__annotations__", "__slots__",
+    "__dataclass_fields__", "__dataclass_params__", "__match_args__", "__orig_bases__", "__parameters__",
+    "__abstractmethods__", "_abc_impl", "__static_attributes__", "__firstlineno__", "__annotate__",
+})
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A digest of some work's code and data; `reason` is non-empty when it could not be
+    established (the digest is then unique to this call, so nothing ever resumes from it)."""
+
+    digest: str
+    reason: str = ""
+
+    @property
+    def resumable(self) -> bool:
+        return not self.reason
+
+
+def identify(*parts: tuple[str, Any], after: Identity | None = None) -> Identity:
+    """The identity of labelled `parts` (the labels name where a problem was found), chained
+    onto `after` (an earlier stage's identity, whose reason carries over)."""
+    h = hashlib.blake2b(digest_size=16)
+    if after is not None:
+        h.update(f"after:{after.digest}".encode())
+    h.update(f"parts[{len(parts)}]".encode())
+    reason = after.reason if after is not None else ""
+    try:
+        feeder = _Feeder(h)
+        for label, obj in parts:
+            feeder.feed_at(label, obj, 0)
+    except _Unidentifiable as e:
+        reason = reason or e.describe()
+    if reason:
+        h.update(b"nonce:" + os.urandom(16))
+    return Identity(h.hexdigest(), reason)
 
 
 def fingerprint(obj: Any) -> str:
-    """A hex digest of `obj`'s structure and code."""
-    h = hashlib.blake2b(digest_size=16)
-    _Feeder(h).feed(obj, 0)
-    return h.hexdigest()
+    """A hex digest of `obj`'s structure and code (unique per call if it has no identity)."""
+    return identify(("", obj)).digest
+
+
+class _Unidentifiable(Exception):
+    """An object with no identity; `where` collects labels as it propagates outwards."""
+
+    def __init__(self, what: str):
+        super().__init__(what)
+        self.what = what
+        self.where: list[str] = []
+
+    def describe(self) -> str:
+        labels = [label for label in reversed(self.where) if label]
+        if len(labels) > 8:  # a deep structure: its start and where it ended
+            labels = labels[:4] + [f"... ({len(labels) - 8} more)"] + labels[-4:]
+        where = " -> ".join(labels)
+        return f"{where}: {self.what}" if where else self.what
 
 
 class _Feeder:
@@ -35,79 +119,216 @@ class _Feeder:
         self.seen: dict[int, int] = {}  # id -> order of first visit (back-references hash by it)
         self.keep: list[Any] = []  # keeps visited objects alive so ids stay unique
 
+    def feed_at(self, label: Any, obj: Any, depth: int) -> None:
+        """`feed`, naming `label` (a str, or a callable making one) in a problem's path."""
+        try:
+            self.feed(obj, depth)
+        except _Unidentifiable as e:
+            e.where.append(label() if callable(label) else label)
+            raise
+        except RecursionError:
+            raise _Unidentifiable("nested too deeply for Python's recursion limit") from None
+        except Exception as e:  # noqa: BLE001 - an object that breaks the walk has no identity we trust
+            raise _Unidentifiable(f"a {_type_name(obj)} that could not be walked ({type(e).__name__}: {e})") from None
+
     def feed(self, obj: Any, depth: int) -> None:
         h = self.h
-        if obj is None or isinstance(obj, (bool, int, float, str, bytes, complex)):
-            h.update(repr((type(obj).__name__, obj)).encode())
+        kind = type(obj)
+        if kind in _ATOMS:
+            h.update(f"{kind.__name__}:{obj!r};".encode())
             return
         if depth > _MAX_DEPTH:
-            h.update(b"<deep>")
+            raise _Unidentifiable(f"nested deeper than {_MAX_DEPTH} levels")
+        d = depth + 1
+        if kind is tuple:  # immutable: no back-reference (sharing may differ between processes)
+            self._items(obj, d)
+            return
+        if kind is frozenset:
+            self._set(obj, d)
+            return
+        if kind is types.CodeType:
+            self._code(obj, d)
             return
         if id(obj) in self.seen:
             h.update(f"<ref {self.seen[id(obj)]}>".encode())
             return
         self.seen[id(obj)] = len(self.seen)
         self.keep.append(obj)
-        d = depth + 1
-        if isinstance(obj, (list, tuple)):
-            h.update(f"{type(obj).__name__}[{len(obj)}](".encode())
-            for item in obj:
-                self.feed(item, d)
-            h.update(b")")
-        elif isinstance(obj, (set, frozenset)):
-            h.update(f"{type(obj).__name__}[{len(obj)}](".encode())
-            for digest in sorted(fingerprint(item) for item in obj):
-                h.update(digest.encode())
-            h.update(b")")
-        elif isinstance(obj, dict):
-            h.update(f"dict[{len(obj)}](".encode())
-            for k, v in sorted(obj.items(), key=lambda kv: repr(kv[0])):
-                self.feed(k, d)
-                self.feed(v, d)
-            h.update(b")")
-        elif isinstance(obj, types.FunctionType):
-            self._function(obj, d)
-        elif isinstance(obj, types.CodeType):
-            self._code(obj, d)
-        elif isinstance(obj, types.MethodType):
-            self.feed(obj.__func__, d)
-            self.feed(obj.__self__, d)
-        elif isinstance(obj, (types.BuiltinFunctionType, type, types.ModuleType)):
-            h.update(f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', getattr(obj, '__name__', repr(obj)))}".encode())
-        elif dataclasses.is_dataclass(obj):
-            h.update(f"{type(obj).__module__}.{type(obj).__qualname__}(".encode())
-            for field in dataclasses.fields(obj):
-                h.update(field.name.encode())
-                self.feed(getattr(obj, field.name), d)
-            h.update(b")")
-        else:
-            try:
-                h.update(pickle.dumps(obj, protocol=5))
-            except Exception:
-                h.update(f"{type(obj).__module__}.{type(obj).__qualname__}".encode())
+        self._compound(obj, kind, d)
 
-    def _function(self, fn: types.FunctionType, depth: int) -> None:
-        self.h.update(f"fn:{fn.__module__}.{fn.__qualname__}".encode())
-        self._code(fn.__code__, depth)
-        self.feed(fn.__defaults__, depth)
-        self.feed(fn.__kwdefaults__, depth)
-        for cell in fn.__closure__ or ():
+    def _compound(self, obj: Any, kind: type, d: int) -> None:
+        h = self.h
+        if kind is list:
+            self._items(obj, d)
+        elif kind is set:
+            self._set(obj, d)
+        elif kind is dict or kind is types.MappingProxyType:
+            self._dict(obj, d)
+        elif kind is bytearray:
+            h.update(b"bytearray:" + bytes(obj))
+        elif kind is types.FunctionType:
+            self._function(obj, d)
+        elif kind is types.MethodType:
+            h.update(b"method(")
+            self.feed_at("function", obj.__func__, d)
+            self.feed_at("bound to", obj.__self__, d)
+            h.update(b")")
+        elif kind in (staticmethod, classmethod):
+            h.update(f"{kind.__name__}(".encode())
+            self.feed(obj.__func__, d)
+            h.update(b")")
+        elif kind is functools.cached_property:
+            h.update(b"cached_property(")
+            self.feed(obj.func, d)
+            h.update(b")")
+        elif kind is property:
+            h.update(b"property(")
+            for part in ("fget", "fset", "fdel"):
+                self.feed_at(part, getattr(obj, part), d)
+            h.update(b")")
+        elif kind in _BUILTIN_CALLABLES:
+            self._builtin(obj, d)
+        elif isinstance(obj, type):
+            self._class(obj, d)
+        elif kind is types.ModuleType:
+            h.update(f"module:{obj.__name__};".encode())
+        elif isinstance(obj, enum.Enum):
+            h.update(b"enum(")
+            self.feed(kind, d)
+            h.update(f"{obj.name};".encode())
+            self.feed_at(lambda: f"value of {kind.__qualname__}.{obj.name}", obj.value, d)
+            h.update(b")")
+        elif _is_ndarray(obj):
+            self._ndarray(obj, d)
+        else:
+            self._reduced(obj, kind, d)
+
+    def _items(self, obj: list | tuple, d: int) -> None:
+        h = self.h
+        h.update(f"{type(obj).__name__}[{len(obj)}](".encode())
+        for i, item in enumerate(obj):
+            kind = type(item)
+            if kind in _ATOMS:  # inline: from_list sources hold many records
+                h.update(f"{kind.__name__}:{item!r};".encode())
+            else:
+                self.feed_at(lambda i=i: f"item {i}", item, d)
+        h.update(b")")
+
+    def _set(self, obj: Any, d: int) -> None:
+        """Elements by their own digests, sorted: the same whatever the hash order."""
+        digests = []
+        for item in obj:
+            sub = _Feeder(hashlib.blake2b(digest_size=16))
+            sub.feed_at(lambda: f"set element {_short_repr(item)}", item, d)
+            digests.append(sub.h.hexdigest())
+        self.h.update(f"{type(obj).__name__}[{len(obj)}]({','.join(sorted(digests))})".encode())
+
+    def _dict(self, obj: Any, d: int) -> None:
+        h = self.h
+        h.update(f"dict[{len(obj)}](".encode())
+        for k, v in obj.items():  # insertion order: deterministic, and iteration order matters
+            kind, vkind = type(k), type(v)
+            if kind in _ATOMS and vkind in _ATOMS:  # inline: from_list sources hold many records
+                h.update(f"{kind.__name__}:{k!r};{vkind.__name__}:{v!r};".encode())
+                continue
+            self.feed_at(lambda k=k: f"key {_short_repr(k)}", k, d)
+            self.feed_at(lambda k=k: f"[{_short_repr(k)}]", v, d)
+        h.update(b")")
+
+    def _function(self, fn: types.FunctionType, d: int) -> None:
+        h = self.h
+        name = f"{fn.__module__}.{fn.__qualname__}"
+        h.update(f"fn:{name}(".encode())
+        if _is_library(fn.__module__) and "<" not in fn.__qualname__:
+            h.update(b")")  # a library function with a unique name: the name is its identity
+            return
+        self._code(fn.__code__, d)
+        self.feed_at("defaults", fn.__defaults__, d)
+        self.feed_at("keyword defaults", fn.__kwdefaults__, d)
+        if fn.__dict__:  # attributes set on the function (functools.wraps: __wrapped__)
+            self.feed_at("attributes", fn.__dict__, d)
+        for name_, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
             try:
-                self.feed(cell.cell_contents, depth)
+                value = cell.cell_contents
             except ValueError:  # an empty cell
-                self.h.update(b"<empty>")
+                h.update(b"<empty>")
+                continue
+            self.feed_at(lambda n=name_: f"{_fn_label(fn)} closure cell {n!r}", value, d)
         # module-level names the code reads: helpers and constants count, modules by name
         fn_globals = fn.__globals__
-        for name in sorted(_global_names(fn.__code__)):
-            if name in fn_globals:
-                self.h.update(f"global:{name}".encode())
-                self.feed(fn_globals[name], depth)
+        for name_ in sorted(_global_names(fn.__code__)):
+            if name_ in fn_globals:
+                h.update(f"global:{name_};".encode())
+                self.feed_at(lambda n=name_: f"{_fn_label(fn)} global {n!r}", fn_globals[name_], d)
+        h.update(b")")
 
-    def _code(self, code: types.CodeType, depth: int) -> None:
-        self.h.update(code.co_code)
-        self.h.update(repr(code.co_names).encode())
+    def _code(self, code: types.CodeType, d: int) -> None:
+        h = self.h
+        h.update(f"code:{code.co_name}:{code.co_argcount}:{code.co_posonlyargcount}:{code.co_kwonlyargcount}:{code.co_flags}:".encode())
+        h.update(repr((code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars)).encode())
+        h.update(code.co_code)
+        h.update(getattr(code, "co_exceptiontable", b""))  # which instructions each handler covers
         for const in code.co_consts:
-            self.feed(const, depth + 1)
+            self.feed(const, d)
+
+    def _builtin(self, obj: Any, d: int) -> None:
+        """C functions and method descriptors by name; a bound one with what it is bound to."""
+        owner = getattr(obj, "__objclass__", None)
+        prefix = f"{owner.__module__}.{owner.__qualname__}" if owner is not None else getattr(obj, "__module__", None)
+        self.h.update(f"builtin:{prefix}.{getattr(obj, '__qualname__', obj.__name__)}(".encode())
+        bound = getattr(obj, "__self__", None)
+        if bound is not None and not isinstance(bound, types.ModuleType):
+            self.feed_at("bound to", bound, d)
+        self.h.update(b")")
+
+    def _class(self, cls: type, d: int) -> None:
+        h = self.h
+        h.update(f"class:{cls.__module__}.{cls.__qualname__}(".encode())
+        if not _is_library(cls.__module__) or "<" in cls.__qualname__:  # made by a factory: not unique by name
+            for base in cls.__bases__:
+                self.feed_at(lambda b=base: f"base {b.__qualname__}", base, d)
+            for name, value in vars(cls).items():
+                if name in _SKIPPED_CLASS_ATTRS or (name[:1] == "_" and name[-1:] == "_" and name[:2] != "__"):
+                    continue
+                h.update(f"attr:{name};".encode())
+                self.feed_at(lambda n=name: f"class {cls.__qualname__} attribute {n!r}", value, d)
+        h.update(b")")
+
+    def _ndarray(self, arr: Any, d: int) -> None:
+        self.h.update(f"ndarray:{arr.dtype.str}:{arr.shape}:".encode())
+        if arr.dtype.hasobject:
+            self.feed_at("array items", arr.tolist(), d)
+        else:
+            self.h.update(arr.tobytes())
+
+    def _reduced(self, obj: Any, kind: type, d: int) -> None:
+        """What `__reduce_ex__` says rebuilds `obj`: constructor, arguments, state, items."""
+        h = self.h
+        try:  # as pickle does: copyreg's table first (re.Pattern is reduced there)
+            reducer = copyreg.dispatch_table.get(kind)
+            reduced = reducer(obj) if reducer is not None else obj.__reduce_ex__(4)
+        except Exception as e:  # noqa: BLE001 - any refusal means: no inspectable state
+            raise _Unidentifiable(f"a {_type_name(obj)} (cannot be reduced: {type(e).__name__}: {e})") from None
+        h.update(b"reduced(")
+        self.feed_at("type", kind, d)
+        if isinstance(reduced, str):  # a global, pickled by reference (an lru_cache'd function: by what it wraps)
+            h.update(f"global:{reduced};".encode())
+            wrapped = getattr(obj, "__wrapped__", None)
+            if wrapped is not None:
+                self.feed_at("wrapped function", wrapped, d)
+        else:
+            labels = ("constructor", "arguments", "state", "list items", "dict items", "state setter")
+            for label, part in zip(labels, reduced):
+                if label in ("list items", "dict items") and part is not None:
+                    part = list(part)
+                self.feed_at(lambda lb=label: f"{kind.__qualname__} {lb}", part, d)
+        h.update(b")")
+
+
+_BUILTIN_CALLABLES = (
+    types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType, types.MethodWrapperType,
+    types.ClassMethodDescriptorType, types.GetSetDescriptorType, types.MemberDescriptorType,
+)
 
 
 def _global_names(code: types.CodeType) -> set[str]:
@@ -116,3 +337,57 @@ def _global_names(code: types.CodeType) -> set[str]:
         if isinstance(const, types.CodeType):
             names |= _global_names(const)
     return names
+
+
+def _type_name(obj: Any) -> str:
+    kind = type(obj)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _fn_label(fn: types.FunctionType) -> str:
+    return f"function {fn.__qualname__}"
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value) if type(value) in _ATOMS else type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _is_ndarray(obj: Any) -> bool:
+    kind = type(obj)
+    return kind.__name__ == "ndarray" and kind.__module__ == "numpy"
+
+
+_library_cache: dict[str | None, bool] = {}
+_LIBRARY_PACKAGES = ("zephyr",)
+
+
+def _is_library(module: str | None) -> bool:
+    """Whether `module` belongs to the standard library, an installed package or zephyr: its
+    code does not change between runs of a pipeline, so its functions and classes count by name."""
+    cached = _library_cache.get(module)
+    if cached is not None:
+        return cached
+    result = False
+    if module is not None:
+        top = module.split(".", 1)[0]
+        mod = sys.modules.get(module)
+        path = getattr(mod, "__file__", None) if mod is not None else None
+        if top in _LIBRARY_PACKAGES or top in sys.stdlib_module_names or top == "builtins":
+            result = True
+        elif path is not None:  # no file (`python -c`, a notebook's __main__): the user's
+            real = os.path.realpath(path)
+            result = any(real.startswith(root) for root in _library_roots())
+    _library_cache[module] = result
+    return result
+
+
+_roots: list[str] = []
+
+
+def _library_roots() -> list[str]:
+    if not _roots:
+        paths = sysconfig.get_paths()
+        roots = {os.path.realpath(paths[k]) + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+        _roots.extend(sorted(roots))
+    return _roots

@@ -17,7 +17,7 @@ from typing import Any
 from zephyr import ops as op
 from zephyr import shuffle_ops as sop
 from zephyr.errors import PlanError
-from zephyr.fingerprint import fingerprint
+from zephyr.fingerprint import Identity, identify
 from zephyr.pushdown import push_down
 from zephyr.shuffle import Concatenate, FirstPerKey, HashPartition, ReduceGroups, RoundRobin, ScatterSink, ShuffleReader, keep_first
 from zephyr.sources import SourceShard, resolve_source, split_parquet_shards, with_path_versions
@@ -36,6 +36,8 @@ class Stage:
     sink: Any = None  # None: results go back to the driver; otherwise a shuffle writer
     input_label: str = ""
     fingerprint: str = ""  # covers the source and every op up to and including this stage
+    # why a rerun cannot reuse this stage's work ('' when it can; see `fingerprint.identify`)
+    not_resumable: str = ""
 
     def describe(self) -> str:
         chain = " -> ".join([self.input_label] + [o.describe() for o in self.ops])
@@ -51,6 +53,10 @@ class Plan:
     @property
     def num_shards(self) -> int:
         return self.stages[-1].num_shards
+
+    def not_resumable(self) -> list[dict]:
+        """`{stage, reason}` for each scatter stage whose work a rerun cannot reuse."""
+        return [{"stage": s.index, "reason": s.not_resumable} for s in self.stages if s.sink is not None and s.not_resumable]
 
     def describe(self) -> str:
         head = f"Plan: {len(self.stages)} stage(s), {self.num_shards} output shard(s)"
@@ -68,27 +74,38 @@ def compile_plan(dataset) -> Plan:
     num_shards = len(shards)
     stage_input: Any = tuple(shards)
     label = dataset.source.describe()
-    fp = fingerprint(("source", dataset.source, [(s.label, s.version) for s in shards]))
+    ident = identify(("source", dataset.source), ("inputs", [(s.label, s.version) for s in shards]))
     for record in dataset.ops:
         if isinstance(record, (sop.GroupBy, sop.Deduplicate, sop.Reshard)):
             sink, reader = _shuffle_for(record, num_shards)
             chain = push_down(tuple(current))
-            fp = fingerprint((fp, _reader_of(stage_input), chain, sink))
+            ident = _identify_stage(ident, stage_input, chain, sink)
             if isinstance(stage_input, tuple) and chain and all(_parsed_json(o) for o in chain):
                 sink = replace(sink, parsed_json=True)  # its items come straight from orjson.loads
-            stages.append(Stage(len(stages), chain, num_shards, stage_input, sink, label, fp))
+            stages.append(Stage(len(stages), chain, num_shards, stage_input, sink, label, ident.digest, ident.reason))
             current, num_shards, stage_input, label = [], sink.num_partitions, reader, reader.label
         elif isinstance(record, sop.SortedMergeJoin):
             current.append(_bind_join(record, num_shards))
         else:
             current.append(record)
     chain = push_down(tuple(current))
-    fp = fingerprint((fp, _reader_of(stage_input), chain))
-    stages.append(Stage(len(stages), chain, num_shards, stage_input, None, label, fp))
+    ident = _identify_stage(ident, stage_input, chain, None)
+    stages.append(Stage(len(stages), chain, num_shards, stage_input, None, label, ident.digest, ident.reason))
     for s in stages:
         _check_writers(s)
         _check_load_file_extensions(s)
-    return Plan(tuple(stages), fp)
+    return Plan(tuple(stages), ident.digest)
+
+
+def _identify_stage(previous: Identity, stage_input: Any, chain: tuple, sink: Any) -> Identity:
+    """The stage's identity: the previous stage's (or the source's), its shuffle reader (the
+    reducer and all) after a shuffle, its ops and its sink, each labelled for the log."""
+    reader = _reader_of(stage_input)
+    parts = [(reader.label, reader)] if reader is not None else []
+    parts += [(o.describe(), o) for o in chain]
+    if sink is not None:
+        parts.append((sink.describe(), sink))
+    return identify(*parts, after=previous)
 
 
 def _versioned(shards: list[SourceShard], ops: tuple) -> list[SourceShard]:

@@ -79,6 +79,8 @@ def format_summary(execution: Execution) -> str:
         lines.append(f"  stage {s.index}: {s.num_shards} shards, {s.items_out} items back, {s.elapsed:.2f}s{retries}")
         if s.largest_partitions:
             lines.append(f"    largest partitions: {format_largest(s.largest_partitions)}")
+    for item in execution.plan.not_resumable():
+        lines.append(f"  not resumable: stage {item['stage']} (a failed run would redo it): {item['reason']}")
     if execution.counters:
         lines.append("  counters:")
         width = max(len(k) for k in execution.counters)

@@ -33,6 +33,7 @@ from zephyr.ops import WRITE_OPS, callable_name
 from zephyr.plan import Plan, Stage, stage_output_paths
 from zephyr.progress import make_progress
 from zephyr.retry import BackoffQueue, backoff_delay
+from zephyr.scratch import mark_root, owner_of, remove_older_roots, remove_roots
 from zephyr.shard import ShardResult, ShardTask, StageProgram, run_shard
 from zephyr.shuffle import ScatterSink
 from zephyr.status import registry as status_registry
@@ -85,6 +86,10 @@ class Execution:
                     "ZEPHYR_SCRATCH_DIR, or --scratch-dir) to shared storage such as gs://bucket/scratch",
                     self.scratch_dir,
                 )
+        self._owner = owner_of(self.plan)  # marks this pipeline's scratch roots (`zephyr.scratch`)
+        for item in self.plan.not_resumable():
+            logger.warning("zephyr: stage %d cannot be resumed by a rerun, so its shuffle output is removed when the "
+                           "run ends: %s", item["stage"], item["reason"])
         self.programs = [self._program(stage) for stage in self.plan.stages]
         self.counters: Counter = Counter()
         self.stats: list[StageStats] = []
@@ -139,6 +144,8 @@ class Execution:
             self.counters["zephyr/stages_skipped_outputs_exist"] += first
         self._started = started
         for stage, program in list(zip(self.plan.stages, self.programs))[first:]:
+            if isinstance(stage.sink, ScatterSink):
+                mark_root(stage.sink.root, self._owner, stage.fingerprint)
             tasks = self._tasks(stage, previous)
             previous = None  # the map summaries are in the reduce tasks now; free them
             if len(tasks) != stage.num_shards:  # a skewed partition was cut into key ranges
@@ -180,9 +187,11 @@ class Execution:
             yield from results
         except GeneratorExit:
             self.status.ended_early(None)
+            self._remove_unresumable_scratch()
             raise
         except BaseException as e:
             self.status.ended_early(e)
+            self._remove_unresumable_scratch()
             self._write_run_record()
             raise
 
@@ -227,16 +236,16 @@ class Execution:
         return False
 
     def _remove_scratch(self) -> None:
-        for stage in self.plan.stages:
-            if isinstance(stage.sink, ScatterSink):
-                fs, root = url_to_fs(stage.sink.root)
-                try:
-                    if fs.exists(root):
-                        fs.rm(root, recursive=True)
-                except OSError as e:  # leftover scratch is harmless; say so and go on
-                    logger.warning("could not remove scratch %s: %s", stage.sink.root, e)
+        """This run's scratch, and what earlier runs of the same pipeline left (`zephyr.scratch`)."""
+        roots = [stage.sink.root for stage in self.plan.stages if isinstance(stage.sink, ScatterSink)]
+        remove_roots(roots)
+        remove_older_roots(self.scratch_dir, self._owner, set(roots))
         if self._scratch_is_ours:  # the default folder beside the output: gone once empty
             remove_empty_dir(self.scratch_dir)
+
+    def _remove_unresumable_scratch(self) -> None:
+        """A failed or stopped run keeps its scratch for a rerun, except where none can use it."""
+        remove_roots([s.sink.root for s in self.plan.stages if isinstance(s.sink, ScatterSink) and s.not_resumable])
 
     def _run_stage(self, stage: Stage, program: StageProgram, tasks: list[ShardTask]) -> Iterator[ShardResult]:
         backend = self.backend

@@ -119,6 +119,8 @@ class RunStatus:
         self._ended: float | None = None
         self._counters = counters
         self._stages = [_stage_of(s) for s in plan.stages]
+        # scatter stages whose output a rerun cannot reuse, and why (`Plan.not_resumable`)
+        self.not_resumable: list[dict] = plan.not_resumable()
         self._failures: list[_Failure] = []  # the first MAX_FAILURES // 2
         self._recent: deque[_Failure] = deque(maxlen=MAX_FAILURES // 2)
         self._failures_total = 0
@@ -252,6 +254,7 @@ class RunStatus:
                 "counters": dict(sorted(dict(self._counters).items())),
                 "failures": [f.to_dict() for f in failures],
                 "failures_total": self._failures_total,
+                "not_resumable": [dict(item) for item in self.not_resumable],
             }
 
     def summary(self) -> dict[str, Any]:

@@ -47,6 +47,8 @@ def format_snapshot(s: dict, width: int = 100) -> str:
              f" ({s.get('host', '?')} pid {s.get('pid', '?')})"]
     if s.get("error"):
         lines.append(f"  error: {s['error']['type']}: {s['error']['message'].splitlines()[0][:width]}")
+    for item in s.get("not_resumable") or ():
+        lines.append(f"  not resumable: stage {item['stage']}: {item['reason'][:width]}")
     for st in s["stages"]:
         lines.extend(_stage_lines(st, width))
     stragglers = sorted(((st["name"], g) for st in s["stages"] for g in st["stragglers"]), key=lambda x: -x[1]["elapsed_s"])
