@@ -4,7 +4,6 @@ owner process dead) are removed by a later run, while a live run's are never tou
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -120,23 +119,8 @@ def processes(background):
     return lambda script, *args, env: background([sys.executable, "-c", script, *args], env=env, stdout=subprocess.PIPE, text=True)
 
 
-def wait_for_line(proc: subprocess.Popen, line: str, timeout: float = 120) -> None:
-    """Read `proc`'s stdout until `line` (a subprocess that prints it and sleeps). Reads the
-    pipe itself, only when `select` says there is something, so a silent process fails the
-    test at the deadline instead of blocking it in `readline`."""
-    deadline = time.monotonic() + timeout
-    fd, pending = proc.stdout.fileno(), b""
-    while line.encode() not in (part.strip() for part in pending.split(b"\n")):
-        remaining = deadline - time.monotonic()
-        assert remaining > 0, f"waited {timeout}s for {line!r}; got {pending[-200:]!r}"
-        if select.select([fd], [], [], remaining)[0]:
-            chunk = os.read(fd, 65536)
-            assert chunk, f"the process ended (exit {proc.wait()}) before printing {line}"
-            pending += chunk
-
-
 def test_temporaries_of_killed_writers_are_swept_by_the_next_run_and_a_live_writers_kept(
-    tmp_path, private_tmp, processes
+    tmp_path, private_tmp, processes, wait_for_line
 ):
     env = {**os.environ, "TMPDIR": str(private_tmp)}
     killed_upload = processes(HOLD_AN_UPLOAD, env=env)
