@@ -229,3 +229,36 @@ def test_any_sequence_of_input_changes_gives_a_clean_runs_outputs_or_stops_namin
                 (out / output).unlink()
         run(backend, inputs, out)
         assert outputs(out) == oracle(contents)
+
+
+def test_on_object_storage_an_added_input_is_processed_and_a_removed_one_stops_the_run(gcs_bucket):
+    """The same on GCS (the emulator): listings, sidecar reads and the lease go through gcsfs."""
+    import fsspec
+
+    fs = fsspec.filesystem("gs")
+    inputs, out = f"{gcs_bucket}/in", f"{gcs_bucket}/out"
+
+    def put(name, values):
+        fs.pipe_file(f"{inputs}/{name}.jsonl", "".join(orjson.dumps({"name": name, "v": v}).decode() + "\n" for v in values).encode())
+
+    def read_outputs():
+        fs.invalidate_cache()
+        return {p.rsplit("/", 1)[-1]: [orjson.loads(line) for line in fs.cat_file(p).decode().splitlines()]
+                for p in sorted(fs.ls(out, detail=False)) if not p.rsplit("/", 1)[-1].startswith(".")
+                and not p.endswith(RECORD_NAME)}
+
+    backend = create_backend("threadpool", progress=False)
+    contents = {"b": [1], "c": [2, 3]}
+    for name, values in contents.items():
+        put(name, values)
+    list(backend.execute(pipeline(inputs, out)))
+    contents["a"] = [4]
+    put("a", contents["a"])
+    fs.invalidate_cache()
+    list(backend.execute(pipeline(inputs, out)))
+    assert read_outputs() == oracle(contents)
+    fs.rm_file(f"{inputs}/a.jsonl".removeprefix("gs://"))
+    fs.invalidate_cache()
+    with pytest.raises(StaleOutputsError, match=r"out/part-2.jsonl \(made from gs://.*/in/c.jsonl\)"):
+        list(backend.execute(pipeline(inputs, out)))
+    assert not any(".zephyr-lease" in p for p in fs.find(gcs_bucket.removeprefix("gs://")))  # released after the stop

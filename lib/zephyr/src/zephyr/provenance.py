@@ -181,6 +181,7 @@ def _survey(directories: set[str], fs) -> dict[str, _Survey]:
     """One listing per directory, then every sidecar there read (concurrently)."""
 
     def one(directory: str) -> _Survey:
+        fs.invalidate_cache(directory)  # another process may have written there since
         try:
             names = set(fs.ls(directory, detail=False))
         except FileNotFoundError:
