@@ -57,6 +57,17 @@ def test_a_successful_shuffle_leaves_nothing_but_its_outputs(tmp_path, private_t
     assert list(private_tmp.iterdir()) == []  # no merge folder, no upload file
 
 
+def test_a_skip_existing_run_leaves_its_outputs_each_with_the_record_of_its_input(tmp_path, private_tmp):
+    """Only skip_existing writers leave a hidden `.<name>.zephyr-source.json` beside each
+    output (which input made it); no lease or scratch is left either way."""
+    out = tmp_path / "out"
+    ds = Dataset.from_list(list(range(10))).flat_map(rows).group_by(lambda r: r["k"], count, num_output_shards=2)
+    list(create_backend("sync", progress=False).execute(ds.write_jsonl(str(out / "part-{shard}.jsonl"), skip_existing=True)))
+    parts = ["part-0.jsonl", "part-1.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([RECORD_NAME, *parts, *(f".{p}.zephyr-source.json" for p in parts)])
+    assert list(private_tmp.iterdir()) == []
+
+
 @pytest.mark.ray
 def test_a_successful_shuffle_on_ray_leaves_nothing_beside_its_outputs(tmp_path, ray_shared):
     out = tmp_path / "out"

@@ -36,12 +36,13 @@ claim file, and the owner keeps a heartbeat file fresh while it holds the lease:
 - **No history (`keep_history=False`, zephyr's runs).** Release deletes our claim, then our
   beat file, instead of writing a released beat; whoever takes over a stale epoch deletes the
   older epochs' files once it holds the lease. So a finished run leaves nothing. The race
-  this opens: a contender that listed our claim before we deleted it reads no claim back and
-  gives up (`try_acquire` is False; the caller may look again), one that lists after sees no
-  claims and contends for epoch 1 by exclusive create like any other. Two contenders can
-  both hold only if a holder stalled past its timeout (judged stale, so one contender went
-  for E+1) and then released (deleting E) before that contender's claim appeared, while a
-  third found the directory empty: the same frozen-holder price as below.
+  this opens: epochs restart at 1 once the directory is empty, so a contender that judged
+  our epoch E stale just before we deleted it goes for E+1 while one that lists after the
+  deletion goes for 1, and both exclusive creates succeed. So in this mode a winner lists
+  the claims once more after creating its own and gives up (removing it) if any claim of
+  another epoch is live. Of two such contenders, the one that looks second sees the
+  other's claim, so at most one holds; both may give up (the caller may look again). A
+  contender that listed our claim but finds it gone when reading it also gives up.
 
 Staleness compares the holder's wall clock (written in its files) with the reader's, so
 machines must agree to well within `timeout`. A holder that freezes longer than its timeout
@@ -226,6 +227,10 @@ class Lease:
             if not won:
                 storage.remove(f"{self.directory}/{name}")
                 return False
+        if not self.keep_history and self._rival_holds(target, name):
+            self.epoch = target
+            self._abandon(name)
+            return False
         self.epoch = target
         self.lost = False
         try:
@@ -239,6 +244,13 @@ class Lease:
         if not self.keep_history:
             self._remove_epochs_before(target, claims)
         return True
+
+    def _rival_holds(self, epoch: int, name: str) -> bool:
+        """Whether a live claim of another epoch exists besides ours (`keep_history=False`)."""
+        for other, names in self._claims().items():
+            if other != epoch and self.is_live(self._owner_record(other, names[0])):
+                return True
+        return False
 
     def _remove_epochs_before(self, epoch: int, claims: dict[int, list[str]]) -> None:
         """Delete the files of epochs older than ours (a dead holder's), once we hold the lease."""
