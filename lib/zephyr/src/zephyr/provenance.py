@@ -96,9 +96,10 @@ def shard_source(stages, stage, shard: int, num_shards: int) -> ShardSource:
     """The input identity of `shard` of `stage` (of the plan's `stages`)."""
     if isinstance(stage.input, tuple):
         source = stage.input[shard]
-        if source.path is not None or source.version:
+        if source.path is not None:  # from_files: the path, and what the file holds
             return ShardSource(f"{source.label}@{source.version}", source.label)
-        return ShardSource(f"items:{fingerprint(source.items)}", source.label)  # from_list data
+        # from_list: the items themselves (paths a loader reads, with their files' versions)
+        return ShardSource(f"items:{fingerprint(source.items)}@{source.version}", source.label)
     upstream = stages[stage.index - 1].fingerprint
     label = f"shard {shard} of {num_shards} after {stage.input_label}"
     return ShardSource(f"{upstream}:{shard}/{num_shards}", label, upstream)
