@@ -128,6 +128,7 @@ def test_a_killed_holder_does_not_block_the_next_run(tmp_path, background, wait_
     assert left_beside_outputs(out) == []
 
 
+@pytest.mark.filterwarnings("ignore::zephyr.NotPicklableWarning")  # its reducer holds threading objects: in-process only
 def test_runs_sharing_an_explicit_scratch_dir_into_different_outputs_both_finish(tmp_path, wait_until):
     """Both map to <scratch>/<stage fingerprint>. Run A, in its first reduce, lets run B go:
     B used to resume A's map output, finish and delete it under A's later reduce shards.
