@@ -417,6 +417,29 @@ def wait_until_fixture():
     return wait_until
 
 
+def wait_for_line(proc: subprocess.Popen, line: str, timeout: float = 120) -> None:
+    """Read `proc`'s stdout (a pipe) until `line` (a subprocess that prints it and goes on).
+    Reads the pipe itself, only when `select` says there is something, so a silent process
+    fails the test at the deadline instead of blocking it in `readline`."""
+    import select
+
+    deadline = time.monotonic() + timeout
+    fd, pending = proc.stdout.fileno(), b""
+    while line.encode() not in (part.strip() for part in pending.split(b"\n")):
+        remaining = deadline - time.monotonic()
+        assert remaining > 0, f"waited {timeout}s for {line!r}; got {pending[-200:]!r}"
+        if select.select([fd], [], [], remaining)[0]:
+            chunk = os.read(fd, 65536)
+            assert chunk, f"the process ended (exit {proc.wait()}) before printing {line}"
+            pending += chunk
+
+
+@pytest.fixture(name="wait_for_line")
+def wait_for_line_fixture():
+    """`wait_for_line(proc, line, timeout=120)`: read a background process's stdout until `line`."""
+    return wait_for_line
+
+
 @pytest.fixture
 def background():
     """`background(*popen_args, **popen_kwargs)`: start a process that is killed (and reaped)

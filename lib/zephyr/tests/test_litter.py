@@ -4,7 +4,6 @@ owner process dead) are removed by a later run, while a live run's are never tou
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -56,6 +55,17 @@ def test_a_successful_shuffle_leaves_nothing_but_its_outputs(tmp_path, private_t
     assert execution.counters["zephyr/merge_passes"] >= 1  # the merge folder was used
     assert sorted(p.name for p in out.iterdir()) == sorted([RECORD_NAME, "part-0.jsonl", "part-1.jsonl"])
     assert list(private_tmp.iterdir()) == []  # no merge folder, no upload file
+
+
+def test_a_skip_existing_run_leaves_its_outputs_each_with_the_record_of_its_input(tmp_path, private_tmp):
+    """Only skip_existing writers leave a hidden `.<name>.zephyr-source.json` beside each
+    output (which input made it); no lease or scratch is left either way."""
+    out = tmp_path / "out"
+    ds = Dataset.from_list(list(range(10))).flat_map(rows).group_by(lambda r: r["k"], count, num_output_shards=2)
+    list(create_backend("sync", progress=False).execute(ds.write_jsonl(str(out / "part-{shard}.jsonl"), skip_existing=True)))
+    parts = ["part-0.jsonl", "part-1.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([RECORD_NAME, *parts, *(f".{p}.zephyr-source.json" for p in parts)])
+    assert list(private_tmp.iterdir()) == []
 
 
 @pytest.mark.ray
@@ -120,23 +130,8 @@ def processes(background):
     return lambda script, *args, env: background([sys.executable, "-c", script, *args], env=env, stdout=subprocess.PIPE, text=True)
 
 
-def wait_for_line(proc: subprocess.Popen, line: str, timeout: float = 120) -> None:
-    """Read `proc`'s stdout until `line` (a subprocess that prints it and sleeps). Reads the
-    pipe itself, only when `select` says there is something, so a silent process fails the
-    test at the deadline instead of blocking it in `readline`."""
-    deadline = time.monotonic() + timeout
-    fd, pending = proc.stdout.fileno(), b""
-    while line.encode() not in (part.strip() for part in pending.split(b"\n")):
-        remaining = deadline - time.monotonic()
-        assert remaining > 0, f"waited {timeout}s for {line!r}; got {pending[-200:]!r}"
-        if select.select([fd], [], [], remaining)[0]:
-            chunk = os.read(fd, 65536)
-            assert chunk, f"the process ended (exit {proc.wait()}) before printing {line}"
-            pending += chunk
-
-
 def test_temporaries_of_killed_writers_are_swept_by_the_next_run_and_a_live_writers_kept(
-    tmp_path, private_tmp, processes
+    tmp_path, private_tmp, processes, wait_for_line
 ):
     env = {**os.environ, "TMPDIR": str(private_tmp)}
     killed_upload = processes(HOLD_AN_UPLOAD, env=env)

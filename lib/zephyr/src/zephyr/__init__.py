@@ -13,6 +13,8 @@ from zephyr.dataset import Dataset, ShardInfo
 from zephyr.errors import PlanError, ShardError
 from zephyr.expr import Expr, col, lit
 from zephyr.io import BadRecordError, CorruptInputError, TruncatedInputError
+from zephyr.provenance import StaleOutputsError
+from zephyr.run_lock import OutputBusyError
 from zephyr.runner import NotPicklableWarning
 
 __all__ = [
@@ -22,9 +24,11 @@ __all__ = [
     "Dataset",
     "Expr",
     "NotPicklableWarning",
+    "OutputBusyError",
     "PlanError",
     "ShardError",
     "ShardInfo",
+    "StaleOutputsError",
     "TruncatedInputError",
     "backend_names",
     "col",

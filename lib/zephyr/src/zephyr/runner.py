@@ -32,7 +32,9 @@ from zephyr.io.temporaries import sweep_dead_temporaries
 from zephyr.ops import WRITE_OPS, callable_name
 from zephyr.plan import Plan, Stage, stage_output_paths
 from zephyr.progress import make_progress
+from zephyr.provenance import outputs_current, refuse_stale_outputs, report_kept, shard_source, writer_codes
 from zephyr.retry import BackoffQueue, backoff_delay
+from zephyr.run_lock import OutputBusyError, RunLocks
 from zephyr.scratch import mark_root, owner_of, remove_older_roots, remove_roots
 from zephyr.shard import ShardResult, ShardTask, StageProgram, run_shard
 from zephyr.shuffle import ScatterSink
@@ -99,6 +101,7 @@ class Execution:
         # the live state the status page and the run record show (zephyr.status)
         self.status = RunStatus(self.plan, backend.describe(), self.counters, record_path_for(self.plan))
         self.run_record: str | None = None  # the record's path, once written
+        self._locks = RunLocks(None, [])  # taken when the run starts (_hold_outputs)
         status_registry.publish(self.status)
         self._results = self._published(self._run())
 
@@ -111,7 +114,8 @@ class Execution:
     # ---- planning-time checks ----------------------------------------------------------------
 
     def _program(self, stage: Stage) -> StageProgram:
-        program = StageProgram(stage.index, stage.ops, reader=stage.input if not isinstance(stage.input, tuple) else None, sink=stage.sink)
+        program = StageProgram(stage.index, stage.ops, reader=stage.input if not isinstance(stage.input, tuple) else None, sink=stage.sink,
+                               codes=writer_codes(stage))
         in_process = not self.backend.requires_pickling
         if in_process and stage.fingerprint in _pickled_in_process:
             return program  # in-process the check only feeds a warning: pickle a big capture once
@@ -135,10 +139,11 @@ class Execution:
 
     def _run(self) -> Iterator[Any]:
         started = time.perf_counter()
+        self._hold_outputs()
         sweep_dead_temporaries()  # what killed runs left in this machine's temp dir
         previous: list[ShardResult] | None = None
         first = 0
-        if len(self.plan.stages) > 1 and _final_outputs_exist(self.plan.stages[-1]) and not self._scratch_exists():
+        if len(self.plan.stages) > 1 and _final_outputs_exist(self.plan) and not self._scratch_exists():
             # every output of a skip_existing writer is there: nothing upstream needs to run
             first = len(self.plan.stages) - 1
             self.counters["zephyr/stages_skipped_outputs_exist"] += first
@@ -178,6 +183,8 @@ class Execution:
         self.elapsed = time.perf_counter() - self._started
         self.status.succeeded()
         self._write_run_record()
+        report_kept(self.counters)
+        self._locks.release()
         for callback in self.backend.on_finish:
             callback(self)
 
@@ -191,9 +198,23 @@ class Execution:
             raise
         except BaseException as e:
             self.status.ended_early(e)
-            self._remove_unresumable_scratch()
-            self._write_run_record()
+            self._remove_unresumable_scratch()  # a nonce root is this run's alone, busy or not
+            if not isinstance(e, OutputBusyError):  # the record there is the other run's
+                self._write_run_record()
             raise
+        finally:
+            self._locks.release()
+
+    def _hold_outputs(self) -> None:
+        """Take this run's leases (`zephyr.run_lock`: another run into the same output fails
+        fast, one sharing its scratch waits), then refuse to go on when a skip_existing
+        writer's directory holds outputs of inputs that are gone (`zephyr.provenance`)."""
+        output_dir = final_output_dir(self.plan)
+        shared = self.scratch_dir != f"{output_dir}/.zephyr-scratch"
+        roots = [s.sink.root for s in self.plan.stages if isinstance(s.sink, ScatterSink)] if shared else []
+        self._locks = RunLocks(output_dir, roots)
+        self._locks.acquire()
+        refuse_stale_outputs(self.plan.stages)
 
     def _write_run_record(self) -> None:
         """The final snapshot beside the outputs (`.zephyr-run.json`), for `zephyr status DIR`."""
@@ -204,14 +225,14 @@ class Execution:
     def _tasks(self, stage: Stage, previous: list[ShardResult] | None) -> list[ShardTask]:
         memory = self.backend.task_resources.memory
         if isinstance(stage.input, tuple):
-            return [
+            return _with_sources(self.plan.stages, stage, [
                 ShardTask(stage.index, i, stage.num_shards, shard.label, shard.items, memory, shard.path)
                 for i, shard in enumerate(stage.input)
-            ]
+            ])
         tasks = stage.input.tasks(stage, previous)  # a list that may carry `largest` (partitions)
         for i, task in enumerate(tasks):
             tasks[i] = replace(task, memory=memory)
-        return tasks
+        return _with_sources(self.plan.stages, stage, tasks)
 
     def _completed_scatter(self, stage: Stage) -> dict[int, ShardResult]:
         """Map shards of a scatter stage whose manifest exists: finished by an earlier run."""
@@ -380,24 +401,21 @@ def _remove_write_temporaries(stage: Stage) -> None:
         remove_temporaries_for(paths)
 
 
-def _final_outputs_exist(stage: Stage) -> bool:
-    """True when the stage ends in a skip_existing writer whose every shard output exists.
+def _final_outputs_exist(plan: Plan) -> bool:
+    """True when the final stage ends in a skip_existing writer whose every shard output
+    exists, made from that shard's input now (`provenance.outputs_current`): then nothing
+    upstream needs to run. One listing per output directory, then the sidecars there."""
+    return outputs_current(plan.stages, plan.stages[-1])
 
-    One directory listing per output directory, not one request per shard.
-    """
-    writer = next((r for r in reversed(stage.ops) if isinstance(r, WRITE_OPS) and r.skip_existing), None)
-    if writer is None or stage.num_shards == 0:
-        return False
-    expected = stage_output_paths(stage, writer)
-    fs, _ = url_to_fs(expected[0])
-    wanted = {fs._strip_protocol(p) for p in expected}  # compare in the filesystem's own form
-    listed: set[str] = set()
-    for parent in {p.rsplit("/", 1)[0] for p in wanted}:
-        try:
-            listed.update(fs._strip_protocol(p) for p in fs.ls(parent, detail=False))
-        except FileNotFoundError:
-            return False
-    return wanted <= listed
+
+def _with_sources(stages, stage: Stage, tasks: list[ShardTask]) -> list[ShardTask]:
+    """Tasks of a stage with skip_existing writers, each told what its shard reads (the
+    identity its outputs' provenance records); `tasks` (a list that may carry attributes)
+    is updated in place."""
+    if any(isinstance(r, WRITE_OPS) and r.skip_existing for r in stage.ops):
+        for i, task in enumerate(tasks):
+            tasks[i] = replace(task, source=shard_source(stages, stage, task.shard, len(tasks)))
+    return tasks
 
 
 _pickled_in_process: set[str] = set()  # fingerprints of stages an in-process run found picklable

@@ -23,6 +23,7 @@ from zephyr.io.binary import write_binary_file
 from zephyr.io.jsonl import write_jsonl_file
 from zephyr.io.parquet import write_parquet_file
 from zephyr.json_records import JsonLines
+from zephyr.provenance import claim_output, existing_output_kept
 from zephyr.join import BoundJoin, merge_join
 from zephyr.readers import read_path, select_columns
 
@@ -37,6 +38,7 @@ class StageProgram:
     ops: tuple
     reader: Any = None  # None: the task's own items are the input; else reader.read(task) -> iterator
     sink: Any = None  # None: return items; else sink.write(stream, task) -> summary
+    codes: tuple = ()  # (op index, code fingerprint) of each skip_existing writer (zephyr.provenance)
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class ShardTask:
     items: tuple = ()
     memory: int | None = None  # the task's memory budget in bytes, for sizing buffers
     input_path: str | None = None  # the from_files input file of a source shard, for {basename}
+    source: Any = None  # what the shard reads (provenance.ShardSource), for skip_existing writers
 
 
 @dataclass
@@ -68,13 +71,15 @@ class _Context:
     shard: int
     num_shards: int
     input_path: str | None = None  # the one input file of a source shard, for {basename}
+    source: Any = None  # provenance.ShardSource: what skip_existing outputs are made from
+    codes: dict = field(default_factory=dict)  # op index -> code fingerprint of skip_existing writers
 
 
 def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
     """Run `program` over `task`'s input; failures become ShardError naming the shard (marked
     `transient` for a storage error worth retrying)."""
     start = time.perf_counter()
-    ctx = _Context(task.shard, task.num_shards, task.input_path if program.reader is None else None)
+    ctx = _Context(task.shard, task.num_shards, task.input_path if program.reader is None else None, task.source, dict(program.codes))
     with counters.collecting() as counts:
         try:
             start_at, stream = _resume_point(program.ops, ctx)
@@ -84,8 +89,10 @@ def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
                 start_at, stream = _load(program.ops, stream, ctx)
                 writes_jsonl = start_at < len(program.ops) and isinstance(program.ops[start_at], op.WriteJsonl)
                 stream, counted = _counted(stream, writes_jsonl)
-            for record in program.ops[start_at:]:
-                stream = _apply(record, stream, ctx)
+            for index in range(start_at, len(program.ops)):
+                if index in ctx.codes and ctx.source is not None:
+                    claim_output(program.ops[index], _output_path(program.ops[index], ctx), ctx.source, ctx.codes[index])
+                stream = _apply(program.ops[index], stream, ctx)
             if program.sink is None:
                 items = list(stream)
                 summary = None
@@ -139,12 +146,14 @@ _first = operator.itemgetter(0)
 
 
 def _resume_point(ops: tuple, ctx: _Context) -> tuple[int, Iterator | None]:
-    """skip_existing: start after the last writer whose output already exists (skipping all upstream)."""
+    """skip_existing: start after the last writer whose output already exists, made from this
+    shard's input (`zephyr.provenance`), skipping all upstream."""
     for i in range(len(ops) - 1, -1, -1):
         record = ops[i]
         if isinstance(record, op.WRITE_OPS) and record.skip_existing:
             path = _output_path(record, ctx)
-            if exists(path):
+            kept = existing_output_kept(path, ctx.source, ctx.codes.get(i, "")) if ctx.source is not None else exists(path)
+            if kept:
                 counters.increment("zephyr/shards_skipped_existing")
                 return i + 1, iter([path])
     return 0, None

@@ -1,0 +1,272 @@
+"""Which input made which output: the provenance of `skip_existing` outputs.
+
+`skip_existing=True` keeps an existing output instead of recomputing it. Matching outputs to
+shards by position alone loses data when the inputs change (add `a` before `b`, `c`: shard 0 is
+now `a`, and its output, made from `b`, would be kept). So every output a `skip_existing`
+writer makes gets a hidden sidecar, `.<name>.zephyr-source.json` beside it (hidden names are
+never matched by zephyr's globs), recording what the shard read and which code wrote it:
+
+- `input`: the identity of the shard's input now: a source shard's label and its files'
+  version (`SourceShard.version`: size and generation/mtime); after a shuffle, the
+  fingerprint of everything upstream (the inputs and code of the earlier stages) and the
+  shard's number;
+- `code`: the fingerprint of the ops up to the writer (and the shuffle's reducer);
+- `writer`: the output pattern, so a later run knows which outputs it made.
+
+A shard keeps its existing output only when the recorded input equals its input now.
+Recorded by other code, same input: kept (rerunning after a fix is what skip_existing is
+for), counted and logged once. No sidecar (an older zephyr, or written by hand): kept, as
+before, with a warning. Outputs this writer made that no shard of the current plan writes (an
+input was removed, the shard count changed) stop the run before anything runs
+(`StaleOutputsError`), naming them and the inputs they were made from.
+
+Order of writing, safe against a kill at any moment: remove the old output, write the
+sidecar, write the output (atomically). An output therefore never sits beside provenance
+that is not its own; a sidecar without its output is harmless (the output is computed).
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import orjson
+from fsspec.implementations.local import LocalFileSystem
+
+from zephyr import counters
+from zephyr import ops as op
+from zephyr.errors import PlanError
+from zephyr.fingerprint import fingerprint
+from zephyr.io.files import atomic_write, url_to_fs
+
+__all__ = [
+    "SIDECAR_SUFFIX",
+    "ShardSource",
+    "StaleOutputsError",
+    "claim_output",
+    "existing_output_kept",
+    "outputs_current",
+    "refuse_stale_outputs",
+    "report_kept",
+    "shard_source",
+    "sidecar_path",
+    "writer_codes",
+]
+
+logger = logging.getLogger("zephyr")
+
+SIDECAR_SUFFIX = ".zephyr-source.json"
+KEPT_OTHER_CODE = "zephyr/outputs_kept_other_code"
+KEPT_UNKNOWN = "zephyr/outputs_kept_without_provenance"
+
+
+class StaleOutputsError(PlanError):
+    """skip_existing found outputs of an earlier run that this run would not write."""
+
+
+@dataclass(frozen=True)
+class ShardSource:
+    """What one shard reads, as its outputs' sidecars record it."""
+
+    input: str  # identity: changes whenever the shard's input data may have changed
+    label: str  # for people: the input file, or the shard of the shuffle
+    upstream: str = ""  # after a shuffle: the fingerprint of the stage before
+
+
+def sidecar_path(output: str) -> str:
+    head, sep, name = output.rpartition("/")
+    return f"{head}{sep}.{name}{SIDECAR_SUFFIX}"
+
+
+def _output_of(sidecar: str) -> str:
+    head, sep, name = sidecar.rpartition("/")
+    return f"{head}{sep}{name[1 : -len(SIDECAR_SUFFIX)]}"
+
+
+def writer_id(record) -> str:
+    pattern = record.pattern
+    return pattern if isinstance(pattern, str) else f"function {op.callable_name(pattern)}"
+
+
+# ---- identities (the driver computes them; tasks carry them) ------------------------------------
+
+
+def shard_source(stages, stage, shard: int, num_shards: int) -> ShardSource:
+    """The input identity of `shard` of `stage` (of the plan's `stages`)."""
+    if isinstance(stage.input, tuple):
+        source = stage.input[shard]
+        if source.path is not None:  # from_files: the path, and what the file holds
+            return ShardSource(f"{source.label}@{source.version}", source.label)
+        # from_list: the items themselves (paths a loader reads, with their files' versions)
+        return ShardSource(f"items:{fingerprint(source.items)}@{source.version}", source.label)
+    upstream = stages[stage.index - 1].fingerprint
+    label = f"shard {shard} of {num_shards} after {stage.input_label}"
+    return ShardSource(f"{upstream}:{shard}/{num_shards}", label, upstream)
+
+
+def writer_codes(stage) -> tuple[tuple[int, str], ...]:
+    """(op index, code fingerprint) of each skip_existing writer of `stage`."""
+    reader = None if isinstance(stage.input, tuple) else stage.input
+    return tuple(
+        (i, fingerprint(("code", reader, stage.ops[: i + 1])))
+        for i, record in enumerate(stage.ops)
+        if isinstance(record, op.WRITE_OPS) and record.skip_existing
+    )
+
+
+# ---- in the task ----------------------------------------------------------------------------------
+
+
+def _read_json(path: str) -> dict | None:
+    fs, fs_path = url_to_fs(path)
+    try:
+        return orjson.loads(fs.cat_file(fs_path))
+    except FileNotFoundError:
+        return None
+    except orjson.JSONDecodeError:
+        return {}  # a damaged sidecar proves nothing: recompute
+
+
+def existing_output_kept(path: str, source: ShardSource, code: str) -> bool:
+    """Whether the existing output at `path` may stand for a shard reading `source`."""
+    recorded = _read_json(sidecar_path(path))
+    fs, fs_path = url_to_fs(path)
+    if not fs.exists(fs_path):
+        return False
+    if recorded is None:
+        counters.increment(KEPT_UNKNOWN)
+        return True
+    if recorded.get("input") != source.input:
+        return False
+    if recorded.get("code") != code:
+        counters.increment(KEPT_OTHER_CODE)
+    return True
+
+
+def claim_output(record, path: str, source: ShardSource, code: str) -> None:
+    """Before a skip_existing writer writes `path`: remove the old output, then record where
+    the new one comes from (see the module docstring for why in this order)."""
+    fs, fs_path = url_to_fs(path)
+    try:
+        fs.rm_file(fs_path)
+    except FileNotFoundError:
+        pass
+    sidecar = {"writer": writer_id(record), "input": source.input, "label": source.label, "upstream": source.upstream, "code": code}
+    with atomic_write(sidecar_path(path), remove_stale=False) as f:
+        f.write(orjson.dumps(sidecar))
+
+
+def report_kept(totals) -> None:
+    """One warning per run for outputs kept without knowing they match (counters from the tasks)."""
+    if totals.get(KEPT_OTHER_CODE):
+        logger.warning("zephyr: %d existing output(s) were made by other code from the same input; skip_existing keeps "
+                       "them (delete them to recompute)", totals[KEPT_OTHER_CODE])
+    if totals.get(KEPT_UNKNOWN):
+        logger.warning("zephyr: %d existing output(s) have no record of the input they were made from (written by an "
+                       "older zephyr or by hand); skip_existing keeps them as they are", totals[KEPT_UNKNOWN])
+
+
+# ---- in the driver, before anything runs --------------------------------------------------------
+
+
+@dataclass
+class _Survey:
+    """What one output directory holds: its file names and the sidecars found there."""
+
+    files: set[str]
+    sidecars: dict[str, dict]  # output path (filesystem form) -> its sidecar
+
+
+def _survey(directories: set[str], fs) -> dict[str, _Survey]:
+    """One listing per directory, then every sidecar there read (concurrently)."""
+
+    def one(directory: str) -> _Survey:
+        fs.invalidate_cache(directory)  # another process may have written there since
+        try:
+            names = set(fs.ls(directory, detail=False))
+        except FileNotFoundError:
+            return _Survey(set(), {})
+        sidecars = sorted(n for n in names if n.rsplit("/", 1)[-1].startswith(".") and n.endswith(SIDECAR_SUFFIX))
+        contents = fs.cat(sidecars, on_error="omit") if sidecars else {}
+        parsed = {}
+        for name, data in contents.items():
+            try:
+                parsed[_output_of(fs._strip_protocol(name))] = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                continue
+        return _Survey({fs._strip_protocol(n) for n in names}, parsed)
+
+    ordered = sorted(directories)
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(ordered)))) as pool:
+        return dict(zip(ordered, pool.map(one, ordered)))
+
+
+def _planned(stage, record) -> tuple:
+    """(filesystem, {output path in the filesystem's form: shard}) of one writer."""
+    from zephyr.plan import stage_output_paths
+
+    paths = stage_output_paths(stage, record)
+    fs, _ = url_to_fs(paths[0])
+    return fs, {fs._strip_protocol(p): i for i, p in enumerate(paths)}
+
+
+def refuse_stale_outputs(stages) -> None:
+    """Raise StaleOutputsError when a skip_existing writer's directory holds outputs it made
+    earlier that no shard of this plan writes (their output present: keeping them would leave
+    data of removed or regrouped inputs among the outputs). Sidecars whose output is gone are
+    removed (litter, e.g. after the user deleted such outputs)."""
+    for stage in stages:
+        for index, _ in writer_codes(stage):
+            record = stage.ops[index]
+            if stage.num_shards == 0:
+                continue
+            fs, planned = _planned(stage, record)
+            upstream = "" if isinstance(stage.input, tuple) else stages[stage.index - 1].fingerprint
+            surveys = _survey({p.rsplit("/", 1)[0] for p in planned}, fs)
+            stale = []
+            for survey in surveys.values():
+                for output, sidecar in sorted(survey.sidecars.items()):
+                    if output in planned or sidecar.get("writer") != writer_id(record):
+                        continue
+                    if upstream and sidecar.get("upstream") == upstream:
+                        continue  # the same shuffle cut into more key ranges (skew): this plan's
+                    if output not in survey.files:
+                        fs.rm_file(sidecar_path(output))
+                        continue
+                    stale.append((output, sidecar.get("label", "?")))
+            if stale:
+                raise StaleOutputsError(_stale_message(record, stale, fs))
+
+
+def _stale_message(record, stale: list[tuple[str, str]], fs) -> str:
+    shown = "; ".join(f"{o if isinstance(fs, LocalFileSystem) else fs.unstrip_protocol(o)} (made from {label})" for o, label in stale[:10])
+    more = f"; and {len(stale) - 10} more" if len(stale) > 10 else ""
+    return (
+        f"{record.describe()}: {len(stale)} output(s) of an earlier run would not be written by this run, whose inputs "
+        f"changed (an input was removed, or the number of shards changed): {shown}{more}. Keeping them would leave "
+        "data of inputs that are gone, or are now in other shards, among the outputs. Delete those outputs (the run "
+        "removes their hidden .zephyr-source.json records itself) or write to another directory, then rerun."
+    )
+
+
+def outputs_current(stages, stage) -> bool:
+    """True when the last skip_existing writer of `stage` has every shard's output, each made
+    from the shard's input now (or of unknown origin: kept, as skip_existing always did).
+
+    One listing per output directory and the sidecars there, read concurrently.
+    """
+    codes = writer_codes(stage)
+    if not codes or stage.num_shards == 0:
+        return False
+    record = stage.ops[codes[-1][0]]
+    fs, planned = _planned(stage, record)
+    surveys = _survey({p.rsplit("/", 1)[0] for p in planned}, fs)
+    for path, shard in planned.items():
+        survey = surveys[path.rsplit("/", 1)[0]]
+        if path not in survey.files:
+            return False
+        sidecar = survey.sidecars.get(path)
+        if sidecar is not None and sidecar.get("input") != shard_source(stages, stage, shard, stage.num_shards).input:
+            return False
+    return True
