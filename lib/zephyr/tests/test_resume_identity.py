@@ -419,3 +419,33 @@ def test_decorated_and_nested_objects_count_by_what_they_hold():
         deep = [deep]
     reason = identify(("map(fn)", deep)).reason
     assert reason.startswith("map(fn) -> item 0") and "nested deeper" in reason
+
+
+def test_older_scratch_that_a_live_run_uses_is_left_alone(tmp_path):
+    """Regression (found merging the identity and lease work): a root marked with this
+    pipeline's output but shared, through an explicit scratch_dir, with another pipeline's live
+    run was removed under that run. Now a root whose scratch lease is live stays, and a dead
+    holder's lease files go with the root."""
+    from zephyr.run_lock import RunLocks
+    from zephyr.scratch import mark_root, remove_older_roots
+
+    scratch = tmp_path / "scratch"
+    root = str(scratch / "fp0")
+    owner = {"output": str(tmp_path / "out"), "pattern": "p-{shard}.jsonl"}
+    mark_root(root, owner, "fp0")
+    other_run = RunLocks(None, [root])
+    other_run.acquire()
+    try:
+        assert remove_older_roots(str(scratch), owner, keep=set()) == []
+        assert (scratch / "fp0" / "owner.json").exists()
+    finally:
+        other_run.release()
+    # a holder that dies holding the lease (its files stay): its root is older scratch again
+    died = subprocess.run([sys.executable, "-c", f"import os; from zephyr.run_lock import RunLocks; "
+                           f"RunLocks(None, [{root!r}]).acquire(); os._exit(0)"], capture_output=True, text=True, timeout=120)
+    assert died.returncode == 0, died.stderr
+    lease_dir = scratch / ".fp0.zephyr-lease"
+    assert any(lease_dir.iterdir())  # the fault landed: the dead holder's lease is there
+    removed = remove_older_roots(str(scratch), owner, keep=set())
+    assert [p.rsplit("/", 1)[-1] for p in removed] == ["fp0"]
+    assert not (scratch / "fp0").exists() and not lease_dir.exists()

@@ -63,6 +63,12 @@ class Plan:
         return "\n".join([head] + ["  " + s.describe() for s in self.stages])
 
 
+# The layout and encodings of scatter output (runs, manifests, key bytes). Part of every
+# fingerprint: a zephyr that writes or hashes them differently never resumes another's scratch
+# (2: keys told apart by type, issue 21).
+SCRATCH_FORMAT = 2
+
+
 def compile_plan(dataset) -> Plan:
     """Resolve the source and fuse ops into stages, cutting at every shuffle.
 
@@ -74,7 +80,7 @@ def compile_plan(dataset) -> Plan:
     num_shards = len(shards)
     stage_input: Any = tuple(shards)
     label = dataset.source.describe()
-    ident = identify(("source", dataset.source), ("inputs", [(s.label, s.version) for s in shards]))
+    ident = identify(("format", SCRATCH_FORMAT), ("source", dataset.source), ("inputs", [(s.label, s.version) for s in shards]))
     for record in dataset.ops:
         if isinstance(record, (sop.GroupBy, sop.Deduplicate, sop.Reshard)):
             sink, reader = _shuffle_for(record, num_shards)

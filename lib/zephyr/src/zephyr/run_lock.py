@@ -22,10 +22,10 @@ from __future__ import annotations
 import logging
 import time
 
-from zephyr.io.files import remove_empty_dir
+from zephyr.io.files import remove_empty_dir, url_to_fs
 from zephyr.io.lease import Lease
 
-__all__ = ["LEASE_TIMEOUT", "OutputBusyError", "RunLocks"]
+__all__ = ["LEASE_TIMEOUT", "OutputBusyError", "RunLocks", "release_dead_scratch_lease"]
 
 logger = logging.getLogger("zephyr")
 
@@ -93,6 +93,19 @@ class RunLocks:
 
 def _lease(directory: str) -> Lease:
     return Lease(directory, timeout=LEASE_TIMEOUT, heartbeat_interval=_HEARTBEAT, keep_history=False)
+
+
+def release_dead_scratch_lease(root: str) -> bool:
+    """Before a scratch root is removed: False when a live run holds its lease (it is using the
+    root: leave it); else remove the dead holder's lease files, if any, and return True."""
+    lease = _lease(_scratch_lease_dir(root))
+    holder = lease.current()
+    if holder is not None and Lease.is_live(holder):
+        return False
+    fs, path = url_to_fs(lease.directory)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+    return True
 
 
 def _scratch_lease_dir(root: str) -> str:

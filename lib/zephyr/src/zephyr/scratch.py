@@ -6,7 +6,9 @@ pipeline's final output (directory and writer pattern) and the fingerprint. With
 that succeeds removes the roots earlier runs of the same pipeline left under the same
 scratch dir (made by older code or inputs, they can never be resumed: at most one run writes
 an output at a time). A pipeline without an output (results go to the driver) cannot tell
-its older scratch from another pipeline's, so it leaves other roots alone.
+its older scratch from another pipeline's, so it leaves other roots alone. A root whose
+scratch lease a live run holds (another pipeline sharing an explicit scratch_dir) stays too;
+a dead holder's lease files go with the root.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import orjson
 
 from zephyr.io.files import url_to_fs
 from zephyr.ops import WRITE_OPS, callable_name
+from zephyr.run_lock import release_dead_scratch_lease
 from zephyr.status.record import final_output_dir
 
 __all__ = ["OWNER_NAME", "mark_root", "owner_of", "remove_older_roots", "remove_roots"]
@@ -81,9 +84,15 @@ def remove_older_roots(scratch_dir: str, owner: dict | None, keep: set[str]) -> 
             continue
         if isinstance(marker, dict) and marker.get("owner") == owner:
             older.append(child)
+    removed = []
     for child in older:
+        root = fs.unstrip_protocol(child) if "://" in scratch_dir else child
         try:
+            # a root shared with another pipeline's live run (an explicit scratch_dir) stays
+            if not release_dead_scratch_lease(root):
+                continue
             fs.rm(child, recursive=True)
+            removed.append(child)
         except OSError as e:
             logger.warning("zephyr: could not remove older scratch %s: %s", child, e)
-    return older
+    return removed

@@ -23,6 +23,7 @@ from typing import BinaryIO
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
+from fsspec.implementations.memory import MemoryFileSystem
 
 from zephyr.counters import increment
 from zephyr.io.compression import codec_for, open_compressed_reader, open_compressed_writer
@@ -202,8 +203,17 @@ def _makedirs(directory: str) -> None:
 
 
 def remove_empty_dir(path: str) -> bool:
-    """Remove the local folder `path` if it is empty (object stores have no folders to remove)."""
+    """Remove the folder `path` if it is empty: local disk and `memory://` (object stores have
+    no folders to remove)."""
     fs, fs_path = url_to_fs(path)
+    if isinstance(fs, MemoryFileSystem):
+        try:
+            if fs.isdir(fs_path) and not fs.ls(fs_path, detail=False):
+                fs.rmdir(fs_path)
+                return True
+        except (OSError, FileNotFoundError):
+            pass
+        return False
     if not _is_local(fs):
         return False
     try:
