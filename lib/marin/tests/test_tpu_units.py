@@ -220,12 +220,45 @@ def test_parquet_shards(tmp_path):
     np.testing.assert_array_equal(next(batches), [[1, 2, 3, 4, 5, 6, 7]])
 
 
+# Every name zephyr's readers take (lib/zephyr/src/zephyr/readers.py), written by zephyr's own writers.
+ZEPHYR_SHARD_NAMES = ["a.jsonl", "a.ndjson", "a.json", "a.jsonl.gz", "a.jsonl.gzip", "a.ndjson.zst", "a.json.zstd",
+                      "a.JSONL.ZST", "a.parquet", "a.parquet.zst"]
+
+
+@pytest.mark.parametrize("name", ZEPHYR_SHARD_NAMES)
+def test_the_training_reader_reads_every_shard_name_zephyr_reads(tmp_path, name):
+    """Regression: the training reader had its own suffix list and refused .ndjson, .jsonl.gzip,
+    .json.zstd (and .parquet.zst), which zephyr writes and reads."""
+    from zephyr import Dataset, create_backend
+
+    records = [{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5, 6, 7]}, {"input_ids": [8, 9]}]
+    write = "write_parquet" if ".parquet" in name.lower() else "write_jsonl"
+    pattern = str(tmp_path / name.replace("a.", "a-{shard}.", 1))
+    [path] = list(create_backend("sync", progress=False).execute(getattr(Dataset.from_iterable(records), write)(pattern)))
+    assert resolve_shards(str(tmp_path / "a-*")) == [path]
+    batches = TokenBatches([path], batch_size=2, seq_len=3)
+    np.testing.assert_array_equal(next(batches), [[1, 2, 3], [4, 5, 6]])
+    np.testing.assert_array_equal(next(batches), [[7, 8, 9], [1, 2, 3]])  # then the next epoch
+
+
+@pytest.mark.parametrize("name", ["notes.txt", "a.csv.gz", "a.jsonl.bz2", "a.zst"])
+def test_the_training_reader_refuses_what_zephyr_refuses(tmp_path, name):
+    from zephyr.readers import format_for
+
+    (tmp_path / name).write_bytes(b"")
+    with pytest.raises(ValueError) as zephyr_error:
+        format_for(str(tmp_path / name))
+    with pytest.raises(ValueError) as ours:
+        resolve_shards(str(tmp_path / name))
+    assert str(ours.value) == str(zephyr_error.value) and name in str(ours.value)
+
+
 def test_data_errors(tmp_path, shards):
     paths, _ = shards
     with pytest.raises(FileNotFoundError, match="no shards match"):
         resolve_shards(str(tmp_path / "missing-*.jsonl"))
     (tmp_path / "notes.txt").write_text("hi")
-    with pytest.raises(ValueError, match="cannot tell the format"):
+    with pytest.raises(ValueError, match="Cannot tell the format of .*notes.txt"):
         resolve_shards(str(tmp_path / "notes.txt"))
     with pytest.raises(ValueError, match="no token field 'tokens'.*input_ids"):
         next(TokenBatches(paths, batch_size=1, seq_len=2, field="tokens"))
