@@ -167,6 +167,27 @@ def test_preemption_classification():
     assert not is_preemption(RayTaskError("run", "traceback", ValueError("bug")))
 
 
+def test_preemption_is_zephyrs_lost_task_for_every_ray_error():
+    """Regression: the TPU runner and Zephyr's Ray backend each had a list of "lost" Ray errors
+    and they differed (a full disk or object store and a dropped RPC: lost for Zephyr, a user
+    failure here; a cancelled task: lost for Zephyr only). One list now, in zephyr; its table
+    oracle is lib/zephyr/tests/test_ray_errors.py."""
+    import ray.exceptions
+    from zephyr.backends.ray_errors import is_lost
+
+    def made(name):
+        cls = getattr(ray.exceptions, name)
+        return cls.__new__(cls)
+
+    for name in ("OutOfDiskError", "ObjectStoreFullError", "RpcError", "NodeDiedError", "ActorUnavailableError"):
+        assert is_preemption(made(name)), name
+    for name in ("OutOfMemoryError", "TaskCancelledError", "ObjectFreedError", "RaySystemError"):
+        assert not is_preemption(made(name)), name
+    for name, cls in vars(ray.exceptions).items():
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            assert is_preemption(made(name)) == is_lost(made(name)), name
+
+
 # ---- data -----------------------------------------------------------------------------------
 
 
