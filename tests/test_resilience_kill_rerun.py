@@ -108,7 +108,8 @@ def assert_killed(proc, what):
     """The kill landed: the job died of it, it had not already exited (a finished job, not yet
     reaped, ignores the signal)."""
     proc.wait()
-    assert proc.returncode == -signal.SIGKILL, f"the job exited ({proc.returncode}) before the kill ({what}): {proc.communicate()}"
+    assert proc.returncode == -signal.SIGKILL, (
+        f"the job exited ({proc.returncode}) before the kill ({what}): {proc.communicate()}")
 
 
 @pytest.fixture(scope="module")

@@ -255,7 +255,8 @@ def test_the_training_reader_reads_every_shard_name_zephyr_reads(tmp_path, name)
     records = [{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5, 6, 7]}, {"input_ids": [8, 9]}]
     write = "write_parquet" if ".parquet" in name.lower() else "write_jsonl"
     pattern = str(tmp_path / name.replace("a.", "a-{shard}.", 1))
-    [path] = list(create_backend("sync", progress=False).execute(getattr(Dataset.from_iterable(records), write)(pattern)))
+    dataset = getattr(Dataset.from_iterable(records), write)(pattern)
+    [path] = list(create_backend("sync", progress=False).execute(dataset))
     assert resolve_shards(str(tmp_path / "a-*")) == [path]
     batches = TokenBatches([path], batch_size=2, seq_len=3)
     np.testing.assert_array_equal(next(batches), [[1, 2, 3], [4, 5, 6]])

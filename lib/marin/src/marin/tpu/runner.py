@@ -24,11 +24,13 @@
 Between attempts the driver classifies the failure. A lost node, worker or actor of the
 run itself (Ray's ``NodeDiedError``, ``WorkerCrashedError``, ``ActorDiedError``,
 ``OwnerDiedError``, ``ObjectLostError``, ... raised for a slice actor or a host task; the
-list is ``zephyr.backends.ray_errors``, shared with Zephyr's Ray backend) is a preemption: it is retried up to ``max_retries_preemption`` times without touching the
-failure budget. The same errors raised *by* ``fn`` (its own actors or objects were lost)
-are failures, like any other exception from ``fn``. Anything raised by ``fn`` is a failure: it is
-retried up to ``max_retries_failure`` times and then re-raised, as the exception type ``fn``
-raised and with the remote traceback in its message.
+list is ``zephyr.backends.ray_errors``, shared with Zephyr's Ray backend) is a preemption:
+it is retried up to ``max_retries_preemption`` times without touching the failure budget.
+The same errors raised *by* ``fn`` (its own actors or objects were lost) are failures, like
+any other exception from ``fn``; so are Ray's out-of-memory kill and a cancelled task.
+Anything raised by ``fn`` is a failure: it is retried up to ``max_retries_failure`` times
+and then re-raised, as the exception type ``fn`` raised and with the remote traceback in
+its message.
 """
 
 from __future__ import annotations
