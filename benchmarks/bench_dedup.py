@@ -343,11 +343,18 @@ PEERS = ("raydata", "datatrove")
 def kept_ids(out_dir: str) -> set[str]:
     """The ids in every JSON-lines output file under `out_dir` (zephyr's, Ray Data's, datatrove's)."""
     from zephyr.io.jsonl import read_jsonl
+    from zephyr.readers import FileFormat, format_for
+
+    def is_jsonl(name: str) -> bool:  # by zephyr's one format detector
+        try:
+            return format_for(name) is FileFormat.JSONL
+        except ValueError:
+            return False
 
     ids: set[str] = set()
     for root, _, names in os.walk(out_dir):
         for name in sorted(names):
-            if name.endswith((".jsonl.zst", ".jsonl.gz", ".jsonl", ".json")) and not name.startswith("."):
+            if is_jsonl(name) and not name.startswith("."):
                 ids.update(str(doc["id"]) for doc in read_jsonl(os.path.join(root, name)))
     return ids
 

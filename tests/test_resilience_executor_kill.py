@@ -65,7 +65,7 @@ def test_experiment_killed_mid_step_finishes_on_rerun(tmp_path, background):
         assert time.monotonic() < deadline, "waited 300s for the `consume` step to start"
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)  # the driver dies while `consume` runs
-    proc.wait()
+    assert proc.wait() == -signal.SIGKILL, "the experiment exited before the kill"
     [consume_dir] = list(prefix.glob("consume-*"))
     assert "RUNNING" in (consume_dir / ".executor_status").read_text()
 

@@ -107,7 +107,15 @@ def kill_when(proc, condition, what, timeout=300):
     """SIGKILL the job once `condition()` holds; fail if it never does."""
     wait_while_running(proc, condition, what, timeout)
     os.kill(proc.pid, signal.SIGKILL)
+    assert_killed(proc, what)
+
+
+def assert_killed(proc, what):
+    """The kill landed: the job died of it, it had not already exited (a finished job, not yet
+    reaped, ignores the signal)."""
     proc.wait()
+    assert proc.returncode == -signal.SIGKILL, (
+        f"the job exited ({proc.returncode}) before the kill ({what}): {proc.communicate()}")
 
 
 @pytest.fixture(scope="module")
@@ -148,9 +156,10 @@ def test_killed_at_a_random_moment(job, start, tmp_path, reference, seed):
     # a random moment of the job's work: counted from its first scatter run, not from the
     # process start, which a loaded machine may spend entirely on imports
     wait_while_running(proc, scratch.exists, "the job's first scatter run")
-    time.sleep(random.Random(seed).uniform(0.0, 2.2))
+    delay = random.Random(seed).uniform(0.0, 2.2)
+    time.sleep(delay)
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    assert_killed(proc, f"{delay:.2f}s after the first scatter run")
     scattered, written = manifests(scratch), len(outputs(out))
     map_calls, reduce_shards, _ = finish(job, out, scratch)
     if written < NUM_REDUCE:

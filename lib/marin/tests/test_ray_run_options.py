@@ -41,12 +41,17 @@ def test_parser_splits_options_from_the_command():
     assert args.command[-3:] == ["python", "x.py", "--flag"] and args.no_wait and args.tpu == "v4-8"
 
 
-def test_parse_memory():
-    assert parse_memory("2GB") == 2 * 10**9
-    assert parse_memory("512MiB") == 512 * 2**20
-    assert parse_memory("1000") == 1000
-    with pytest.raises(ValueError, match="e.g. 2GB"):
-        parse_memory("lots")
+def test_ray_run_parses_memory_with_zephyrs_parser(capsys):
+    """Regression: ray_run had a parser of its own, which refused "512Mi" and took "0" (zephyr's
+    refuses it; its cases are tested in lib/zephyr/tests/test_resources.py)."""
+    from zephyr.resources import parse_memory as zephyr_parse_memory
+
+    assert parse_memory is zephyr_parse_memory
+    parser = ray_run.build_parser()
+    assert parser.parse_args(["--entrypoint-memory", "512Mi", "--", "python", "x.py"]).entrypoint_memory == 512 * 2**20
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--entrypoint-memory", "0", "--", "python", "x.py"])
+    assert "memory must be positive, got '0'" in capsys.readouterr().err
 
 
 def _workdir(tmp_path: Path) -> Path:

@@ -107,6 +107,12 @@ def _read(path):
         return None
 
 
+def preemptions(caplog) -> int:
+    """How many times run_on_tpu restarted after losing a host (its warnings, in this process)."""
+    return sum("host lost (preemption" in record.getMessage() for record in caplog.records)
+
+
+
 # ---- functions that run on the simulated hosts -------------------------------------------
 
 
@@ -251,10 +257,12 @@ def test_user_exception_exhausts_failure_budget_with_traceback(sim, tmp_path):
     assert any("max_retries_failure=2" in note for note in info.value.__notes__)
 
 
-def test_worker_loss_is_retried_without_using_failure_budget(sim, tmp_path):
+def test_worker_loss_is_retried_without_using_failure_budget(sim, tmp_path, caplog):
     counter = str(tmp_path)
+    caplog.set_level("WARNING", logger="marin.tpu.runner")
     result = run_on_tpu(lambda: crash_worker_then_succeed(counter, 2), "v4-8", max_retries_failure=0)
-    assert result == ["done"] and len(os.listdir(tmp_path)) == 3
+    assert result == ["done"] and len(os.listdir(tmp_path)) == 3  # two attempts crashed, the third finished
+    assert preemptions(caplog) == 2  # both crashes were lost attempts, not failures
 
 
 def test_a_run_waits_for_its_slice_with_warnings_and_starts_when_one_appears(sim, monkeypatch, caplog, wait_until):
@@ -310,7 +318,8 @@ def token_shards(tmp_path_factory):
     return f"{root}/part-*.jsonl.zst"
 
 
-def test_training_survives_repeated_node_kills_and_matches_uninterrupted_run(sim, token_shards, tmp_path, wait_until):
+def test_training_survives_repeated_node_kills_and_matches_uninterrupted_run(sim, token_shards, tmp_path, wait_until,
+                                                                            caplog):
     config = dict(batch_size=4, seq_len=32, num_steps=60, checkpoint_every=5, seed=3)
     ckpt, marker = str(tmp_path / "ckpt"), str(tmp_path / "marker")
     outcome = {}
@@ -325,6 +334,7 @@ def test_training_survives_repeated_node_kills_and_matches_uninterrupted_run(sim
             outcome["error"] = e
 
     thread = threading.Thread(target=train)
+    caplog.set_level("WARNING", logger="marin.tpu.runner")
     thread.start()
     killed = []
     for kill_after_step in (10, 30):
@@ -334,6 +344,7 @@ def test_training_survives_repeated_node_kills_and_matches_uninterrupted_run(sim
         node = wait_until(reached, f"a checkpoint at step >= {kill_after_step}")
         assert latest_step(ckpt) < config["num_steps"], "training finished before the node was killed"
         sim.kill(node)
+        assert thread.is_alive(), "training finished before the node was killed"
         os.remove(marker + ".node")
         killed.append(node)
         sim.add_v4_8()  # the autoscaler's replacement
@@ -342,6 +353,9 @@ def test_training_survives_repeated_node_kills_and_matches_uninterrupted_run(sim
     assert "error" not in outcome, outcome.get("error")
     result = outcome["result"]
     assert result.step == config["num_steps"] and result.resumed_from is not None
+    # both kills landed: each cost the run an attempt (a restart may also land on a node Ray
+    # has not yet seen die, and be lost once more)
+    assert preemptions(caplog) >= 2
 
     # the uninterrupted run, on a mesh of 4 devices like the simulated v4-8 host's
     reference = train_loop(tiny_lm.train_step, tiny_lm.init_state, token_shards,
@@ -410,7 +424,7 @@ def test_training_runs_as_an_executor_step(sim, tmp_path):
     assert set(executor_main([tokens, train], config=config).values()) == {"SKIPPED"}
 
 
-def test_multi_host_training_survives_losing_a_host(sim, token_shards, tmp_path, wait_until):
+def test_multi_host_training_survives_losing_a_host(sim, token_shards, tmp_path, wait_until, caplog):
     """A v4-16 host dies mid-run: the whole slice restarts (a replacement host joins), the two
     hosts form a new JAX program, restore the last complete checkpoint onto the mesh, and end
     with the parameters of an uninterrupted 8-device run."""
@@ -428,6 +442,7 @@ def test_multi_host_training_survives_losing_a_host(sim, token_shards, tmp_path,
             outcome["error"] = e
 
     thread = threading.Thread(target=train)
+    caplog.set_level("WARNING", logger="marin.tpu.runner")
     thread.start()
     try:
         wait_until(lambda: (latest_step(ckpt) or 0) >= 10, "a checkpoint at step >= 10 on the v4-16 slice")
@@ -436,6 +451,7 @@ def test_multi_host_training_survives_losing_a_host(sim, token_shards, tmp_path,
         # JAX process there): its replacement below is an ordinary host of the same slice.
         (node,) = [nid for nid in sim.v4_16 if "TPU-v4-16-head" not in _node_resources(nid)]
         sim.kill_v4_16_host(node)
+        assert thread.is_alive(), "training finished before the host was killed"
         sim.add_v4_16_host(head=False)  # the replacement host of the same slice
     finally:
         thread.join(timeout=600)
@@ -443,6 +459,7 @@ def test_multi_host_training_survives_losing_a_host(sim, token_shards, tmp_path,
     assert "error" not in outcome, outcome.get("error")
     result = outcome["result"]
     assert result.step == 50 and result.resumed_from is not None and result.num_processes == 2
+    assert preemptions(caplog) >= 1  # the kill landed: it cost the run an attempt
 
     reference = train_loop(tiny_lm.train_step, tiny_lm.init_state, token_shards,
                            checkpoint_path=str(tmp_path / "reference"), mesh=_mesh(8), **config)

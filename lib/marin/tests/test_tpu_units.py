@@ -167,6 +167,27 @@ def test_preemption_classification():
     assert not is_preemption(RayTaskError("run", "traceback", ValueError("bug")))
 
 
+def test_preemption_is_zephyrs_lost_task_for_every_ray_error():
+    """Regression: the TPU runner and Zephyr's Ray backend each had a list of "lost" Ray errors
+    and they differed (a full disk or object store and a dropped RPC: lost for Zephyr, a user
+    failure here; a cancelled task: lost for Zephyr only). One list now, in zephyr; its table
+    oracle is lib/zephyr/tests/test_ray_errors.py."""
+    import ray.exceptions
+    from zephyr.backends.ray_errors import is_lost
+
+    def made(name):
+        cls = getattr(ray.exceptions, name)
+        return cls.__new__(cls)
+
+    for name in ("OutOfDiskError", "ObjectStoreFullError", "RpcError", "NodeDiedError", "ActorUnavailableError"):
+        assert is_preemption(made(name)), name
+    for name in ("OutOfMemoryError", "TaskCancelledError", "ObjectFreedError", "RaySystemError"):
+        assert not is_preemption(made(name)), name
+    for name, cls in vars(ray.exceptions).items():
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            assert is_preemption(made(name)) == is_lost(made(name)), name
+
+
 # ---- data -----------------------------------------------------------------------------------
 
 
@@ -220,12 +241,46 @@ def test_parquet_shards(tmp_path):
     np.testing.assert_array_equal(next(batches), [[1, 2, 3, 4, 5, 6, 7]])
 
 
+# Every name zephyr's readers take (lib/zephyr/src/zephyr/readers.py), written by zephyr's own writers.
+ZEPHYR_SHARD_NAMES = ["a.jsonl", "a.ndjson", "a.json", "a.jsonl.gz", "a.jsonl.gzip", "a.ndjson.zst", "a.json.zstd",
+                      "a.JSONL.ZST", "a.parquet", "a.parquet.zst"]
+
+
+@pytest.mark.parametrize("name", ZEPHYR_SHARD_NAMES)
+def test_the_training_reader_reads_every_shard_name_zephyr_reads(tmp_path, name):
+    """Regression: the training reader had its own suffix list and refused .ndjson, .jsonl.gzip,
+    .json.zstd (and .parquet.zst), which zephyr writes and reads."""
+    from zephyr import Dataset, create_backend
+
+    records = [{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5, 6, 7]}, {"input_ids": [8, 9]}]
+    write = "write_parquet" if ".parquet" in name.lower() else "write_jsonl"
+    pattern = str(tmp_path / name.replace("a.", "a-{shard}.", 1))
+    dataset = getattr(Dataset.from_iterable(records), write)(pattern)
+    [path] = list(create_backend("sync", progress=False).execute(dataset))
+    assert resolve_shards(str(tmp_path / "a-*")) == [path]
+    batches = TokenBatches([path], batch_size=2, seq_len=3)
+    np.testing.assert_array_equal(next(batches), [[1, 2, 3], [4, 5, 6]])
+    np.testing.assert_array_equal(next(batches), [[7, 8, 9], [1, 2, 3]])  # then the next epoch
+
+
+@pytest.mark.parametrize("name", ["notes.txt", "a.csv.gz", "a.jsonl.bz2", "a.zst"])
+def test_the_training_reader_refuses_what_zephyr_refuses(tmp_path, name):
+    from zephyr.readers import format_for
+
+    (tmp_path / name).write_bytes(b"")
+    with pytest.raises(ValueError) as zephyr_error:
+        format_for(str(tmp_path / name))
+    with pytest.raises(ValueError) as ours:
+        resolve_shards(str(tmp_path / name))
+    assert str(ours.value) == str(zephyr_error.value) and name in str(ours.value)
+
+
 def test_data_errors(tmp_path, shards):
     paths, _ = shards
     with pytest.raises(FileNotFoundError, match="no shards match"):
         resolve_shards(str(tmp_path / "missing-*.jsonl"))
     (tmp_path / "notes.txt").write_text("hi")
-    with pytest.raises(ValueError, match="cannot tell the format"):
+    with pytest.raises(ValueError, match="Cannot tell the format of .*notes.txt"):
         resolve_shards(str(tmp_path / "notes.txt"))
     with pytest.raises(ValueError, match="no token field 'tokens'.*input_ids"):
         next(TokenBatches(paths, batch_size=1, seq_len=2, field="tokens"))

@@ -145,7 +145,7 @@ def test_temporaries_of_killed_writers_are_swept_by_the_next_run_and_a_live_writ
     }
     for proc in (killed_upload, killed_merge):  # preempted: no chance to clean up
         proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        assert proc.wait() == -signal.SIGKILL  # the kill landed mid-write (the scripts sleep there)
     assert {p.name for p in private_tmp.iterdir()} == left  # the litter
 
     list(create_backend("sync", progress=False).execute(Dataset.from_list([1]).map(str)))  # any later run

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from zephyr.backends import Backend, backend_names, create_backend, set_flow_backend
 from zephyr.errors import PlanError, ShardError
 from zephyr.progress import format_summary
-from zephyr.resources import parse_memory
+from zephyr.resources import memory_argument
 
 __all__ = ["main"]
 
@@ -43,13 +43,6 @@ EPILOG = """examples:
 """
 
 _SUBCOMMANDS = {"status": "status_main", "dashboard": "dashboard_main"}
-
-
-def _memory(text: str) -> int:
-    try:
-        return parse_memory(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _positive_int(text: str) -> int:
@@ -123,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--backend", choices=backend_names(), default="ray", help="where shards run (default: ray)")
     parser.add_argument("--max-parallelism", type=_positive_int, default=None, help="most shards running at once")
-    parser.add_argument("--memory", type=_memory, default=None, help="memory per task, e.g. 2GB, 512MiB or bytes")
+    parser.add_argument("--memory", type=memory_argument, default=None, help="memory per task, e.g. 2GB, 512MiB or bytes")
     parser.add_argument("--num-cpus", type=_non_negative_float, default=1.0, help="CPUs per task (default 1)")
     parser.add_argument("--num-gpus", type=_non_negative_float, default=0.0, help="GPUs per task (default 0)")
     parser.add_argument("--resources", type=_resources, default=None, help='custom Ray resources per task as JSON, e.g. \'{"TPU": 4}\'')

@@ -13,7 +13,7 @@ from enum import Enum
 from typing import Any
 
 from zephyr import ops as op
-from zephyr.io.compression import strip_compression_suffix
+from zephyr.io.compression import COMPRESSION_SUFFIXES, strip_compression_suffix
 from zephyr.io.jsonl import read_jsonl
 from zephyr.io.parquet import read_parquet
 from zephyr.sources import ParquetSlice, input_path_of
@@ -30,13 +30,22 @@ _EXTENSIONS = {".jsonl": FileFormat.JSONL, ".ndjson": FileFormat.JSONL, ".json":
 
 
 def format_for(path: str) -> FileFormat:
-    """The format a path's extension names (under any .gz/.zst); ValueError listing the known ones."""
+    """The format a path's extension names, under any compression suffix, case-insensitive.
+
+    The one format detector: `load_file()`, the planner's checks and the training reader
+    (`marin.tpu.data`) all ask it, so what one reads the others read. `.parquet` under a
+    compression suffix is Parquet (its pages are compressed inside; zephyr writes such names
+    as plain Parquet).
+
+    Raises:
+        ValueError: naming the path and the known extensions.
+    """
     base = strip_compression_suffix(path).lower()
     for ext, fmt in _EXTENSIONS.items():
         if base.endswith(ext):
             return fmt
-    known = ", ".join(_EXTENSIONS)
-    raise ValueError(f"Cannot tell the format of {path!r} from its extension; load_file() knows {known} (optionally .gz/.zst/.zstd)")
+    raise ValueError(f"Cannot tell the format of {path!r} from its extension; known: {', '.join(_EXTENSIONS)}, "
+                     f"each optionally compressed ({', '.join(COMPRESSION_SUFFIXES)})")
 
 
 def read_path(item: Any, load: op.LoadJsonl | op.LoadParquet | op.LoadFile) -> Iterator[Any]:

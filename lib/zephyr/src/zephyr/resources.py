@@ -2,42 +2,74 @@
 
 from __future__ import annotations
 
+import argparse
+import math
 import re
 from dataclasses import dataclass, field
+from decimal import ROUND_FLOOR, Decimal
 
-__all__ = ["TaskResources", "parse_memory"]
+__all__ = ["TaskResources", "memory_argument", "parse_memory"]
 
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10**15}
+_BINARY = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
 _UNITS = {
     "": 1, "b": 1,
-    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
-    "ki": 2**10, "kib": 2**10, "mi": 2**20, "mib": 2**20, "gi": 2**30, "gib": 2**30, "ti": 2**40, "tib": 2**40,
+    **{prefix + suffix: n for prefix, n in _DECIMAL.items() for suffix in ("", "b")},
+    **{prefix + suffix: n for prefix, n in _BINARY.items() for suffix in ("i", "ib")},
 }
+_SIZE = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?)\s*([a-z]*)\s*", re.IGNORECASE)
+_EXAMPLE = "a size like '2GB', '512MiB', '512Mi', '1.5G' or a number of bytes"
 
 
 def parse_memory(value: int | float | str | None) -> int | None:
-    """Bytes from 2147483648, "2GB", "2 GiB", "512MiB", "1.5g"; None stays None.
+    """Bytes from a memory size as users write it; None stays None.
 
-    >>> parse_memory("2GB")
-    2000000000
-    >>> parse_memory("512MiB")
-    536870912
+    Accepts a positive number of bytes (int, float or digits) or a number with a unit,
+    case-insensitive, with or without a space: decimal ``K``/``KB``, ``M``/``MB``, ``G``/``GB``,
+    ``T``/``TB``, ``P``/``PB`` (powers of 1000) and binary ``Ki``/``KiB``, ``Mi``/``MiB``,
+    ``Gi``/``GiB``, ``Ti``/``TiB``, ``Pi``/``PiB`` (powers of 1024; Kubernetes spells them
+    ``Mi``). The arithmetic is exact (``"1.001GB"`` is 1001000000) and a fraction of a byte is
+    dropped. Zero and negative sizes are errors: a budget of no memory is never what a user
+    means, and Zephyr sizes its buffers from it; leave the option out to reserve nothing.
+
+    Raises:
+        ValueError: naming the value and what was expected.
+
+    >>> parse_memory("2GB"), parse_memory("512Mi"), parse_memory("1.5g")
+    (2000000000, 536870912, 1500000000)
     """
     if value is None:
         return None
-    if isinstance(value, bool):
-        raise ValueError(f"memory must be a size like '2GB' or a number of bytes, got {value!r}")
-    if isinstance(value, (int, float)):
-        if value <= 0:
-            raise ValueError(f"memory must be positive, got {value!r}")
-        return int(value)
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
-    unit = match.group(2).lower() if match else None
-    if not match or unit not in _UNITS:
-        raise ValueError(f"memory must be a size like '2GB', '512MiB' or a number of bytes, got {value!r}")
-    amount = int(float(match.group(1)) * _UNITS[unit])
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"memory must be {_EXAMPLE}; got {value!r} ({type(value).__name__})")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"memory must be {_EXAMPLE}; got {value!r}")
+    if isinstance(value, str):
+        match = _SIZE.fullmatch(value)
+        if not match:
+            raise ValueError(f"memory must be {_EXAMPLE}; got {value!r}")
+        unit = match.group(2).lower()
+        if unit not in _UNITS:
+            raise ValueError(f"memory must be {_EXAMPLE}; got {value!r}, whose unit {match.group(2)!r} is not one of "
+                             "B, K/KB/Ki/KiB, M/MB/Mi/MiB, G/GB/Gi/GiB, T/TB/Ti/TiB, P/PB/Pi/PiB")
+        amount = Decimal(match.group(1)) * _UNITS[unit]
+    else:
+        amount = Decimal(repr(value))  # repr: the shortest decimal that is this float
     if amount <= 0:
-        raise ValueError(f"memory must be positive, got {value!r}")
-    return amount
+        raise ValueError(f"memory must be positive, got {value!r}; leave it unset to reserve no memory")
+    whole = int(amount.to_integral_value(rounding=ROUND_FLOOR))
+    if whole <= 0:
+        raise ValueError(f"memory must be at least one byte, got {value!r}")
+    return whole
+
+
+def memory_argument(text: str) -> int:
+    """`parse_memory` as an argparse ``type=``: its message reaches the user (argparse
+    replaces a plain ValueError's with "invalid value")."""
+    try:
+        return parse_memory(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 @dataclass(frozen=True)

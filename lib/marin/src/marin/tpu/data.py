@@ -1,7 +1,9 @@
 """Deterministic, resumable batches of packed token sequences from Zephyr output shards.
 
 A Zephyr tokenize step writes shards of records such as ``{"input_ids": [17, 4, ...]}`` as
-JSONL (``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``) or Parquet. :class:`TokenBatches` reads the
+JSON Lines or Parquet; a shard's format comes from its name exactly as Zephyr's readers take
+it (``zephyr.readers.format_for``: ``.jsonl``/``.ndjson``/``.json``, ``.parquet``, under any of
+``.gz``/``.gzip``/``.zst``/``.zstd``). :class:`TokenBatches` reads the
 shards in sorted path order, concatenates the token lists of all records, and cuts the
 stream into ``batch_size`` rows of ``seq_len`` tokens (document boundaries are not marked;
 put an end-of-document token in the data if the model needs one). When the shards run out
@@ -29,10 +31,6 @@ import numpy as np
 
 __all__ = ["DataPosition", "TokenBatches", "read_records", "resolve_shards"]
 
-_JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".json", ".json.gz", ".json.zst")
-_PARQUET_SUFFIXES = (".parquet",)
-
-
 @dataclass(frozen=True)
 class DataPosition:
     """The next unread token: ``record``'s token ``token`` in shard ``shard``, in ``epoch``."""
@@ -58,6 +56,7 @@ def resolve_shards(source: str | Sequence[str]) -> list[str]:
         ValueError: if a path is neither JSONL nor Parquet by its extension.
     """
     from zephyr.io import expand_glob
+    from zephyr.readers import format_for
 
     patterns = [source] if isinstance(source, str) else list(source)
     if not patterns:
@@ -66,26 +65,16 @@ def resolve_shards(source: str | Sequence[str]) -> list[str]:
     if not paths:
         raise FileNotFoundError(f"no shards match {source!r}")
     for path in paths:
-        _format_of(path)
+        format_for(path)
     return paths
-
-
-def _format_of(path: str) -> str:
-    name = path.lower()
-    if name.endswith(_JSONL_SUFFIXES):
-        return "jsonl"
-    if name.endswith(_PARQUET_SUFFIXES):
-        return "parquet"
-    raise ValueError(
-        f"cannot tell the format of shard {path!r}: expected one of {', '.join(_JSONL_SUFFIXES + _PARQUET_SUFFIXES)}"
-    )
 
 
 def read_records(path: str, field: str) -> Iterator[list[int]]:
     """Yield the token list in ``field`` of each record of one shard (via ``zephyr.io``)."""
     from zephyr.io import read_jsonl, read_parquet
+    from zephyr.readers import FileFormat, format_for
 
-    records = read_jsonl(path) if _format_of(path) == "jsonl" else read_parquet(path, columns=[field])
+    records = read_parquet(path, columns=[field]) if format_for(path) is FileFormat.PARQUET else read_jsonl(path)
     for index, record in enumerate(records):
         if not isinstance(record, dict) or field not in record:
             keys = sorted(record) if isinstance(record, dict) else type(record).__name__

@@ -23,12 +23,14 @@
 
 Between attempts the driver classifies the failure. A lost node, worker or actor of the
 run itself (Ray's ``NodeDiedError``, ``WorkerCrashedError``, ``ActorDiedError``,
-``OwnerDiedError``, ``ObjectLostError``, ... raised for a slice actor or a host task) is a
-preemption: it is retried up to ``max_retries_preemption`` times without touching the
-failure budget. The same errors raised *by* ``fn`` (its own actors or objects were lost)
-are failures, like any other exception from ``fn``. Anything raised by ``fn`` is a failure: it is
-retried up to ``max_retries_failure`` times and then re-raised, as the exception type ``fn``
-raised and with the remote traceback in its message.
+``OwnerDiedError``, ``ObjectLostError``, ... raised for a slice actor or a host task; the
+list is ``zephyr.backends.ray_errors``, shared with Zephyr's Ray backend) is a preemption:
+it is retried up to ``max_retries_preemption`` times without touching the failure budget.
+The same errors raised *by* ``fn`` (its own actors or objects were lost) are failures, like
+any other exception from ``fn``; so are Ray's out-of-memory kill and a cancelled task.
+Anything raised by ``fn`` is a failure: it is retried up to ``max_retries_failure`` times
+and then re-raised, as the exception type ``fn`` raised and with the remote traceback in
+its message.
 """
 
 from __future__ import annotations
@@ -44,17 +46,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
-from ray.exceptions import (
-    ActorUnavailableError,
-    LocalRayletDiedError,
-    NodeDiedError,
-    ObjectLostError,
-    RayActorError,
-    RayTaskError,
-    WorkerCrashedError,
-)
+from ray.exceptions import RayTaskError
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+from zephyr.backends.ray_errors import is_lost, lost_error_types
 
 from marin.tpu.distributed import INIT_TIMEOUT_S, DistributedConfig
 from marin.tpu.lockfile import remove_tpu_lockfile_on_exit
@@ -76,15 +72,9 @@ logger = logging.getLogger(__name__)
 # autoscaling cluster a wait is normal, a silent wait of hours is not.
 SLICE_WAIT_WARNING_INTERVAL = 300.0
 
-PREEMPTION_ERRORS: tuple[type[BaseException], ...] = (
-    NodeDiedError,
-    WorkerCrashedError,
-    RayActorError,  # includes ActorDiedError
-    ActorUnavailableError,
-    ObjectLostError,  # includes OwnerDiedError
-    LocalRayletDiedError,
-)
-"""Ray errors that mean a host went away (preemption), not that the user's code failed."""
+PREEMPTION_ERRORS: tuple[type[BaseException], ...] = lost_error_types()
+"""Ray errors that mean a host went away (preemption), not that the user's code failed: the
+one list, `zephyr.backends.ray_errors` (Zephyr's Ray backend retries the same errors)."""
 
 SLICE_NAME_LABEL = "ray.io/tpu-slice-name"
 MEGASCALE_PORT = 8081
@@ -106,20 +96,15 @@ class TpuSetupError(RuntimeError):
 def is_preemption(error: BaseException, *, max_depth: int = 1) -> bool:
     """Whether ``error`` says that one of *our* nodes, workers or actors was lost.
 
-    Only Ray system errors near the top of the ``RayTaskError`` cause chain count: at depth
-    0 (the slice actor, or a Ray task the caller waited on, died) or, with the default
+    ``zephyr.backends.ray_errors.is_lost``, the classification Zephyr's Ray backend uses too
+    (its docstring lists which Ray errors count, and why an OOM kill or a cancel does not).
+    Only Ray errors near the top of the ``RayTaskError`` cause chain count: at depth 0 (the
+    slice actor, or a Ray task the caller waited on, died) or, with the default
     ``max_depth=1``, depth 1 (a host task died, reported through the slice actor's method).
     A lost actor or object *inside* the user's own task error (``fn`` used actors of its own
-    and one died: depth 2 under ``run_on_tpu``) is the user's failure, not a preemption. A
-    ``RayTaskError`` is never itself a preemption, even though Ray makes it an instance of
-    its cause's class.
+    and one died: depth 2 under ``run_on_tpu``) is the user's failure, not a preemption.
     """
-    for depth, e in enumerate(_cause_chain(error)):
-        if depth > max_depth:
-            return False
-        if not isinstance(e, RayTaskError):
-            return isinstance(e, PREEMPTION_ERRORS)
-    return False
+    return is_lost(error, max_depth=max_depth)
 
 
 def _cause_chain(error: BaseException):

@@ -4,9 +4,10 @@ Connects to `address` (or `RAY_ADDRESS`) when given, else starts an embedded loc
 shuts it down on `close()`); a driver that already called `ray.init()` is used as it is. Token-authenticated clusters need nothing here: Ray reads
 `RAY_AUTH_MODE=token` and the token (`RAY_AUTH_TOKEN_PATH` or `~/.ray/auth_token`) itself.
 
-Failures are sorted for the runner: a task whose worker or node died is `TaskLost` (Ray has
-already retried it `ray_task_retries` times at the system level; the runner resubmits it
-without charging the user's budget); an exception raised by user code arrives as the
+Failures are sorted for the runner: a task the cluster lost (its worker or node died, see
+`zephyr.backends.ray_errors` for the list) is `TaskLost` (Ray has already retried it
+`ray_task_retries` times at the system level; the runner resubmits it without charging the
+user's budget); an exception raised by user code arrives as the
 `ShardError` the task raised. The stage program goes into the object store once per stage;
 tasks carry only shard descriptors (paths, indices).
 """
@@ -19,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from zephyr.backends.base import Backend, TaskLost
+from zephyr.backends.ray_errors import lost_cause
 from zephyr.errors import ShardError
 
 __all__ = ["RayBackend"]
@@ -99,33 +101,16 @@ class RayBackend(Backend):
 
     def result(self, handle: Any) -> Any:
         ray = self._ray()
-        lost = (
-            ray.exceptions.WorkerCrashedError,
-            ray.exceptions.NodeDiedError,
-            ray.exceptions.ObjectLostError,
-            ray.exceptions.OwnerDiedError,
-            ray.exceptions.LocalRayletDiedError,
-            ray.exceptions.TaskCancelledError,
-            # the node, not the shard: its disk or object store filled up, or an RPC dropped
-            ray.exceptions.OutOfDiskError,
-            ray.exceptions.ObjectStoreFullError,
-            ray.exceptions.RpcError,
-        )
-        # OutOfMemoryError stays a task failure (user budget): a shard that needs more than its
-        # `memory` would otherwise be retried a hundred times.
-        # Not lost: a RaySystemError cause is usually an argument that cannot be unpickled on
-        # the worker (e.g. "No module named ..."); retrying it a hundred times cannot help.
         try:
             return ray.get(handle)
-        except ray.exceptions.RayTaskError as e:
-            cause = getattr(e, "cause", None)
+        except Exception as e:
+            cause = getattr(e, "cause", None) if isinstance(e, ray.exceptions.RayTaskError) else None
             if isinstance(cause, ShardError):
                 raise cause from None
-            if isinstance(cause, lost):
-                raise TaskLost(str(cause)) from e
+            lost = lost_cause(e)  # Ray's OOM kill, a cancel, an unpicklable argument: not lost
+            if lost is not None:
+                raise TaskLost(f"{type(lost).__name__}: {lost}") from e
             raise
-        except lost as e:
-            raise TaskLost(f"{type(e).__name__}: {e}") from e
 
     def spans_machines(self) -> bool:
         ray = self._ray()

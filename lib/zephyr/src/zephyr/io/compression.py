@@ -17,6 +17,7 @@ from typing import BinaryIO
 import zstandard
 
 __all__ = [
+    "COMPRESSION_SUFFIXES",
     "Codec",
     "CorruptInputError",
     "TruncatedInputError",
@@ -37,6 +38,7 @@ class Codec(Enum):
 
 
 _SUFFIXES = {".gz": Codec.GZIP, ".gzip": Codec.GZIP, ".zst": Codec.ZSTD, ".zstd": Codec.ZSTD}
+COMPRESSION_SUFFIXES = tuple(_SUFFIXES)
 
 
 def codec_for(path: str) -> Codec:
