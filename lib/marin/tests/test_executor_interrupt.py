@@ -1,0 +1,158 @@
+"""SIGINT/SIGTERM to a running experiment: it stops at once, records the truth, and a rerun finishes it.
+
+Regression for issue 21 (3): `executor_main` waited for every submitted step, so a SIGINT during
+the first of three sequential steps exited only after it, with all three recorded SUCCESS; and
+SIGTERM killed the process with the step left RUNNING and its lease held.
+
+Each experiment runs as a real process (`sys.executable script.py`) and gets a real signal. Its
+first step blocks until a gate file appears (the test controls it), so the signal always lands
+while that step runs. The seconds from signal to exit are printed (`pytest -s`), not asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from marin.execution import Lease, StepStatus, read_status
+
+EXPERIMENT = textwrap.dedent(
+    """
+    import os, sys, time
+    from dataclasses import dataclass
+    from marin.execution import ExecutorStep, executor_main, output_path_of, this_output_path
+
+    MARKS = os.environ["MARKS_DIR"]
+    GATE = os.environ["GATE"]
+
+    @dataclass(frozen=True)
+    class Config:
+        output_path: str
+        name: str
+        upstream: str | None = None
+
+    def mark(what):
+        open(os.path.join(MARKS, f"{what}-{time.monotonic_ns()}"), "w").close()
+
+    def work(config):
+        mark(f"{config.name}.started")
+        try:
+            if config.upstream is None:
+                if os.environ.get("BLOCK_IN_C"):
+                    time.sleep(600)  # cannot be interrupted from another thread
+                while not os.path.exists(GATE):  # a Python loop: the interrupt lands within one turn
+                    time.sleep(0.05)
+            with open(os.path.join(config.output_path, "out.txt"), "w") as f:
+                f.write(config.name)
+        except BaseException as e:
+            mark(f"{config.name}.stopped-by-{type(e).__name__}")
+            raise
+
+    one = ExecutorStep(name="one", fn=work, config=Config(this_output_path(), "one"))
+    two = ExecutorStep(name="two", fn=work, config=Config(this_output_path(), "two", output_path_of(one)))
+    three = ExecutorStep(name="three", fn=work, config=Config(this_output_path(), "three", output_path_of(two)))
+
+    if __name__ == "__main__":
+        executor_main([one, two, three], description="interrupt test")
+    """
+)
+
+
+class Experiment:
+    def __init__(self, tmp_path: Path, env: dict | None = None):
+        self.script = tmp_path / "interrupted.py"
+        self.script.write_text(EXPERIMENT)
+        self.prefix = tmp_path / "prefix"
+        self.marks = tmp_path / "marks"
+        self.marks.mkdir()
+        self.gate = tmp_path / "gate"
+        self.args = [sys.executable, str(self.script), "--prefix", str(self.prefix), "--lease_timeout", "30",
+                     "--heartbeat_interval", "0.5", "--poll_interval", "0.2", "--interrupt_grace", "5"]
+        self.env = {**os.environ, "MARKS_DIR": str(self.marks), "GATE": str(self.gate), **(env or {})}
+
+    def step_dir(self, name: str) -> Path | None:
+        found = list(self.prefix.glob(f"{name}-*"))
+        return found[0] if found else None
+
+    def status(self, name: str) -> StepStatus | None:
+        path = self.step_dir(name)
+        return read_status(str(path)) if path is not None else None
+
+    def marked(self, prefix: str) -> list[str]:
+        return sorted(p.name.rsplit("-", 1)[0] for p in self.marks.iterdir() if p.name.startswith(prefix))
+
+    def record(self) -> dict:
+        [path] = list((self.prefix / "experiments").glob("interrupted-*.json"))
+        return json.loads(path.read_text())
+
+
+def _interrupt(proc: subprocess.Popen, signum: int) -> tuple[int, float]:
+    """Send `signum`; return the exit status and the seconds it took to exit."""
+    sent = time.monotonic()
+    proc.send_signal(signum)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the experiment did not exit within 60 s of {signal.Signals(signum).name}")
+    return proc.returncode, time.monotonic() - sent
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_stops_the_experiment_and_a_rerun_finishes_it(tmp_path, background, wait_until, signum):
+    exp = Experiment(tmp_path)
+    proc = background(exp.args, env=exp.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: exp.status("one") == StepStatus.RUNNING and exp.marked("one.started"), "step one to run")
+
+    code, seconds = _interrupt(proc, signum)
+    stderr = proc.stderr.read()
+    print(f"\n{signal.Signals(signum).name}: exited {code} after {seconds:.2f}s")
+    assert code == 128 + signum, stderr[-3000:]
+    # the interrupt reached the step's function (not merely abandoned after the grace period)
+    assert exp.marked("one.stopped-by-") == ["one.stopped-by-StepInterrupted"]
+    assert exp.status("one") == StepStatus.INTERRUPTED
+    one = exp.step_dir("one")
+    assert not (one / "out.txt").exists()
+    holder = Lease(str(one / ".executor_lease")).current()
+    assert holder["released"] and holder["outcome"] == "INTERRUPTED" and not Lease.is_live(holder)
+    for later in ("two", "three"):  # never started: no status, no output, never called
+        path = exp.step_dir(later)
+        assert path is None or not any(path.iterdir()), list(path.iterdir())
+        assert not exp.marked(f"{later}.")
+    record = exp.record()
+    assert record["interrupted_by"] == signal.Signals(signum).name
+    assert [s["state"] for s in record["steps"]] == ["INTERRUPTED", "PENDING", "PENDING"]
+
+    exp.gate.touch()
+    rerun = subprocess.run(exp.args, env=exp.env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert [exp.status(n) for n in ("one", "two", "three")] == [StepStatus.SUCCESS] * 3
+    assert exp.marked("one.started") == ["one.started", "one.started"]  # one ran again
+    assert exp.marked("two.started") == ["two.started"] and exp.marked("three.started") == ["three.started"]
+    assert (exp.step_dir("three") / "out.txt").read_text() == "three"
+    assert "interrupted_by" not in exp.record()
+
+
+def test_a_step_that_ignores_the_interrupt_is_left_behind_after_the_grace_period(tmp_path, background, wait_until):
+    """A function blocked in C (a long sleep) cannot be interrupted from another thread: the
+    executor waits `interrupt_grace`, records the step INTERRUPTED, releases its lease and exits."""
+    exp = Experiment(tmp_path, env={"BLOCK_IN_C": "1"})
+    exp.args[exp.args.index("--interrupt_grace") + 1] = "1"
+    proc = background(exp.args, env=exp.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: exp.status("one") == StepStatus.RUNNING and exp.marked("one.started"), "step one to run")
+
+    code, seconds = _interrupt(proc, signal.SIGINT)
+    print(f"\nSIGINT, step blocked in C: exited {code} after {seconds:.2f}s")
+    assert code == 130, proc.stderr.read()[-3000:]
+    assert not exp.marked("one.stopped-by-")  # it never saw the interrupt: it was left behind
+    assert exp.status("one") == StepStatus.INTERRUPTED
+    holder = Lease(str(exp.step_dir("one") / ".executor_lease")).current()
+    assert holder["released"] and holder["outcome"] == "INTERRUPTED" and "left behind" in holder["error"]
+    assert exp.step_dir("two") is None and exp.step_dir("three") is None
