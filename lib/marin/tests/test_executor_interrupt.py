@@ -156,3 +156,59 @@ def test_a_step_that_ignores_the_interrupt_is_left_behind_after_the_grace_period
     holder = Lease(str(exp.step_dir("one") / ".executor_lease")).current()
     assert holder["released"] and holder["outcome"] == "INTERRUPTED" and "left behind" in holder["error"]
     assert exp.step_dir("two") is None and exp.step_dir("three") is None
+
+
+RAY_EXPERIMENT = textwrap.dedent(
+    """
+    import os, time
+    import ray
+    from marin.execution import ExecutorStep, executor_main, this_output_path
+
+    MARKS = os.environ["MARKS_DIR"]
+
+    @ray.remote(max_retries=0)
+    def beat(config):
+        path = os.path.join(MARKS, "heartbeat")
+        open(os.path.join(MARKS, f"task.started-{os.getpid()}"), "w").close()
+        try:
+            n = 0
+            while True:  # a heartbeat every 0.2 s, until cancelled
+                n += 1
+                with open(path + ".tmp", "w") as f:
+                    f.write(str(n))
+                os.replace(path + ".tmp", path)
+                time.sleep(0.2)
+        except BaseException as e:
+            open(os.path.join(MARKS, f"task.stopped-by-{type(e).__name__}"), "w").close()
+            raise
+
+    if __name__ == "__main__":
+        executor_main([ExecutorStep(name="beat", fn=beat, config={"output_path": this_output_path()})])
+    """
+)
+
+
+@pytest.mark.ray
+def test_interrupt_cancels_the_ray_task_of_a_step(tmp_path, background, wait_until, ray_shared):
+    script = tmp_path / "ray_step.py"
+    script.write_text(RAY_EXPERIMENT)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    prefix = tmp_path / "prefix"
+    env = {**os.environ, "MARKS_DIR": str(marks), "RAY_ADDRESS": ray_shared.get_runtime_context().gcs_address}
+    args = [sys.executable, str(script), "--prefix", str(prefix), "--interrupt_grace", "30"]
+    proc = background(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    heartbeat = marks / "heartbeat"
+    wait_until(lambda: heartbeat.exists(), "the step's Ray task to beat")
+
+    code, seconds = _interrupt(proc, signal.SIGINT)
+    print(f"\nSIGINT, Ray step: exited {code} after {seconds:.2f}s")
+    assert code == 130, proc.stderr.read()[-3000:]
+    # the cancel reached the task: it raised in its own loop (Ray delivers KeyboardInterrupt)
+    assert [p.name for p in marks.glob("task.stopped-by-*")] == ["task.stopped-by-KeyboardInterrupt"]
+    [step] = list(prefix.glob("beat-*"))
+    assert read_status(str(step)) == StepStatus.INTERRUPTED
+    assert Lease(str(step / ".executor_lease")).current()["released"]
+    last = heartbeat.read_text()
+    time.sleep(1.0)  # five heartbeat periods: a live task would have beaten again
+    assert heartbeat.read_text() == last
