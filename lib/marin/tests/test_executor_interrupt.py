@@ -94,24 +94,14 @@ class Experiment:
         return json.loads(path.read_text())
 
 
-def _interrupt(proc: subprocess.Popen, signum: int) -> tuple[int, float]:
-    """Send `signum`; return the exit status and the seconds it took to exit."""
-    sent = time.monotonic()
-    proc.send_signal(signum)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the experiment did not exit within 60 s of {signal.Signals(signum).name}")
-    return proc.returncode, time.monotonic() - sent
-
-
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_signal_stops_the_experiment_and_a_rerun_finishes_it(tmp_path, background, wait_until, signum):
+def test_signal_stops_the_experiment_and_a_rerun_finishes_it(tmp_path, background, wait_until, signal_and_wait, signum):
     exp = Experiment(tmp_path)
     proc = background(exp.args, env=exp.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_until(lambda: exp.status("one") == StepStatus.RUNNING and exp.marked("one.started"), "step one to run")
 
-    code, seconds = _interrupt(proc, signum)
+    seconds = signal_and_wait(proc, signum)
+    code = proc.returncode
     stderr = proc.stderr.read()
     print(f"\n{signal.Signals(signum).name}: exited {code} after {seconds:.2f}s")
     assert code == 128 + signum, stderr[-3000:]
@@ -140,7 +130,8 @@ def test_signal_stops_the_experiment_and_a_rerun_finishes_it(tmp_path, backgroun
     assert "interrupted_by" not in exp.record()
 
 
-def test_a_step_that_ignores_the_interrupt_is_left_behind_after_the_grace_period(tmp_path, background, wait_until):
+def test_a_step_that_ignores_the_interrupt_is_left_behind_after_the_grace_period(tmp_path, background, wait_until,
+                                                                               signal_and_wait):
     """A function blocked in C (a long sleep) cannot be interrupted from another thread: the
     executor waits `interrupt_grace`, records the step INTERRUPTED, releases its lease and exits."""
     exp = Experiment(tmp_path, env={"BLOCK_IN_C": "1"})
@@ -148,7 +139,8 @@ def test_a_step_that_ignores_the_interrupt_is_left_behind_after_the_grace_period
     proc = background(exp.args, env=exp.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_until(lambda: exp.status("one") == StepStatus.RUNNING and exp.marked("one.started"), "step one to run")
 
-    code, seconds = _interrupt(proc, signal.SIGINT)
+    seconds = signal_and_wait(proc, signal.SIGINT)
+    code = proc.returncode
     print(f"\nSIGINT, step blocked in C: exited {code} after {seconds:.2f}s")
     assert code == 130, proc.stderr.read()[-3000:]
     assert not exp.marked("one.stopped-by-")  # it never saw the interrupt: it was left behind
@@ -189,7 +181,7 @@ RAY_EXPERIMENT = textwrap.dedent(
 
 
 @pytest.mark.ray
-def test_interrupt_cancels_the_ray_task_of_a_step(tmp_path, background, wait_until, ray_shared):
+def test_interrupt_cancels_the_ray_task_of_a_step(tmp_path, background, wait_until, signal_and_wait, ray_shared):
     script = tmp_path / "ray_step.py"
     script.write_text(RAY_EXPERIMENT)
     marks = tmp_path / "marks"
@@ -201,7 +193,8 @@ def test_interrupt_cancels_the_ray_task_of_a_step(tmp_path, background, wait_unt
     heartbeat = marks / "heartbeat"
     wait_until(lambda: heartbeat.exists(), "the step's Ray task to beat")
 
-    code, seconds = _interrupt(proc, signal.SIGINT)
+    seconds = signal_and_wait(proc, signal.SIGINT)
+    code = proc.returncode
     print(f"\nSIGINT, Ray step: exited {code} after {seconds:.2f}s")
     assert code == 130, proc.stderr.read()[-3000:]
     # the cancel reached the task: it raised in its own loop (Ray delivers KeyboardInterrupt)
