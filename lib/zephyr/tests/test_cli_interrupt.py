@@ -82,11 +82,13 @@ class Run:
         return sorted(p.name for p in self.out.iterdir() if ".zephyr-tmp-" in p.name) if self.out.exists() else []
 
 
-def interrupt_mid_stage(run: Run, background, wait_until, signal_and_wait, signum: int) -> None:
+def interrupt_mid_stage(run: Run, background, wait_until, signal_and_wait, signum: int, before_signal=None) -> None:
     """Start the run, wait until two writers are mid-file, send `signum`, check what it left."""
     proc = background(run.args(run.out), env=run.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_until(lambda: len(run.marked("waiting-")) == 2 and len(run.temporaries()) == 2,
                "two shards to block mid-write")
+    if before_signal is not None:
+        before_signal(proc)
     seconds = signal_and_wait(proc, signum)
     stderr = proc.stderr.read()
     print(f"\n{' '.join(run.backend_args)} {signal.Signals(signum).name}: exited {proc.returncode} after {seconds:.2f}s")
@@ -133,3 +135,48 @@ def test_ray_run_interrupted_mid_stage(tmp_path, background, wait_until, signal_
     run = Run(tmp_path, ["--backend=ray", f"--address={address}"])
     interrupt_mid_stage(run, background, wait_until, signal_and_wait, signum)
     rerun_matches_a_clean_run(run, tmp_path)
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below `pid` (from /proc), e.g. the embedded Ray a driver started."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process tree from /proc")
+def test_interrupted_driver_shuts_down_its_embedded_ray(tmp_path, background, wait_until, signal_and_wait):
+    """Without --address the command starts its own Ray; an interrupted run shuts it down: the
+    Ray processes it started (GCS, raylet, dashboard and runtime-env agents, workers) all end.
+    (A SIGKILLed driver cannot: its agents outlive it, see docs/zephyr.md.)"""
+    run = Run(tmp_path, ["--backend=ray"], env={"RAY_ADDRESS": ""})
+    ray_processes: set[int] = set()
+    interrupt_mid_stage(run, background, wait_until, signal_and_wait, signal.SIGTERM,
+                        before_signal=lambda proc: ray_processes.update(descendants(proc.pid)))
+    assert len(ray_processes) >= 3  # at least the GCS, the raylet and a worker
+    try:
+        wait_until(lambda: not any(running(pid) for pid in ray_processes), "the embedded Ray's processes to end", 60)
+    finally:
+        for pid in ray_processes:  # only what this test's driver started
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
