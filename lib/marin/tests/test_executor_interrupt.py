@@ -205,3 +205,58 @@ def test_interrupt_cancels_the_ray_task_of_a_step(tmp_path, background, wait_unt
     last = heartbeat.read_text()
     time.sleep(1.0)  # five heartbeat periods: a live task would have beaten again
     assert heartbeat.read_text() == last
+
+
+ZEPHYR_EXPERIMENT = textwrap.dedent(
+    """
+    import os, time
+    from marin.execution import ExecutorStep, executor_main, this_output_path
+    from zephyr import Dataset, create_backend
+
+    MARKS, GATE = os.environ["MARKS_DIR"], os.environ["GATE"]
+
+    def slow(x):
+        if x % 10 == 5:  # every shard waits on its sixth record: its writer is mid-file
+            open(os.path.join(MARKS, f"waiting-{x}"), "w").close()
+            try:
+                while not os.path.exists(GATE):
+                    time.sleep(0.05)
+            except BaseException as e:
+                open(os.path.join(MARKS, f"stopped-{x}-{type(e).__name__}"), "w").close()
+                raise
+        return {"x": x}
+
+    def pipeline(config):
+        chunks = [list(range(i * 10, i * 10 + 10)) for i in range(2)]
+        ds = Dataset.from_list(chunks).flat_map(lambda c: c).map(slow).write_jsonl(config["output_path"] + "/part-{shard}.jsonl")
+        list(create_backend("threadpool", 2, progress=False).execute(ds))
+
+    if __name__ == "__main__":
+        executor_main([ExecutorStep(name="pipeline", fn=pipeline, config={"output_path": this_output_path()})])
+    """
+)
+
+
+def test_interrupt_reaches_a_zephyr_pipeline_inside_a_step(tmp_path, background, wait_until, signal_and_wait):
+    """The step's interrupt lands in the pipeline's stage loop, which cancels its running shards
+    (threadpool: an exception inside each); their writers remove their temporaries."""
+    script = tmp_path / "zephyr_step.py"
+    script.write_text(ZEPHYR_EXPERIMENT)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    prefix = tmp_path / "prefix"
+    env = {**os.environ, "MARKS_DIR": str(marks), "GATE": str(tmp_path / "gate")}
+    proc = background([sys.executable, str(script), "--prefix", str(prefix)], env=env,
+                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def temporaries() -> list[Path]:
+        return [p for p in prefix.glob("pipeline-*/.part-*") if ".zephyr-tmp-" in p.name]
+
+    wait_until(lambda: len(list(marks.glob("waiting-*"))) == 2 and len(temporaries()) == 2, "both shards mid-write")
+    seconds = signal_and_wait(proc, signal.SIGINT)
+    print(f"\nSIGINT, zephyr pipeline in a step: exited {proc.returncode} after {seconds:.2f}s")
+    assert proc.returncode == 130, proc.stderr.read()[-3000:]
+    assert sorted(p.name for p in marks.glob("stopped-*")) == ["stopped-15-Interrupted", "stopped-5-Interrupted"]
+    [step] = list(prefix.glob("pipeline-*"))
+    assert read_status(str(step)) == StepStatus.INTERRUPTED
+    assert not temporaries() and not list(step.glob("part-*"))

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from zephyr.backends import Backend, backend_names, create_backend, set_flow_backend
 from zephyr.errors import PlanError, ShardError
-from zephyr.interrupts import Interrupted, handling_signals, signal_name
+from zephyr.interrupts import Interrupted, exit_after, handling_signals, signal_name
 from zephyr.progress import format_summary
 from zephyr.resources import parse_memory
 
@@ -44,6 +44,8 @@ EPILOG = """examples:
   zephyr status http://127.0.0.1:8270/                    # that page's state, in the terminal
   zephyr status gs://bucket/clean/                        # a finished run, from its .zephyr-run.json
 """
+
+EXIT_DEADLINE = 30.0  # seconds after SIGINT/SIGTERM: cancel, drain (at most 10 s), close the backend, exit
 
 _SUBCOMMANDS = {"status": "status_main", "dashboard": "dashboard_main"}
 
@@ -325,6 +327,7 @@ class _StopOnce:
                   file=sys.stderr, flush=True)
             return
         self.signum = signum
+        exit_after(EXIT_DEADLINE, 128 + signum)  # a shard blocked in C must not hold the exit forever
         raise Interrupted(signum)
 
 

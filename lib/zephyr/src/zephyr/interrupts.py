@@ -16,20 +16,35 @@ done).
   (main thread only; elsewhere it does nothing), then the previous handlers come back.
 - `ThreadInterrupter`: runs a call in the current thread so that another thread can interrupt
   it; the interrupt can land only inside that call, never in the caller's bookkeeping around it.
+- `exit_after(seconds, code)`: once a run has stopped, a thread left behind (or one that a
+  thread pool joins at exit) must not keep the process alive: exit hard after `seconds`.
+- `WAIT_SLICE`: blocking waits in a thread that may be interrupted wake at least this often,
+  because an asynchronous exception cannot land while a thread is blocked in C.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
+import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["Interrupted", "ThreadInterrupter", "handling_signals", "raise_interrupted", "signal_name"]
+__all__ = ["WAIT_SLICE", "Interrupted", "ThreadInterrupter", "exit_after", "handling_signals", "raise_interrupted",
+           "signal_name", "wait_slice"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+WAIT_SLICE = 0.5  # seconds
+
+
+def wait_slice(timeout: float | None) -> float:
+    """`timeout` for one blocking wait, at most WAIT_SLICE (a caller loops until its own deadline)."""
+    return WAIT_SLICE if timeout is None else min(timeout, WAIT_SLICE)
 
 
 def signal_name(signum: int) -> str:
@@ -125,3 +140,25 @@ class ThreadInterrupter:
                 return False
             self.interrupted = True
             return self._thread_id is not None and _set_async_exc(self._thread_id, self.exc_type)
+
+
+def exit_after(seconds: float, code: int) -> threading.Thread:
+    """Exit the process with `code` after `seconds`, unless it has exited by then.
+
+    For a process that stopped on a signal but may not manage to exit: interpreter shutdown
+    joins every non-daemon thread (thread pools' workers included), and a thread blocked in C
+    never ends. The timer is a daemon thread, so a process that exits normally is not delayed.
+    """
+
+    def expire() -> None:
+        time.sleep(seconds)
+        logging.getLogger("zephyr").error(
+            "still not exited %.0fs after the interrupt (a thread is blocked); exiting now with status %d", seconds, code)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+    timer = threading.Thread(target=expire, name="zephyr-exit-after-interrupt", daemon=True)
+    timer.start()
+    return timer

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import draccus
+from zephyr.interrupts import exit_after
 
 from marin.execution.runner import Executor, ExecutorInterrupted
 from marin.execution.steps import ExecutorStep, InputName
@@ -26,6 +27,8 @@ from marin.execution.steps import ExecutorStep, InputName
 __all__ = ["ExecutorMainConfig", "executor_main"]
 
 logger = logging.getLogger(__name__)
+
+EXIT_DEADLINE = 10.0  # seconds after an interrupted run is recorded by which the process exits, however stuck
 
 
 @dataclass
@@ -113,6 +116,7 @@ def executor_main(
         return executor.run(steps, config.run_only)
     except ExecutorInterrupted as e:
         logger.error("%s", e)
+        exit_after(EXIT_DEADLINE, e.exit_code)  # a step's thread (or its pool's) must not hold the exit
         raise SystemExit(e.exit_code) from e
     finally:
         if dashboard is not None:

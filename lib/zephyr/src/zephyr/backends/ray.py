@@ -23,6 +23,7 @@ from typing import Any
 
 from zephyr.backends.base import Backend, TaskLost
 from zephyr.errors import ShardError
+from zephyr.interrupts import wait_slice
 
 __all__ = ["RayBackend"]
 
@@ -107,7 +108,7 @@ class RayBackend(Backend):
 
     def wait(self, handles: Sequence[Any], timeout: float | None = None) -> list[Any]:
         ray = self._ray()
-        done, rest = ray.wait(list(handles), num_returns=1, timeout=timeout)
+        done, rest = ray.wait(list(handles), num_returns=1, timeout=wait_slice(timeout))
         if rest:
             more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
             done.extend(more)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from zephyr.backends.base import Backend
-from zephyr.interrupts import ThreadInterrupter
+from zephyr.interrupts import ThreadInterrupter, wait_slice
 
 __all__ = ["ThreadpoolBackend"]
 
@@ -38,7 +38,7 @@ class ThreadpoolBackend(Backend):
         return future
 
     def wait(self, handles: Sequence[cf.Future], timeout: float | None = None) -> list[cf.Future]:
-        done, _ = cf.wait(handles, timeout=timeout, return_when=cf.FIRST_COMPLETED)
+        done, _ = cf.wait(handles, timeout=wait_slice(timeout), return_when=cf.FIRST_COMPLETED)
         return list(done)
 
     def result(self, handle: cf.Future) -> Any:
