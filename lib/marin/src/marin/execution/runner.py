@@ -45,7 +45,7 @@ import threading
 import traceback
 from typing import Any, Callable, Iterable
 
-from zephyr.interrupts import Interrupted, handling_signals, signal_name
+from zephyr.interrupts import handling_signals, signal_name
 
 from marin.execution import storage
 from marin.execution.hashing import resolve_config
@@ -61,7 +61,7 @@ from marin.execution.status import (
     write_info,
     write_status,
 )
-from marin.execution.step_threads import StepInterrupted, StepRun, describe, stop_steps
+from marin.execution.step_threads import ExecutorInterrupted, StepInterrupted, StepRun, describe, stop_steps
 from marin.execution.steps import ExecutorStep, InputName
 
 __all__ = ["Executor", "ExecutorError", "ExecutorInterrupted", "StepFailedError", "SKIPPED"]
@@ -83,21 +83,6 @@ class ExecutorError(RuntimeError):
         if dep_failed:
             lines.append(f"{len(dep_failed)} dependent step(s) did not run (DEP_FAILED): " + ", ".join(dep_failed))
         super().__init__("\n".join(lines))
-
-
-class ExecutorInterrupted(Interrupted):
-    """SIGINT or SIGTERM stopped the run. `interrupted`: output paths of the steps it stopped
-    (recorded INTERRUPTED); `not_started`: those it never started (no status written).
-    `exit_code` is 128 + the signal's number (130 for SIGINT, 143 for SIGTERM)."""
-
-    def __init__(self, signum: int, interrupted: list[str], not_started: list[str]):
-        self.interrupted = interrupted
-        self.not_started = not_started
-        super().__init__(
-            signum,
-            f"interrupted by {signal_name(signum)}: {len(interrupted)} step(s) stopped and recorded INTERRUPTED, "
-            f"{len(not_started)} not started; rerun the same command to continue",
-        )
 
 
 class StepFailedError(RuntimeError):
@@ -255,16 +240,13 @@ class Executor:
             raise ExecutorError(failed, dep_failed)
         return states
 
-    def _collect(self, run: StepRun, states: dict[str, str], failed: dict[str, str]) -> None:
+    @staticmethod
+    def _collect(run: StepRun, states: dict[str, str], failed: dict[str, str]) -> None:
         """Take the outcome of a step whose thread ended into `states` (and `failed`)."""
-        path = run.planned.output_path
-        if run.error is None:
-            states[path] = run.result or StepStatus.SUCCESS.value
-        elif run.interrupter.interrupted:
-            states[path] = StepStatus.INTERRUPTED.value if run.started else states.get(path, "PENDING")
-        else:
-            states[path] = StepStatus.FAILED.value
-            failed[path] = f"{run.name}: {type(run.error).__name__}: {run.error}"
+        state, failure = run.outcome()
+        states[run.planned.output_path] = state
+        if failure is not None:
+            failed[run.planned.output_path] = failure
 
     def _interrupt(self, plan: Plan, record_path: str, running: list[StepRun], states: dict[str, str],
                    signals: list[int]) -> None:

@@ -21,15 +21,30 @@ import threading
 import time
 from collections.abc import Callable
 
-from zephyr.interrupts import Interrupted, ThreadInterrupter
+from zephyr.interrupts import Interrupted, ThreadInterrupter, signal_name
 
 from marin.execution.lease import Lease
 from marin.execution.planning import PlannedStep
 from marin.execution.status import StepStatus, write_status
 
-__all__ = ["StepInterrupted", "StepRun", "stop_steps"]
+__all__ = ["ExecutorInterrupted", "StepInterrupted", "StepRun", "describe", "stop_steps"]
 
 logger = logging.getLogger(__name__)
+
+
+class ExecutorInterrupted(Interrupted):
+    """SIGINT or SIGTERM stopped the run. `interrupted`: output paths of the steps it stopped
+    (recorded INTERRUPTED); `not_started`: those it never started (no status written).
+    `exit_code` is 128 + the signal's number (130 for SIGINT, 143 for SIGTERM)."""
+
+    def __init__(self, signum: int, interrupted: list[str], not_started: list[str]):
+        self.interrupted = interrupted
+        self.not_started = not_started
+        super().__init__(
+            signum,
+            f"interrupted by {signal_name(signum)}: {len(interrupted)} step(s) stopped and recorded INTERRUPTED, "
+            f"{len(not_started)} not started; rerun the same command to continue",
+        )
 
 
 class StepInterrupted(Interrupted):
@@ -70,6 +85,14 @@ class StepRun:
 
     def alive(self) -> bool:
         return self.thread is not None and self.thread.is_alive()
+
+    def outcome(self) -> tuple[str, str | None]:
+        """(state for the experiment record, failure text or None) once its thread has ended."""
+        if self.error is None:
+            return self.result or StepStatus.SUCCESS.value, None
+        if self.interrupter.interrupted:
+            return (StepStatus.INTERRUPTED.value if self.started else "PENDING"), None
+        return StepStatus.FAILED.value, f"{self.name}: {type(self.error).__name__}: {self.error}"
 
     def abandon(self, reason: str) -> bool:
         """Record the step INTERRUPTED and release its lease, unless its thread already did.
