@@ -232,7 +232,7 @@ class Executor:
                         self._collect(finished, states, failed)
             except KeyboardInterrupt:  # handlers could not be installed, or another source raised it
                 signals.append(signal.SIGINT)
-            if signals:
+            if signals and (running or queued or waiting):  # a signal after the last step ended stops nothing
                 self._interrupt(plan, record_path, running, states, signals)
         self._write_experiment(record_path, plan, states)
         if failed:
