@@ -440,6 +440,24 @@ def wait_for_line_fixture():
     return wait_for_line
 
 
+def signal_and_wait(proc: subprocess.Popen, signum: int, timeout: float = 60.0) -> float:
+    """Send `signum` to `proc` and wait for it to exit; returns the seconds it took (a test
+    prints them; the deadline only keeps a hung process from hanging the test)."""
+    sent = time.monotonic()
+    proc.send_signal(signum)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the process did not exit within {timeout:.0f} s of signal {signum}")
+    return time.monotonic() - sent
+
+
+@pytest.fixture(name="signal_and_wait")
+def signal_and_wait_fixture():
+    """`signal_and_wait(proc, signum, timeout=60)` -> seconds from the signal to the process's exit."""
+    return signal_and_wait
+
+
 @pytest.fixture
 def background():
     """`background(*popen_args, **popen_kwargs)`: start a process that is killed (and reaped)

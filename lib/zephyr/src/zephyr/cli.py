@@ -7,7 +7,8 @@ options. A script without an `if __name__ == "__main__":` block has its entry po
 (`--entry-point`, default `main`) called after it loads. Everything after the script path
 goes to the script. `--cluster NAME` submits the same command to a Ray cluster as a job
 through Marin's job launcher instead. `--dashboard[=PORT]` serves a live status page of the
-script's pipelines while it runs.
+script's pipelines while it runs. SIGINT (Ctrl-C) or SIGTERM stops the script: its running
+pipeline cancels its in-flight tasks and the command exits with 130 or 143 (see docs/zephyr.md).
 
     zephyr status URL_OR_RECORD [--json]     print a run's state (see zephyr.status.commands)
     zephyr dashboard RECORD [--html FILE]    serve (or save) a finished run's page again
@@ -21,12 +22,14 @@ import json
 import os
 import runpy
 import shlex
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
 
 from zephyr.backends import Backend, backend_names, create_backend, set_flow_backend
 from zephyr.errors import PlanError, ShardError
+from zephyr.interrupts import Interrupted, exit_after, handling_signals, signal_name
 from zephyr.progress import format_summary
 from zephyr.resources import memory_argument
 
@@ -41,6 +44,8 @@ EPILOG = """examples:
   zephyr status http://127.0.0.1:8270/                    # that page's state, in the terminal
   zephyr status gs://bucket/clean/                        # a finished run, from its .zephyr-run.json
 """
+
+EXIT_DEADLINE = 30.0  # seconds after SIGINT/SIGTERM: cancel, drain (at most 10 s), close the backend, exit
 
 _SUBCOMMANDS = {"status": "status_main", "dashboard": "dashboard_main"}
 
@@ -282,17 +287,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dashboard is not None and not args.dry_run:
         dashboard = _start_dashboard(parser, args.dashboard_host, args.dashboard)
     set_flow_backend(backend)
-    try:
-        _run_script(args.script, args.script_args, args.entry_point)
-    except (ShardError, PlanError, FileNotFoundError) as e:
-        print(f"zephyr: error: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
-    finally:
-        set_flow_backend(None)
-        backend.close()
-        if dashboard is not None:
-            dashboard.stop()
+    stop = _StopOnce()
+    with handling_signals(stop):
+        try:
+            _run_script(args.script, args.script_args, args.entry_point)
+        except (ShardError, PlanError, FileNotFoundError) as e:
+            print(f"zephyr: error: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:  # Ray's waits re-raise a signal's exception as a bare KeyboardInterrupt
+            signum = stop.signum or signal.SIGINT
+            print(f"zephyr: interrupted by {signal_name(signum)}: in-flight tasks were cancelled; the outputs written "
+                  "so far are complete; run the same command again to resume", file=sys.stderr)
+            return 128 + signum
+        finally:
+            set_flow_backend(None)
+            backend.close()
+            if dashboard is not None:
+                dashboard.stop()
     return 0
+
+
+class _StopOnce:
+    """SIGINT or SIGTERM: the first raises `Interrupted` in the script (the runner cancels its
+    tasks on the way out); later ones are noted and ignored, so that the cleanup finishes."""
+
+    def __init__(self):
+        self.signum: int | None = None
+
+    def __call__(self, signum: int) -> None:
+        if self.signum is not None:
+            print(f"zephyr: {signal_name(signum)}: already stopping (cancelling tasks); SIGKILL stops at once",
+                  file=sys.stderr, flush=True)
+            return
+        self.signum = signum
+        exit_after(EXIT_DEADLINE, 128 + signum)  # a shard blocked in C must not hold the exit forever
+        raise Interrupted(signum)
 
 
 def _start_dashboard(parser: argparse.ArgumentParser, host: str, port: int):

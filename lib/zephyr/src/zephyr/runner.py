@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sys
 import tempfile
 import time
 import warnings
@@ -46,6 +47,8 @@ from zephyr.status.record import final_output_dir, record_path_for, write_run_re
 __all__ = ["Execution", "NotPicklableWarning", "StageStats"]
 
 logger = logging.getLogger("zephyr")
+
+INTERRUPT_DRAIN = 10.0  # seconds an interrupted run waits for its cancelled tasks to end
 
 
 @dataclass
@@ -363,9 +366,10 @@ class Execution:
                             close_stage()  # before the last result is handed on
                         yield finished.pop(next_shard - 1)
         finally:
-            if in_flight:  # a fatal error, or the caller stopped iterating
+            if in_flight:  # a fatal error, an interrupt (SIGINT/SIGTERM), or the caller stopped iterating
                 backend.cancel(list(in_flight))
-                backend.drain(list(in_flight))
+                interrupted = isinstance(sys.exc_info()[1], KeyboardInterrupt)
+                backend.drain(list(in_flight), **({"timeout": INTERRUPT_DRAIN} if interrupted else {}))
             close_stage()
 
 

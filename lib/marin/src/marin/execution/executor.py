@@ -8,7 +8,7 @@ placeholders of their configs (`steps`), `executor_main` and its options (`main`
 """
 
 from marin.execution.main import ExecutorMainConfig, executor_main
-from marin.execution.runner import SKIPPED, Executor, ExecutorError, StepFailedError
+from marin.execution.runner import SKIPPED, Executor, ExecutorError, ExecutorInterrupted, StepFailedError
 from marin.execution.status import StepStatus, read_status, read_step_record
 from marin.execution.steps import (
     THIS_OUTPUT_PATH,
@@ -29,6 +29,7 @@ __all__ = [
     "THIS_OUTPUT_PATH",
     "Executor",
     "ExecutorError",
+    "ExecutorInterrupted",
     "ExecutorMainConfig",
     "ExecutorStep",
     "InputName",

@@ -4,7 +4,9 @@
         [--run_only '["stats"]'] [--max_concurrent 4] [--executor_info_base_path DIR]
         [--dashboard true [--dashboard_port 8270]]
 
-`--prefix` falls back to the MARIN_PREFIX environment variable. `--dashboard true` serves
+`--prefix` falls back to the MARIN_PREFIX environment variable. SIGINT (Ctrl-C) or SIGTERM stops
+the run within seconds (see `marin.execution.runner`): the process exits with status 130 or 143
+and the same command continues where it stopped. `--dashboard true` serves
 Zephyr's live status page of the pipelines the steps run in this process (see docs/zephyr.md).
 """
 
@@ -17,13 +19,16 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import draccus
+from zephyr.interrupts import exit_after
 
-from marin.execution.runner import Executor
+from marin.execution.runner import Executor, ExecutorInterrupted
 from marin.execution.steps import ExecutorStep, InputName
 
 __all__ = ["ExecutorMainConfig", "executor_main"]
 
 logger = logging.getLogger(__name__)
+
+EXIT_DEADLINE = 10.0  # seconds after an interrupted run is recorded by which the process exits, however stuck
 
 
 @dataclass
@@ -48,6 +53,8 @@ class ExecutorMainConfig:
     """Seconds between lease heartbeats of a running step."""
     poll_interval: float = 5.0
     """Seconds between checks while another executor runs a step this one needs."""
+    interrupt_grace: float = 10.0
+    """After SIGINT/SIGTERM, seconds to wait for running steps to stop before leaving them behind."""
     dashboard: bool = False
     """Serve Zephyr's live status page of the pipelines steps run in this process; prints its URL."""
     dashboard_port: int = 0
@@ -69,7 +76,8 @@ def executor_main(
     `executor_main([...])`, and `executor_main(ExecutorMainConfig(prefix=...), steps=[...])`
     (a config skips the command line).
     Returns `{output_path: action}` for a dry run, else `{output_path: SUCCESS | SKIPPED}`.
-    Raises `ExecutorError` when a step fails and `ValueError` when no prefix is given.
+    Raises `ExecutorError` when a step fails and `ValueError` when no prefix is given; on
+    SIGINT or SIGTERM raises `SystemExit(130 or 143)` once the interrupted steps are recorded.
     """
     if isinstance(config_or_steps, ExecutorMainConfig):
         if config is not None:
@@ -97,6 +105,7 @@ def executor_main(
         lease_timeout=config.lease_timeout,
         heartbeat_interval=config.heartbeat_interval,
         poll_interval=config.poll_interval,
+        interrupt_grace=config.interrupt_grace,
         description=description,
         executor_info_base_path=config.executor_info_base_path,
     )
@@ -105,6 +114,10 @@ def executor_main(
     dashboard = _start_dashboard(config) if config.dashboard else None
     try:
         return executor.run(steps, config.run_only)
+    except ExecutorInterrupted as e:
+        logger.error("%s", e)
+        exit_after(EXIT_DEADLINE, e.exit_code)  # a step's thread (or its pool's) must not hold the exit
+        raise SystemExit(e.exit_code) from e
     finally:
         if dashboard is not None:
             dashboard.stop()

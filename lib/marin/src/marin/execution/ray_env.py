@@ -13,11 +13,14 @@ Ray is imported only when a step needs it.
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import sys
 import tomllib
 from pathlib import Path
 from typing import Any, Callable
+
+from zephyr.interrupts import ThreadInterrupter
 
 __all__ = ["is_ray_remote", "optional_dependency_groups", "pip_runtime_env", "run_step_function"]
 
@@ -102,12 +105,46 @@ def run_step_function(
     name: str,
     resources: dict[str, Any] | None = None,
     pip_dependency_groups: list[str] | None = None,
+    interrupter: ThreadInterrupter | None = None,
 ) -> Any:
-    """Call `fn(config)` where the step asks: this thread, or a Ray task (waited for)."""
+    """Call `fn(config)` where the step asks: this thread, or a Ray task (waited for).
+
+    With an `interrupter`, `interrupter.interrupt()` from another thread stops the call: an
+    exception raised inside a local function, or `ray.cancel` of the step's Ray task (and the
+    tasks it started) followed, if it has not ended within `CANCEL_GRACE` seconds, by a forced
+    cancel that kills its worker.
+    """
+    interrupter = interrupter or ThreadInterrupter()
     remote = is_ray_remote(fn)
     if not remote and not resources and not pip_dependency_groups:
-        return fn(config)
+        return interrupter.call(fn, config)
     import ray
 
     task = fn if remote else ray.remote(fn)
-    return ray.get(task.options(**ray_options(name, resources, pip_dependency_groups)).remote(config))
+    ref = task.options(**ray_options(name, resources, pip_dependency_groups)).remote(config)
+    try:
+        interrupter.call(_wait_for, ray, ref)
+    except BaseException:
+        if interrupter.interrupted:
+            _cancel(ray, ref)
+        raise
+    return ray.get(ref)
+
+
+CANCEL_GRACE = 3.0  # seconds a cancelled step task gets to stop before its worker is killed
+
+
+def _wait_for(ray: Any, ref: Any) -> None:
+    """Wait for `ref` in short slices, so that an interrupt raised in this thread lands promptly."""
+    while not ray.wait([ref], timeout=0.2)[0]:
+        pass
+
+
+def _cancel(ray: Any, ref: Any) -> None:
+    """Cancel the step's task and its children; kill its worker if it does not stop in time."""
+    try:
+        ray.cancel(ref, recursive=True)
+        if not ray.wait([ref], timeout=CANCEL_GRACE)[0]:
+            ray.cancel(ref, force=True, recursive=True)
+    except Exception:  # noqa: BLE001 - it ended meanwhile, or Ray is going away
+        logging.getLogger(__name__).warning("cancelling the Ray task of a step failed", exc_info=True)

@@ -18,6 +18,15 @@ For every planned step, in dependency order and at most `max_concurrent` at a ti
    `force_run_failed`. A step that lost its lease while running does not write SUCCESS (the
    executor that took it over records the outcome) and fails in this run.
 
+SIGINT or SIGTERM (to a run in the main thread) stops the run at once: no step starts after
+it; each running step is interrupted (an exception raised inside its function; a Ray step's
+task is cancelled with `ray.cancel`), recorded INTERRUPTED (a rerun runs it again without
+`force_run_failed`) and its lease released; a step whose function does not stop within
+`interrupt_grace` seconds is recorded and released for it, and its thread left behind (steps
+run in daemon threads, see `step_threads`). Steps that never started keep no status. The
+experiment record says `interrupted_by` and each step's state, and the run raises
+`ExecutorInterrupted` (`executor_main` exits with its `exit_code`: 130 or 143).
+
 An experiment record (`<prefix>/experiments/<script>-<hash>.json`) lists the steps, their
 outcome, the git commit, the calling script and the date. When any step fails the run
 ends with `ExecutorError`, which names every failed step.
@@ -28,12 +37,15 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import queue
+import signal
 import subprocess
 import sys
-import time
+import threading
 import traceback
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Callable, Iterable
+
+from zephyr.interrupts import handling_signals, signal_name
 
 from marin.execution import storage
 from marin.execution.hashing import resolve_config
@@ -49,9 +61,10 @@ from marin.execution.status import (
     write_info,
     write_status,
 )
+from marin.execution.step_threads import ExecutorInterrupted, StepInterrupted, StepRun, describe, stop_steps
 from marin.execution.steps import ExecutorStep, InputName
 
-__all__ = ["Executor", "ExecutorError", "StepFailedError", "SKIPPED"]
+__all__ = ["Executor", "ExecutorError", "ExecutorInterrupted", "StepFailedError", "SKIPPED"]
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +109,8 @@ class Executor:
         description: recorded in the experiment record.
         caller: the script recorded in the experiment record (default `sys.argv[0]`).
         executor_info_base_path: where experiment records go (default `<prefix>/experiments`).
+        interrupt_grace: after SIGINT/SIGTERM, seconds to wait for interrupted steps to stop
+            before recording them INTERRUPTED and leaving their threads behind.
     """
 
     def __init__(
@@ -111,6 +126,7 @@ class Executor:
         description: str | None = None,
         caller: str | None = None,
         executor_info_base_path: str | None = None,
+        interrupt_grace: float = 10.0,
     ) -> None:
         if not prefix:
             raise ValueError("Executor needs a prefix: pass --prefix or set MARIN_PREFIX, e.g. --prefix /tmp/marin")
@@ -128,6 +144,10 @@ class Executor:
         self.owner = default_owner()
         self.executor_info_base_path = (executor_info_base_path or f"{self.prefix}/experiments").rstrip("/")
         self._git_commit: str | None = None
+        if interrupt_grace < 0:
+            raise ValueError(f"interrupt_grace must be >= 0 seconds, got {interrupt_grace}")
+        self.interrupt_grace = interrupt_grace
+        self._stopping = threading.Event()
 
     def plan(self, steps: Iterable[ExecutorStep | InputName], run_only: list[str] | None = None) -> Plan:
         """Version and order `steps` and their dependencies; reads no storage."""
@@ -172,38 +192,86 @@ class Executor:
     def run(self, steps: Iterable[ExecutorStep | InputName], run_only: list[str] | None = None) -> dict[str, str]:
         """Run the plan; returns `{output_path: SUCCESS | SKIPPED}`.
 
+        SIGINT and SIGTERM (when called in the main thread) stop the run: see `_interrupt`.
+
         Raises:
             ExecutorError: some step failed (its dependents are marked DEP_FAILED).
+            ExecutorInterrupted: a signal stopped the run (after recording what it stopped).
         """
         plan = self.plan(steps, run_only)
         record_path = self._experiment_path(plan)
         self._write_experiment(record_path, plan, {})
         states: dict[str, str] = {}
         failed: dict[str, str] = {}
+        signals: list[int] = []
+        done: queue.SimpleQueue = queue.SimpleQueue()
+        self._stopping = threading.Event()
+
+        def on_signal(signum: int) -> None:  # in the main thread, between two bytecodes: no locks
+            signals.append(signum)
+            done.put(None)
+
         waiting = list(plan.steps)
-        workers = self.max_concurrent or max(1, len(plan.steps))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="marin-step") as pool:
-            running: dict[Future, PlannedStep] = {}
-            while waiting or running:
-                for planned in self._ready(waiting, states):
-                    running[pool.submit(self._run_step, plan, planned)] = planned
-                if not running:  # nothing runs, so nothing can unblock what still waits
-                    if waiting:
-                        raise RuntimeError(f"steps never became ready: {[p.name for p in waiting]}")
-                    break
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in done:
-                    planned = running.pop(future)
-                    try:
-                        states[planned.output_path] = future.result()
-                    except Exception as e:
-                        states[planned.output_path] = StepStatus.FAILED.value
-                        failed[planned.output_path] = f"{planned.name}: {type(e).__name__}: {e}"
+        queued: list[PlannedStep] = []
+        running: list[StepRun] = []
+        limit = self.max_concurrent or max(1, len(plan.steps))
+        with handling_signals(on_signal):
+            try:
+                while (waiting or queued or running) and not signals:
+                    queued.extend(self._ready(waiting, states))
+                    while queued and len(running) < limit:
+                        running.append(StepRun(queued.pop(0)))
+                        running[-1].start(lambda run: self._run_step(plan, run), done)
+                    if not running:  # nothing runs, so nothing can unblock what still waits
+                        if waiting:
+                            raise RuntimeError(f"steps never became ready: {[p.name for p in waiting]}")
+                        break
+                    finished = done.get()
+                    if finished is not None:
+                        running.remove(finished)
+                        self._collect(finished, states, failed)
+            except KeyboardInterrupt:  # handlers could not be installed, or another source raised it
+                signals.append(signal.SIGINT)
+            if signals and (running or queued or waiting):  # a signal after the last step ended stops nothing
+                self._interrupt(plan, record_path, running, states, signals)
         self._write_experiment(record_path, plan, states)
         if failed:
             dep_failed = [p.output_path for p in plan.steps if states.get(p.output_path) == StepStatus.DEP_FAILED.value]
             raise ExecutorError(failed, dep_failed)
         return states
+
+    @staticmethod
+    def _collect(run: StepRun, states: dict[str, str], failed: dict[str, str]) -> None:
+        """Take the outcome of a step whose thread ended into `states` (and `failed`)."""
+        state, failure = run.outcome()
+        states[run.planned.output_path] = state
+        if failure is not None:
+            failed[run.planned.output_path] = failure
+
+    def _interrupt(self, plan: Plan, record_path: str, running: list[StepRun], states: dict[str, str],
+                   signals: list[int]) -> None:
+        """Stop after a signal: launch nothing more, interrupt the running steps, wait up to
+        `interrupt_grace` seconds for them (a second signal stops waiting), record those that
+        still run INTERRUPTED and release their leases, write the experiment record, and raise."""
+        signum = signals[0]
+        self._stopping.set()
+        logger.warning("%s: stopping; interrupting running step(s): %s (up to %.0fs)", signal_name(signum),
+                       describe(running), self.interrupt_grace)
+        stuck = stop_steps(running, self.interrupt_grace, signals)
+        for run in stuck:
+            if run.abandon(f"interrupted by {signal_name(signum)}; its function did not stop within "
+                           f"{self.interrupt_grace:.0f}s and was left behind"):
+                logger.warning("Step %s did not stop within %.0fs; recorded it INTERRUPTED and left it behind",
+                               run.name, self.interrupt_grace)
+        for run in running:
+            if run in stuck:
+                states[run.planned.output_path] = StepStatus.INTERRUPTED.value if run.started else "PENDING"
+            else:
+                self._collect(run, states, {})
+        interrupted = [path for path, state in states.items() if state == StepStatus.INTERRUPTED.value]
+        not_started = [p.output_path for p in plan.steps if p.output_path not in states or states[p.output_path] == "PENDING"]
+        self._write_experiment(record_path, plan, states, interrupted_by=signal_name(signum))
+        raise ExecutorInterrupted(signum, interrupted, not_started)
 
     def _ready(self, waiting: list[PlannedStep], states: dict[str, str]) -> list[PlannedStep]:
         """Remove and return the steps whose dependencies all succeeded; mark DEP_FAILED ones."""
@@ -234,8 +302,9 @@ class Executor:
             return
         write_status(planned.output_path, StepStatus.DEP_FAILED)
 
-    def _run_step(self, plan: Plan, planned: PlannedStep) -> str:
+    def _run_step(self, plan: Plan, run: StepRun) -> str:
         """Skip, wait for, or run one step under its lease; returns SUCCESS or SKIPPED."""
+        planned = run.planned
         path = planned.output_path
         lease = Lease(
             f"{path}/{LEASE_DIR}",
@@ -248,14 +317,22 @@ class Executor:
         if self._settled(planned, lease, _status(path), since, waiting=True):
             return SKIPPED
         announced = False
-        while not lease.try_acquire():
+        while not self._stopping.is_set() and not lease.try_acquire():
             if not announced:
                 holder = lease.current() or {}
                 logger.info("Step %s is held by %s; waiting", planned.name, holder.get("owner", "another executor"))
                 announced = True
-            time.sleep(self.poll_interval)
+            if self._stopping.wait(self.poll_interval):
+                raise StepInterrupted()
             if self._settled(planned, lease, _status(path), since, waiting=True):
                 return SKIPPED
+        if self._stopping.is_set() and lease.epoch is None:  # interrupted before it took the lease
+            raise StepInterrupted()
+        with run.lock:
+            if run.finalized:  # the executor gave up on this step while it took the lease
+                lease.release()
+                raise StepInterrupted()
+            run.lease = lease
         outcome: str | None = None
         error: str | None = None
         try:
@@ -263,9 +340,9 @@ class Executor:
             if self._settled(planned, lease, _status(path), since, waiting=False):
                 return SKIPPED
             try:
-                self._execute(plan, planned)
+                self._execute(plan, run)
             except BaseException as e:
-                outcome, error = self._record_failure(planned, e)
+                outcome, error = self._record_failure(run, e)
                 raise
             if lease.lost:
                 logger.error(
@@ -273,12 +350,18 @@ class Executor:
                     "so SUCCESS is not written here", planned.name,
                 )
                 raise StepFailedError(f"lost its lease while running (another executor took over {path}); SUCCESS not recorded")
-            write_status(path, StepStatus.SUCCESS)
+            with run.lock:
+                if run.finalized:  # recorded INTERRUPTED by the executor, which stopped waiting for it
+                    raise StepInterrupted()
+                write_status(path, StepStatus.SUCCESS)
             outcome = StepStatus.SUCCESS.value
             logger.info("Step %s succeeded: %s", planned.name, path)
             return StepStatus.SUCCESS.value
         finally:
-            lease.release(outcome=outcome, error=error)
+            with run.lock:
+                if not run.finalized:
+                    run.finalized = True
+                    lease.release(outcome=outcome, error=error)
 
     def _settled(self, planned: PlannedStep, lease: Lease, status: str | None, since: int, waiting: bool) -> bool:
         """True when the step needs no run (succeeded); raises when it failed and must not rerun.
@@ -314,26 +397,39 @@ class Executor:
             )
         return False
 
-    def _execute(self, plan: Plan, planned: PlannedStep) -> None:
+    def _execute(self, plan: Plan, run: StepRun) -> None:
+        planned = run.planned
         step, path = planned.step, planned.output_path
         logger.info("Running step %s -> %s", step.name, path)
-        write_status(path, StepStatus.RUNNING)
+        with run.lock:
+            if run.finalized:
+                raise StepInterrupted()
+            run.started = True
+            write_status(path, StepStatus.RUNNING)
         config = resolve_config(step.config, plan.output_path, path, plan.prefix)
         write_info(path, _info(planned, config))
-        run_step_function(step.fn, config, step.name, step.resources, step.pip_dependency_groups)
+        run_step_function(step.fn, config, step.name, step.resources, step.pip_dependency_groups, run.interrupter)
 
-    def _record_failure(self, planned: PlannedStep, error: BaseException) -> tuple[str, str]:
-        """Write FAILED (or PREEMPTED for a lost node or worker); returns (outcome, error text)."""
+    def _record_failure(self, run: StepRun, error: BaseException) -> tuple[str | None, str | None]:
+        """Write FAILED (PREEMPTED for a lost node or worker, INTERRUPTED for a signal); returns
+        (outcome, error text), or (None, None) when the executor already recorded the step."""
+        planned = run.planned
         text = "".join(traceback.format_exception(error))[-4000:]
         name = planned.step.name
-        if _is_preemption(error):
+        if run.interrupter.interrupted:
+            status = StepStatus.INTERRUPTED
+            logger.warning("Step %s interrupted (recorded INTERRUPTED; a rerun runs it again)", name)
+        elif _is_preemption(error):
             status = StepStatus.PREEMPTED
             logger.error("Step %s lost its node or worker (recorded PREEMPTED; a rerun runs it again): %s: %s",
                          name, type(error).__name__, error)
         else:
             status = StepStatus.FAILED
             logger.error("Step %s failed: %s: %s", name, type(error).__name__, error)
-        write_status(planned.output_path, status)
+        with run.lock:
+            if run.finalized:
+                return None, None
+            write_status(planned.output_path, status)
         return status.value, text
 
     # -- experiment record ---------------------------------------------------------------
@@ -348,27 +444,27 @@ class Executor:
             self._git_commit = _git_commit(os.path.dirname(self.caller)) or ""
         return self._git_commit or None
 
-    def _write_experiment(self, record_path: str, plan: Plan, states: dict[str, str]) -> None:
-        storage.write_json(
-            record_path,
-            {
-                "description": self.description,
-                "caller": self.caller,
-                "git_commit": self._commit(),
-                "date": now_iso(),
-                "prefix": self.prefix,
-                "steps": [
-                    {
-                        "name": p.name,
-                        "output_path": p.output_path,
-                        "hash": p.hash,
-                        "dependencies": p.dependencies,
-                        "state": states.get(p.output_path, "PENDING"),
-                    }
-                    for p in plan.steps
-                ],
-            },
-        )
+    def _write_experiment(self, record_path: str, plan: Plan, states: dict[str, str], interrupted_by: str | None = None) -> None:
+        record = {
+            "description": self.description,
+            "caller": self.caller,
+            "git_commit": self._commit(),
+            "date": now_iso(),
+            "prefix": self.prefix,
+            "steps": [
+                {
+                    "name": p.name,
+                    "output_path": p.output_path,
+                    "hash": p.hash,
+                    "dependencies": p.dependencies,
+                    "state": states.get(p.output_path, "PENDING"),
+                }
+                for p in plan.steps
+            ],
+            }
+        if interrupted_by is not None:  # steps still PENDING never started
+            record["interrupted_by"] = interrupted_by
+        storage.write_json(record_path, record)
 
 
 def _first_epoch_of_this_run(lease: Lease) -> int:

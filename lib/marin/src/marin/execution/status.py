@@ -1,9 +1,10 @@
 """What each step's output directory says about the step: its status and its info file.
 
 - `<output>/.executor_status`: just the status token, as Marin's own tools read it:
-  RUNNING, SUCCESS, FAILED, DEP_FAILED, or PREEMPTED (the step's Ray task lost its node or
-  worker; Marin's executor, which does not know the token, simply runs such a step again,
-  as this one does). SUCCESS is written after the function returns and before the lease is
+  RUNNING, SUCCESS, FAILED, DEP_FAILED, PREEMPTED (the step's Ray task lost its node or
+  worker) or INTERRUPTED (SIGINT/SIGTERM stopped the executor while the step ran). Marin's
+  executor, which does not know the last two tokens, simply runs such a step again, as this
+  one does. SUCCESS is written after the function returns and before the lease is
   released, so whoever takes the lease next sees it. Older status files are still read: a
   JSON object `{"status", "time", "owner", "error"}` (this executor's earlier format) or
   JSON lines of events (Marin's earlier format, the last `status` wins).
@@ -49,6 +50,7 @@ class StepStatus(str, enum.Enum):
     SUCCESS = "SUCCESS"
     FAILED = "FAILED"
     PREEMPTED = "PREEMPTED"
+    INTERRUPTED = "INTERRUPTED"
     DEP_FAILED = "DEP_FAILED"
 
 

@@ -101,7 +101,10 @@ class Backend(ABC):
 
     @abstractmethod
     def wait(self, handles: Sequence[Any], timeout: float | None = None) -> list[Any]:
-        """Block until at least one handle is finished (or `timeout` passes); return the finished ones."""
+        """Block until at least one handle is finished (or `timeout` passes); return the finished ones.
+
+        May return none sooner (the runner waits again): a wait that blocks in C must wake
+        every `zephyr.interrupts.WAIT_SLICE` so that an interrupt sent to its thread lands."""
 
     @abstractmethod
     def result(self, handle: Any) -> Any:

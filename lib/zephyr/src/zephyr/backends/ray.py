@@ -14,18 +14,34 @@ tasks carry only shard descriptors (paths, indices).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from zephyr.backends.base import Backend, TaskLost
 from zephyr.backends.ray_errors import lost_cause
 from zephyr.errors import ShardError
+from zephyr.interrupts import wait_slice
 
 __all__ = ["RayBackend"]
 
 logger = logging.getLogger("zephyr")
+
+
+@contextlib.contextmanager
+def _keeping_sigterm_handler():
+    """`ray.init` replaces the driver's SIGTERM handler with `sys.exit`; keep one that the
+    program installed (the `zephyr` command's turns SIGTERM into a clean interrupt)."""
+    previous = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+    try:
+        yield
+    finally:
+        if callable(previous):
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _call(fn: Callable, shared: Any, arg: Any) -> Any:
@@ -57,7 +73,8 @@ class RayBackend(Backend):
             # "local" starts a fresh embedded Ray even when a `ray start` cluster runs on this machine
             kwargs = {"address": self.address or "local", "log_to_driver": True, **self.init_kwargs}
             logger.info("zephyr: %s", f"connecting to Ray at {self.address}" if self.address else "starting a local Ray")
-            ray.init(**kwargs)
+            with _keeping_sigterm_handler():
+                ray.init(**kwargs)
             self._owns_ray = self.address is None
         if self._remote is None:
             res = self.task_resources
@@ -93,7 +110,7 @@ class RayBackend(Backend):
 
     def wait(self, handles: Sequence[Any], timeout: float | None = None) -> list[Any]:
         ray = self._ray()
-        done, rest = ray.wait(list(handles), num_returns=1, timeout=timeout)
+        done, rest = ray.wait(list(handles), num_returns=1, timeout=wait_slice(timeout))
         if rest:
             more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
             done.extend(more)

@@ -1,6 +1,8 @@
 """The threadpool backend: shards run on a bounded pool of threads in the driver process.
 
 Good for I/O-bound pipelines and tests; CPU-bound Python code is limited by the GIL (use `ray`).
+`cancel` stops a running shard by raising `zephyr.interrupts.Interrupted` inside it (its
+atomic writes remove their temporaries); a shard blocked in a C call stops when that call returns.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from zephyr.backends.base import Backend
+from zephyr.interrupts import ThreadInterrupter, wait_slice
 
 __all__ = ["ThreadpoolBackend"]
 
@@ -20,6 +23,7 @@ class ThreadpoolBackend(Backend):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._pool: cf.ThreadPoolExecutor | None = None
+        self._interrupters: dict[cf.Future, ThreadInterrupter] = {}
 
     def _executor(self) -> cf.ThreadPoolExecutor:
         if self._pool is None:
@@ -27,10 +31,14 @@ class ThreadpoolBackend(Backend):
         return self._pool
 
     def submit(self, fn: Callable, shared: Any, arg: Any) -> cf.Future:
-        return self._executor().submit(self.bound(fn), shared, arg)
+        interrupter = ThreadInterrupter()
+        future = self._executor().submit(interrupter.call, self.bound(fn), shared, arg)
+        self._interrupters[future] = interrupter
+        future.add_done_callback(lambda done: self._interrupters.pop(done, None))
+        return future
 
     def wait(self, handles: Sequence[cf.Future], timeout: float | None = None) -> list[cf.Future]:
-        done, _ = cf.wait(handles, timeout=timeout, return_when=cf.FIRST_COMPLETED)
+        done, _ = cf.wait(handles, timeout=wait_slice(timeout), return_when=cf.FIRST_COMPLETED)
         return list(done)
 
     def result(self, handle: cf.Future) -> Any:
@@ -38,7 +46,10 @@ class ThreadpoolBackend(Backend):
 
     def cancel(self, handles: Sequence[cf.Future]) -> None:
         for handle in handles:
-            handle.cancel()
+            if not handle.cancel():  # running: interrupt it
+                interrupter = self._interrupters.get(handle)
+                if interrupter is not None:
+                    interrupter.interrupt()
 
     def close(self) -> None:
         if self._pool is not None:

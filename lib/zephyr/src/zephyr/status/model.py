@@ -42,6 +42,7 @@ class RunState:
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     STOPPED = "stopped"  # the caller stopped iterating before the end
+    INTERRUPTED = "interrupted"  # SIGINT/SIGTERM (a KeyboardInterrupt) stopped it; in-flight tasks were cancelled
 
 
 class StageState:
@@ -198,6 +199,10 @@ class RunStatus:
         """The run raised `error`, or (None) its caller stopped iterating."""
         with self._lock:
             if self.state not in (RunState.PENDING, RunState.RUNNING):
+                return
+            if isinstance(error, KeyboardInterrupt):
+                self.error = {"type": type(error).__name__, "message": str(error) or "interrupted (KeyboardInterrupt)"}
+                self._end(RunState.INTERRUPTED)
                 return
             if error is not None:
                 self.error = {"type": type(error).__name__, "message": _short(str(error), 4000)}
