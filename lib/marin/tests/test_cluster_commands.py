@@ -46,14 +46,24 @@ def test_dry_run_flag_after_the_subcommand(capsys):
     assert capsys.readouterr().out.split() == ["ray", "down", "-y", "infra/marin-us-west4.yaml"]
 
 
-@pytest.mark.parametrize("preserve", [True, False])
-def test_restart_cluster(capsys, preserve):
-    flag = "--preserve-jobs" if preserve else "--no-preserve-jobs"
+@pytest.mark.parametrize(
+    ("flag", "preserve"),
+    [("--preserve-jobs", True), ("--no-preserve-jobs", False),
+     # the spelling of the infra guide (`--preserve-jobs=0`, default `--preserve-jobs=1`)
+     ("--preserve-jobs=0", False), ("--preserve-jobs=1", True), ("--preserve-jobs=false", False)],
+)  # fmt: skip
+def test_restart_cluster(capsys, flag, preserve):
     assert cli.main(["--dry-run", "--cluster", "eu-west4", "restart-cluster", flag]) == 0
     out = capsys.readouterr().out
     commands = [line for line in out.splitlines() if not line.startswith("#")]
     assert commands == ["ray down -y infra/marin-eu-west4.yaml", "ray up -y --no-config-cache infra/marin-eu-west4.yaml"]
     assert ("resubmit the recorded jobs" in out) is preserve
+
+
+def test_restart_cluster_refuses_a_preserve_jobs_value_that_is_no_boolean(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--dry-run", "--cluster", "eu-west4", "restart-cluster", "--preserve-jobs=maybe"])
+    assert "--preserve-jobs: expected 1/0, true/false or yes/no, got 'maybe'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,8 @@ import pytest
 from marin.run import ray_run
 from marin.run.ray_run import JobRequest, build_runtime_env, parse_env_vars, parse_memory, tpu_head_resource
 
+ROOT = Path(__file__).resolve().parents[3]
+
 
 @pytest.mark.parametrize(
     ("tpu", "resource"),
@@ -108,6 +110,22 @@ def test_dry_run_shows_env_var_names_not_values(tmp_path, monkeypatch, capsys):
     assert code == 0
     assert "WANDB_API_KEY" in out and "secret-value-123" not in out
     assert "TPU-v4-8-head" in out and "pinned packages" in out
+
+
+def test_dry_run_on_a_cloud_cluster_connects_to_nothing(tmp_path, monkeypatch, capsys):
+    """The guide's `ray_run.py --cluster infra/marin-us-central1.yaml ...` under --dry-run: it used to
+    fetch the token and open an SSH tunnel first (gcloud/ray/ssh needed) just to print the address."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no ray, gcloud or ssh to call
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no cached token
+    work = _workdir(tmp_path)
+    code = ray_run.main(
+        ["--cluster", str(ROOT / "infra" / "marin-us-central1.yaml"), "--working-dir", str(work), "--dry-run",
+         "--no_wait", "--tpu", "auto", "--", "python", "pkg/job.py"]
+    )  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "address:     the us-central1 cluster's dashboard" in captured.out
+    assert "TPU-v6e-4-head" in captured.out  # `auto` is the cluster's worker type
 
 
 def test_missing_command_is_an_error(capsys):

@@ -279,6 +279,14 @@ def cmd_list_configs(target: Target | None, args: argparse.Namespace) -> int:
     return 0
 
 
+def _flag_value(text: str) -> bool:
+    """`1/0`, `true/false`, `yes/no` (`--preserve-jobs=0`, as the infra guide writes it)."""
+    value = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}.get(text.strip().lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected 1/0, true/false or yes/no, got {text!r}")
+    return value
+
+
 _NO_TARGET = {"update-configs", "list-configs", *maintenance.NO_TARGET}
 
 
@@ -313,10 +321,14 @@ def build_parser(prog: str = "marin cluster") -> argparse.ArgumentParser:
     p = add("restart-cluster", cmd_restart, "Stop and start the cluster, resubmitting running jobs.")
     p.add_argument(
         "--preserve-jobs",
-        action=argparse.BooleanOptionalAction,
+        nargs="?",
+        const=True,
         default=True,
-        help="Record running jobs and resubmit them after the restart (default: on).",
+        type=_flag_value,
+        metavar="1|0",
+        help="Record running jobs and resubmit them after the restart (default: on; `--preserve-jobs=0` is off).",
     )
+    p.add_argument("--no-preserve-jobs", dest="preserve_jobs", action="store_false", help="Same as --preserve-jobs=0.")
     p.add_argument("--num-cpus", type=int, default=None, help=cpus_help)
     p = add("dashboard", cmd_dashboard, "Port-forward the dashboard and print its URL.")
     p.add_argument("--port", type=int, default=DASHBOARD_PORT, help="Local port for the dashboard (default 8265).")

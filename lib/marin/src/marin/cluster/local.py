@@ -191,6 +191,8 @@ def _token_env(directory: Path, marker: str = "") -> dict[str, str]:
     env["RAY_AUTH_MODE"] = "token"
     env["RAY_AUTH_TOKEN_PATH"] = str(token_path(directory))
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # What a cloud cluster's bucket is to its jobs: experiments submitted without --prefix write here.
+    env.setdefault("MARIN_PREFIX", str(directory / "prefix"))
     for key, value in _PATIENT_RAY.items():
         env.setdefault(key, value)
     # Job entrypoints run `python`: make it this environment's interpreter.

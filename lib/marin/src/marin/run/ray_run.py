@@ -401,8 +401,18 @@ def _client_for(cluster: str | None):
         yield client, address, target
 
 
+def _dry_run_address(target) -> str:
+    """Where a job would go, said without contacting it."""
+    if target is not None and not target.is_local:
+        return f"the {target.name} cluster's dashboard (a `marin cluster dashboard` forward or an SSH tunnel)"
+    if target is None and os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"]
+    return "(local cluster)"
+
+
 def run(args: argparse.Namespace) -> int:
     from marin.cluster import jobs
+    from marin.cluster.target import resolve_target
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -423,16 +433,15 @@ def run(args: argparse.Namespace) -> int:
     if args.tpu and args.tpu != "auto":
         tpu_head_resource(args.tpu)  # validate before connecting
     runtime_env = build_runtime_env(request)
-    if args.dry_run and not args.cluster and not os.environ.get("RAY_ADDRESS"):
-        request.tpu = _auto_tpu(None) if args.tpu == "auto" else args.tpu
-        print(describe(request, runtime_env, "(local cluster)"))
+    if args.dry_run:  # contacts nothing: no token fetched, no tunnel opened, no job API called
+        target = resolve_target(args.cluster) if args.cluster else None
+        request.cluster_name = target.name if target else None
+        request.tpu = _auto_tpu(target) if args.tpu == "auto" else args.tpu
+        print(describe(request, runtime_env, _dry_run_address(target)))
         return 0
     with _client_for(args.cluster) as (client, address, target):
         request.cluster_name = target.name if target else None
         request.tpu = _auto_tpu(target) if args.tpu == "auto" else args.tpu
-        if args.dry_run:
-            print(describe(request, runtime_env, address))
-            return 0
         job_id = submit(client, request, runtime_env)
         print(f"Submitted job {job_id} to {address}", file=sys.stderr)
         if args.no_wait:
