@@ -44,7 +44,7 @@ from zephyr.shuffle_keys import hash_key_bytes
 
 __all__ = [
     "batch_rows", "columns_of", "conform", "dumps", "is_json", "json_lines", "key_column", "key_of", "payload_columns", "payload_of",
-    "records_of", "sort_value_column", "unify_schemas",
+    "json_exact", "records_of", "sort_value_column", "unify_schemas",
 ]
 
 FIELDS_META = b"zephyr.fields"
@@ -102,7 +102,7 @@ def json_lines(items: Sequence[Any], checked: bool = True) -> pa.Array | None:
         collections.deque(map(buffer.extend, map(orjson.dumps, items, _NO_DEFAULT, _LINE_OPTION)), maxlen=0)
     except orjson.JSONEncodeError:  # beyond 64 bits, lone surrogates, cycles, unknown types
         return None
-    if checked and not _json_exact(items):
+    if checked and not json_exact(items):
         return None
     ends = np.flatnonzero(np.frombuffer(buffer, dtype=np.uint8) == 10)
     offsets = np.zeros(len(ends) + 1, dtype=np.int64)
@@ -110,7 +110,7 @@ def json_lines(items: Sequence[Any], checked: bool = True) -> pa.Array | None:
     return pa.Array.from_buffers(pa.large_binary(), len(ends), [None, pa.py_buffer(offsets), pa.py_buffer(buffer)])
 
 
-def _json_exact(items: Sequence[Any]) -> bool:
+def json_exact(items: Sequence[Any]) -> bool:
     """Whether `items` hold only what JSON gives back exactly. A level of nesting at a time,
     types are gathered in bulk (`set(map(type, ...))` over the level's chained keys and
     values), so flat records cost a few C-level passes. Only called on items orjson could
