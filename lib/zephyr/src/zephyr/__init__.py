@@ -12,7 +12,7 @@ from zephyr.backends.shared import get_shared
 from zephyr.dataset import Dataset, ShardInfo
 from zephyr.errors import PlanError, ShardError
 from zephyr.expr import Expr, col, lit
-from zephyr.io import BadRecordError, CorruptInputError, TruncatedInputError
+from zephyr.io import BadRecordError, CorruptInputError, TruncatedInputError, UnwritableRecordError
 from zephyr.runner import NotPicklableWarning
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "ShardError",
     "ShardInfo",
     "TruncatedInputError",
+    "UnwritableRecordError",
     "backend_names",
     "col",
     "counters",

@@ -177,16 +177,17 @@ def _widened(desc: Any, batch: list, path: str, offset: int) -> tuple[Any, Any]:
     first record that does not fit (found record by record, only when the batch does not)."""
     try:
         desc = unify(desc, infer_records(batch), "")
-        return desc, arrow_schema(desc)
     except SchemaConflict:
-        pass
-    for i, record in enumerate(batch):
-        try:
-            desc = unify(desc, infer_records([record]), "")
-            arrow_schema(desc)
-        except SchemaConflict as e:
-            raise UnwritableRecordError(path, offset + i, e.field, e.reason) from None
-    raise AssertionError("a batch conflicted but none of its records did")  # unify is associative
+        for i, record in enumerate(batch):
+            try:
+                desc = unify(desc, infer_records([record]), "")
+            except SchemaConflict as e:
+                raise UnwritableRecordError(path, offset + i, e.field, e.reason) from None
+        raise AssertionError("a batch conflicted but none of its records did") from None  # unify is associative
+    try:
+        return desc, arrow_schema(desc)
+    except SchemaConflict as e:  # a dict without keys in every record of this batch so far
+        raise UnwritableRecordError(path, offset, e.field, e.reason + f" (records {offset} to {offset + len(batch) - 1})") from None
 
 
 def _fitted(batch: list, schema, path: str, offset: int):

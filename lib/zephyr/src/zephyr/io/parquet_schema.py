@@ -87,8 +87,6 @@ def _infer_dicts(dicts: Sequence[dict], field: str) -> tuple:
     if not all(type(name) is str for name in names):
         bad = next(name for name in names if type(name) is not str)
         raise SchemaConflict(field, f"a dict key {bad!r:.40} of type {type(bad).__name__} (Parquet field names are str)")
-    if not names and field:
-        raise SchemaConflict(field, "an empty dict (in every record of its batch), and Parquet cannot store a struct with no fields")
     return ("struct", {name: _infer([d.get(name) for d in dicts], _join(field, name)) for name in names})
 
 
@@ -116,13 +114,14 @@ def unify(a: Any, b: Any, field: str) -> Any:
 
 
 def arrow_schema(desc: tuple):
-    """The pyarrow schema of a record struct descriptor."""
+    """The pyarrow schema of a record struct descriptor; SchemaConflict where a dict has had no
+    field yet (Parquet stores no struct, and no row, without fields)."""
     import pyarrow as pa
 
-    return pa.schema([pa.field(name, _arrow_type(d)) for name, d in desc[1].items()])
+    return pa.schema(_arrow_type(desc, "").fields) if desc[1] else _no_fields("")
 
 
-def _arrow_type(desc: Any):
+def _arrow_type(desc: Any, field: str):
     import pyarrow as pa
 
     if desc is None:
@@ -130,8 +129,15 @@ def _arrow_type(desc: Any):
     if isinstance(desc, str):
         return {"bool": pa.bool_(), "int": pa.int64(), "int!": pa.int64(), "float": pa.float64(), "str": pa.string(), "bytes": pa.binary()}[desc]
     if desc[0] == "list":
-        return pa.list_(_arrow_type(desc[1]))
-    return pa.struct([pa.field(name, _arrow_type(d)) for name, d in desc[1].items()])
+        return pa.list_(_arrow_type(desc[1], f"{field}[]"))
+    if not desc[1]:
+        _no_fields(field)
+    return pa.struct([pa.field(name, _arrow_type(d, _join(field, name))) for name, d in desc[1].items()])
+
+
+def _no_fields(field: str):
+    what = "a dict with no keys" if field else "a record with no fields"
+    raise SchemaConflict(field, f"{what} (in every record so far), and Parquet cannot store a struct or a row without fields")
 
 
 def _name(desc: Any) -> str:
