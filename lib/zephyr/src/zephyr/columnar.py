@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import itertools
 import math
+import operator
 import os
 import pickle
 from collections.abc import Iterator, Sequence
@@ -54,6 +55,7 @@ _JSON_TYPES = frozenset({dict, list, str, int, float, bool, type(None)})
 _CONTAINERS = frozenset({dict, list})
 _STR = frozenset({str})
 _NO_DEFAULT = itertools.repeat(None)
+_FLOAT = itertools.repeat(float)
 _LINE_OPTION = itertools.repeat(orjson.OPT_APPEND_NEWLINE)
 _NATIVE = {str: pa.large_string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
 _PICKLE = "p"
@@ -120,7 +122,7 @@ def json_exact(items: Sequence[Any]) -> bool:
         types = set(map(type, values))
         if not types <= _JSON_TYPES:
             return False
-        if float in types and not all(map(math.isfinite, [v for v in values if type(v) is float])):
+        if float in types and not all(map(math.isfinite, itertools.compress(values, map(operator.is_, map(type, values), _FLOAT)))):
             return False  # NaN and infinities would come back None
         if types.isdisjoint(_CONTAINERS):
             return True

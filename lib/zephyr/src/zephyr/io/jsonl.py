@@ -14,7 +14,6 @@ import dataclasses
 import itertools
 import json
 import math
-import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -31,8 +30,11 @@ __all__ = ["BadRecordError", "read_jsonl", "write_jsonl_file"]
 _BLOCK = 256 * 1024  # bytes of lines decoded per orjson batch
 _CHUNK = 1024  # records encoded (and checked) per write
 # 19+ digits in a row: where orjson may read an integer beyond 64 bits as a float (the run may
-# also be inside a string or a float; such lines are merely decoded twice)
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+# also be inside a string or a float; such lines are merely decoded twice). Found by mapping
+# every digit to "0" and searching for 19 of them: C-speed (~1.4 GB/s), where a regex
+# manages ~100 MB/s.
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_RUN = b"0" * 19
 _NO_DEFAULT = itertools.repeat(None)
 _LINE_OPTION = itertools.repeat(orjson.OPT_APPEND_NEWLINE)
 
@@ -81,7 +83,7 @@ def read_jsonl(path: str, on_bad_record: str = "raise") -> Iterator[dict]:
                     values = list(map(orjson.loads, lines))
                 except orjson.JSONDecodeError:  # a blank or bad line: found line by line
                     values = None
-                if values is None or _LONG_DIGITS.search(block) or set(map(type, values)) != {dict}:
+                if values is None or _long_digits(block) or set(map(type, values)) != {dict}:
                     values = _decode_lines(lines, path, line_no, on_bad_record)
                 line_no += len(lines)
                 yield from values
@@ -89,6 +91,10 @@ def read_jsonl(path: str, on_bad_record: str = "raise") -> Iterator[dict]:
             raise type(e)(f"{path}: {e} (after line {line_no})") from e
         finally:
             counters.increment("zephyr/bytes_read", read)
+
+
+def _long_digits(data: bytes) -> bool:
+    return _LONG_RUN in data.translate(_DIGITS_TO_ZERO)
 
 
 def _decode_lines(lines: list[bytes], path: str, line_no: int, on_bad_record: str) -> list:
@@ -106,7 +112,7 @@ def _decode_lines(lines: list[bytes], path: str, line_no: int, on_bad_record: st
             reason = f"malformed JSON: {e}; line starts {line[:80]!r}"
         else:
             if type(value) is dict:
-                values.append(json.loads(line) if _LONG_DIGITS.search(line) else value)
+                values.append(json.loads(line) if _long_digits(line) else value)
                 continue
             reason = f"expected a JSON object, got {type(value).__name__}; line starts {line[:80]!r}"
         if on_bad_record == "skip":

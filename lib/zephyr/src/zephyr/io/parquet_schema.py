@@ -87,7 +87,8 @@ def _infer_dicts(dicts: Sequence[dict], field: str) -> tuple:
     if not all(type(name) is str for name in names):
         bad = next(name for name in names if type(name) is not str)
         raise SchemaConflict(field, f"a dict key {bad!r:.40} of type {type(bad).__name__} (Parquet field names are str)")
-    return ("struct", {name: _infer([d.get(name) for d in dicts], _join(field, name)) for name in names})
+    # one C-level pass per field (`zip(*map(dict.values, ...))` is several times slower)
+    return ("struct", {name: _infer(list(map(dict.get, dicts, itertools.repeat(name))), _join(field, name)) for name in names})
 
 
 def unify(a: Any, b: Any, field: str) -> Any:
