@@ -69,6 +69,22 @@ def test_parquet_refuses_inexact_widening_naming_field_types_record_and_path(tmp
     assert _no_outputs(tmp_path)
 
 
+def test_parquet_records_without_fields_are_refused_not_lost(tmp_path):
+    """Found while writing the oracle: rows of `{}` were written as a file of 0 rows."""
+    path = str(tmp_path / "o.parquet")
+    with pytest.raises(UnwritableRecordError, match="record 0: a record with no fields"):
+        write_parquet_file([{}, {}], path)
+    assert _no_outputs(tmp_path)
+
+
+def test_parquet_keyless_dict_takes_the_keys_later_records_give_it(tmp_path):
+    """Found by the round-trip property test in a first version of the new writer (not in the
+    old one): an empty dict was refused although a later record of its batch gave it keys."""
+    path = str(tmp_path / "o.parquet")
+    write_parquet_file([{"m": {}}, {"m": {"a": 1}}], path)
+    assert list(read_parquet(path)) == [{"m": {"a": None}}, {"m": {"a": 1}}]
+
+
 def test_parquet_user_schema_refuses_values_it_would_truncate(tmp_path):
     import pyarrow as pa
 

@@ -112,11 +112,12 @@ def json_lines(items: Sequence[Any], checked: bool = True) -> pa.Array | None:
     return pa.Array.from_buffers(pa.large_binary(), len(ends), [None, pa.py_buffer(offsets), pa.py_buffer(buffer)])
 
 
-def json_exact(items: Sequence[Any]) -> bool:
+def json_exact(items: Sequence[Any], check_keys: bool = True) -> bool:
     """Whether `items` hold only what JSON gives back exactly. A level of nesting at a time,
     types are gathered in bulk (`set(map(type, ...))` over the level's chained keys and
     values), so flat records cost a few C-level passes. Only called on items orjson could
-    encode: no cycles, bounded depth."""
+    encode: no cycles, bounded depth (and so only str keys: `check_keys=False` accepts str
+    subclasses among them, for a writer to which they are plain str)."""
     values = items
     while values:
         types = set(map(type, values))
@@ -127,7 +128,7 @@ def json_exact(items: Sequence[Any]) -> bool:
         if types.isdisjoint(_CONTAINERS):
             return True
         dicts = values if types == {dict} else [v for v in values if type(v) is dict]
-        if not set(map(type, itertools.chain.from_iterable(dicts))) <= _STR:
+        if check_keys and not set(map(type, itertools.chain.from_iterable(dicts))) <= _STR:
             return False  # orjson writes only str keys, but a str subclass would come back a str
         lists = [v for v in values if type(v) is list] if list in types else ()
         values = list(itertools.chain(itertools.chain.from_iterable(map(dict.values, dicts)), itertools.chain.from_iterable(lists)))

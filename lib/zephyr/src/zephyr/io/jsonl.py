@@ -153,7 +153,7 @@ def _encoded(chunk: list, path: str, offset: int) -> bytearray:
     buffer = bytearray()
     try:
         collections.deque(map(buffer.extend, map(orjson.dumps, chunk, _NO_DEFAULT, _LINE_OPTION)), maxlen=0)
-        if json_exact(chunk):
+        if json_exact(chunk, check_keys=False):
             return buffer
     except orjson.JSONEncodeError:
         pass
