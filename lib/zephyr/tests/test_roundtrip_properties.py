@@ -363,3 +363,31 @@ def test_pipeline_write_then_load_on_sync_backend(records):
                 list(backend.execute(write(one_shard, path)))
             assert not os.path.exists(path)
     backend.close()
+
+
+@settings(max_examples=_scaled(100))
+@given(
+    mantissa=st.integers(0, 10**25),
+    fraction=st.integers(0, 10**22),
+    exponent=st.integers(-330, 310),
+    value=st.floats(allow_nan=False, allow_infinity=False),
+)
+def test_lines_with_long_digit_runs_read_floats_as_orjson_does(mantissa, fraction, exponent, value):
+    """Lines holding 19+ digits are decoded by the stdlib json (for big integers): every
+    float on them must come out as orjson alone reads it."""
+    import orjson
+
+    line = f'{{"a": {mantissa}.{fraction}e{exponent}, "b": {value!r}, "c": {mantissa}.{fraction}, "pad": "{"9" * 19}"}}'.encode()
+    try:
+        expected = orjson.loads(line)
+    except orjson.JSONDecodeError:  # beyond the float range: orjson refuses it, so must we
+        expected = None
+    directory = tempfile.mkdtemp(prefix="roundtrip-floats-")
+    path = os.path.join(directory, "f.jsonl")
+    with open(path, "wb") as f:
+        f.write(line + b"\n")
+    if expected is None:
+        with pytest.raises(Exception, match=r"f\.jsonl:1: malformed JSON"):
+            list(read_jsonl(path))
+    else:
+        assert same(list(read_jsonl(path)), [expected])
