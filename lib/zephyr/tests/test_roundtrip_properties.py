@@ -14,6 +14,7 @@ import math
 import os
 import tempfile
 import uuid
+from collections.abc import Callable
 
 import fsspec
 import pytest
@@ -242,7 +243,7 @@ def same(a, b) -> bool:
 # ---- the round trips -----------------------------------------------------------------------------
 
 
-def _target(where: str, name: str) -> tuple[str, callable]:
+def _target(where: str, name: str) -> tuple[str, Callable[[], bool]]:
     """A fresh output path on local disk or memory://, and a check that nothing is there."""
     if where == "memory":
         path = f"memory://roundtrip-{uuid.uuid4().hex}/{name}"

@@ -5,7 +5,6 @@ hand here (never against what the code printed).
 """
 
 import gzip
-import io
 import math
 
 import orjson
@@ -235,4 +234,3 @@ def test_a_cut_at_a_frame_boundary_of_a_multi_frame_file_is_not_detectable(tmp_p
         assert list(read_jsonl(str(path))) == [{"a": 1}, {"a": 2}]
         path.write_bytes(compress(first))
         assert list(read_jsonl(str(path))) == [{"a": 1}]
-    assert io  # keep the import used by the helpers above
