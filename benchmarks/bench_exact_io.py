@@ -4,7 +4,8 @@ Each is timed against the unchecked loop it replaced (written out here as it was
 same records, alternating rounds, best of `--rounds`:
 
 - write_jsonl over N flat records `{"id", "url", "text", "score", "n"}` to `.jsonl.zst`;
-- write_parquet over the same records;
+- write_parquet over the same records, with no schema and with one given (`schema=`, where
+  each batch is read back and compared);
 - read_jsonl over a `corpus.py` corpus (JSONL.zst), where the scan for long digit runs
   (integers beyond 64 bits) is the added work.
 
@@ -86,11 +87,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds per variant (best is reported)")
     parser.add_argument("--corpus", default=os.path.join(tempfile.gettempdir(), "zephyr-bench-corpus-exact"), help="corpus directory")
     args = parser.parse_args()
+    import pyarrow as pa
+
     items = records(args.records)
     with tempfile.TemporaryDirectory() as tmp:
         pairs = {
             "write_jsonl (.zst)": (lambda: unchecked_jsonl(items, f"{tmp}/a.jsonl.zst"), lambda: write_jsonl_file(items, f"{tmp}/b.jsonl.zst")),
             "write_parquet": (lambda: unchecked_parquet(items, f"{tmp}/a.parquet"), lambda: write_parquet_file(items, f"{tmp}/b.parquet")),
+            "write_parquet(schema=)": (
+                lambda: unchecked_parquet(items, f"{tmp}/a.parquet"),
+                lambda: write_parquet_file(items, f"{tmp}/c.parquet", schema=pa.Table.from_pylist(items[:1]).schema),
+            ),
         }
         info = ensure_corpus(args.corpus, num_shards=4, docs_per_shard=50_000)
         size = sum(os.path.getsize(p) for p in info.paths)

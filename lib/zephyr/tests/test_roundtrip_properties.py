@@ -622,3 +622,30 @@ def test_a_cut_at_a_frame_boundary_of_a_multi_frame_file_is_not_detectable(tmp_p
         assert list(read_jsonl(str(path))) == [{"a": 1}, {"a": 2}]
         path.write_bytes(compress(first))
         assert list(read_jsonl(str(path))) == [{"a": 1}]
+
+
+@pytest.mark.parametrize(
+    "arrow_type, value",
+    [("int64", 2.7), ("int32", 2**40), ("float32", 0.1), ("string", b"x"), ("struct_a", {"a": 1, "b": 2}), ("list_int", [1, 2.5])],
+)
+def test_parquet_user_schema_refuses_every_conversion_that_changes_a_value(tmp_path, arrow_type, value):
+    import pyarrow as pa
+
+    types = {
+        "int64": pa.int64(), "int32": pa.int32(), "float32": pa.float32(), "string": pa.string(),
+        "struct_a": pa.struct([("a", pa.int64())]), "list_int": pa.list_(pa.int64()),
+    }
+    path = str(tmp_path / "o.parquet")
+    with pytest.raises(UnwritableRecordError, match=r"record 1, field 'x"):
+        write_parquet_file([{"x": None}, {"x": value}], path, schema=pa.schema([("x", types[arrow_type])]))
+    assert _no_outputs(tmp_path)
+
+
+def test_parquet_user_schema_accepts_exact_conversions(tmp_path):
+    import pyarrow as pa
+
+    path = str(tmp_path / "o.parquet")
+    schema = pa.schema([("x", pa.float64()), ("s", pa.large_string()), ("m", pa.struct([("a", pa.int64()), ("b", pa.string())]))])
+    write_parquet_file([{"x": 1, "s": "a", "m": {"a": 1}}, {"x": 2.5}], path, schema=schema)
+    expected = [{"x": 1.0, "s": "a", "m": {"a": 1, "b": None}}, {"x": 2.5, "s": None, "m": None}]
+    assert same(list(read_parquet(path)), expected)

@@ -15,6 +15,7 @@ import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
 
@@ -26,6 +27,8 @@ from zephyr.io.temporaries import make_temp_file
 __all__ = ["read_parquet", "write_parquet_file"]
 
 ROWS_PER_BATCH = 8192
+# what pyarrow raises for a value that does not convert (OverflowError, UnicodeEncodeError, ...)
+_CONVERSION_ERRORS = (pa.ArrowException, ArithmeticError, LookupError, TypeError, ValueError)
 
 
 class _CountingReader(io.RawIOBase):
@@ -146,8 +149,9 @@ def write_parquet_file(items: Iterable[dict[str, Any]], path: str, schema=None, 
     naming the record (its index in the shard), the field (dotted path, `[]` for list
     elements) and both types, before the output appears.
 
-    With `schema`, each batch is converted to it and read back: a value it would change (2.7
-    into an int64 column, a field it lacks) raises UnwritableRecordError the same way.
+    With `schema`, each batch is converted to it; unless every column's inferred type is the
+    schema's, the batch is read back and compared: a value it would change (2.7 into an int64
+    column, a field it lacks) raises UnwritableRecordError the same way.
 
     Streams: holds one batch of rows. Rows go to a local temporary file per schema; when a
     later batch widens the schema the earlier row groups are re-encoded once, at the end,
@@ -198,13 +202,16 @@ def _fitted(batch: list, schema, path: str, offset: int):
     _check_columns(batch, schema, path, offset)
     try:
         table = pa.Table.from_pylist(batch, schema=schema)
-    except (pa.ArrowException, UnicodeEncodeError, OverflowError, TypeError, ValueError):
+    except _CONVERSION_ERRORS:
         for i, record in enumerate(batch):
             try:
                 pa.Table.from_pylist([record], schema=schema)
-            except (pa.ArrowException, UnicodeEncodeError, OverflowError, TypeError, ValueError) as e:
-                raise UnwritableRecordError(path, offset + i, "", f"does not fit the given schema: {e}") from None
+            except _CONVERSION_ERRORS as e:
+                field = _unfit_column(record, schema)
+                raise UnwritableRecordError(path, offset + i, field, f"does not fit the given schema: {e}") from None
         raise
+    if _inferred_types_match(batch, schema):
+        return table  # the types exact inference gives: the conversion changed nothing
     for i, (record, back) in enumerate(zip(batch, table.to_pylist())):
         changed = _changed(record, back, "")
         if changed is not None:
@@ -213,6 +220,34 @@ def _fitted(batch: list, schema, path: str, offset: int):
                 path, offset + i, field, f"{value!r:.60} would be written as {written!r:.60} by the given schema {schema.field(field.split('.')[0].split('[')[0]).type if field else schema}"
             )
     return table
+
+
+def _unfit_column(record: Any, schema) -> str:
+    """The first column of `record` that pyarrow cannot convert to `schema`'s type ("" if none)."""
+    import pyarrow as pa
+
+    for name, value in record.items() if isinstance(record, dict) else ():
+        try:
+            pa.array([value], schema.field(name).type)
+        except (KeyError, *_CONVERSION_ERRORS):
+            return str(name)
+    return ""
+
+
+def _inferred_types_match(batch: list, schema) -> bool:
+    """Whether each column's exactly inferred type (see `write_parquet_file`) is the given
+    schema's type for it (or null): then no value of the batch was converted."""
+    import pyarrow as pa
+
+    try:
+        inferred = arrow_schema(infer_records(batch))
+    except SchemaConflict:
+        return False
+    for field in inferred:
+        index = schema.get_field_index(field.name)
+        if index < 0 or (field.type != schema.field(index).type and field.type != pa.null()):
+            return False
+    return True
 
 
 def _changed(value: Any, back: Any, field: str) -> tuple[str, Any, Any] | None:
