@@ -158,8 +158,6 @@ def write_parquet_file(items: Iterable[dict[str, Any]], path: str, schema=None, 
     into the widened one (exact by the rules above). An empty input writes a valid file with
     `schema` (or no columns).
     """
-    import pyarrow as pa
-
     count = 0
     desc = None
     with atomic_write(path, remove_stale=remove_stale) as raw, _Segments() as segments:
@@ -195,11 +193,15 @@ def _widened(desc: Any, batch: list, path: str, offset: int) -> tuple[Any, Any]:
 
 
 def _fitted(batch: list, schema, path: str, offset: int):
-    """`batch` as a table of the user's `schema`, read back and compared with the records:
-    pyarrow truncates 2.7 into an int64 column and drops nested keys the schema lacks."""
-    import pyarrow as pa
-
-    _check_columns(batch, schema, path, offset)
+    """`batch` as a table of the user's `schema`. Unless exact inference gives the schema's
+    own types, the table is read back and compared with the records: pyarrow truncates 2.7
+    into an int64 column and drops nested keys the schema lacks."""
+    try:
+        inferred = arrow_schema(infer_records(batch))
+    except SchemaConflict:
+        inferred = None
+    if inferred is None or not set(inferred.names) <= set(schema.names):
+        _check_columns(batch, schema, path, offset)
     try:
         table = pa.Table.from_pylist(batch, schema=schema)
     except _CONVERSION_ERRORS:
@@ -210,22 +212,19 @@ def _fitted(batch: list, schema, path: str, offset: int):
                 field = _unfit_column(record, schema)
                 raise UnwritableRecordError(path, offset + i, field, f"does not fit the given schema: {e}") from None
         raise
-    if _inferred_types_match(batch, schema):
+    if inferred is not None and _same_types(inferred, schema):
         return table  # the types exact inference gives: the conversion changed nothing
     for i, (record, back) in enumerate(zip(batch, table.to_pylist())):
         changed = _changed(record, back, "")
         if changed is not None:
             field, value, written = changed
-            raise UnwritableRecordError(
-                path, offset + i, field, f"{value!r:.60} would be written as {written!r:.60} by the given schema {schema.field(field.split('.')[0].split('[')[0]).type if field else schema}"
-            )
+            column = schema.field(field.split(".")[0].split("[")[0]).type if field else schema
+            raise UnwritableRecordError(path, offset + i, field, f"{value!r:.60} would be written as {written!r:.60} by the given schema's {column}")
     return table
 
 
 def _unfit_column(record: Any, schema) -> str:
     """The first column of `record` that pyarrow cannot convert to `schema`'s type ("" if none)."""
-    import pyarrow as pa
-
     for name, value in record.items() if isinstance(record, dict) else ():
         try:
             pa.array([value], schema.field(name).type)
@@ -234,15 +233,8 @@ def _unfit_column(record: Any, schema) -> str:
     return ""
 
 
-def _inferred_types_match(batch: list, schema) -> bool:
-    """Whether each column's exactly inferred type (see `write_parquet_file`) is the given
-    schema's type for it (or null): then no value of the batch was converted."""
-    import pyarrow as pa
-
-    try:
-        inferred = arrow_schema(infer_records(batch))
-    except SchemaConflict:
-        return False
+def _same_types(inferred, schema) -> bool:
+    """Whether each inferred column type is the given schema's type for it (or null)."""
     for field in inferred:
         index = schema.get_field_index(field.name)
         if index < 0 or (field.type != schema.field(index).type and field.type != pa.null()):
@@ -340,8 +332,6 @@ class _Segments:
 def _widen_table(table, schema):
     """`table` under a wider `schema` (more columns, nested fields, null -> T, int -> float):
     pyarrow's casts check that each value converts exactly."""
-    import pyarrow as pa
-
     columns = [
         table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(len(table), f.type) for f in schema
     ]
