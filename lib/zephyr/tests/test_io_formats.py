@@ -113,11 +113,22 @@ def test_memory_filesystem(local_backend):
     assert list(local_backend.execute(Dataset.from_files("memory://zephyr-test/*.parquet").load_parquet())) == RECORDS
 
 
-def test_parquet_refuses_columns_outside_the_schema(tmp_path, local_backend):
-    """Regression: a key first seen after the first 8,192 rows was silently dropped."""
+def test_parquet_keeps_a_column_first_seen_after_the_first_batch(tmp_path, local_backend):
+    """Regression: a key first seen after the first 8,192 rows was silently dropped (it was
+    then refused; it is now written, null in the rows that lack it)."""
     rows = [{"a": i} for i in range(8192)] + [{"a": 1, "b": "late"}]
-    with pytest.raises(ShardError, match=r"record 8192 has column\(s\) \['b'\] that are not in the Parquet schema"):
-        list(local_backend.execute(Dataset.from_iterable(rows).write_parquet(str(tmp_path / "x.parquet"))))
+    list(local_backend.execute(Dataset.from_iterable(rows).write_parquet(str(tmp_path / "x.parquet"))))
+    back = list(local_backend.execute(Dataset.from_list([str(tmp_path / "x.parquet")]).load_parquet()))
+    assert back == [{"a": i, "b": None} for i in range(8192)] + [{"a": 1, "b": "late"}]
+
+
+def test_parquet_refuses_columns_outside_a_given_schema(tmp_path, local_backend):
+    import pyarrow as pa
+
+    rows = [{"a": i} for i in range(8192)] + [{"a": 1, "b": "late"}]
+    ds = Dataset.from_iterable(rows).write_parquet(str(tmp_path / "x.parquet"), schema=pa.schema([("a", pa.int64())]))
+    with pytest.raises(ShardError, match=r"record 8192, field 'b': column\(s\) \['b'\] are not in the given Parquet schema"):
+        list(local_backend.execute(ds))
     assert not (tmp_path / "x.parquet").exists()
 
 

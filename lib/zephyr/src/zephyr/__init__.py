@@ -12,7 +12,7 @@ from zephyr.backends.shared import get_shared
 from zephyr.dataset import Dataset, ShardInfo
 from zephyr.errors import PlanError, ShardError
 from zephyr.expr import Expr, col, lit
-from zephyr.io import BadRecordError, CorruptInputError, TruncatedInputError
+from zephyr.io import BadRecordError, CorruptInputError, TruncatedInputError, UnwritableRecordError
 from zephyr.provenance import StaleOutputsError
 from zephyr.run_lock import OutputBusyError
 from zephyr.runner import NotPicklableWarning
@@ -30,6 +30,7 @@ __all__ = [
     "ShardInfo",
     "StaleOutputsError",
     "TruncatedInputError",
+    "UnwritableRecordError",
     "backend_names",
     "col",
     "counters",

@@ -153,10 +153,13 @@ class Dataset:
         include_file_paths: bool = False,
         file_path_column: str = DEFAULT_FILE_PATH_COLUMN,
     ) -> Dataset:
-        """Read each path item as JSON Lines (compression by extension), one item per line.
+        """Read each path item as JSON Lines (compression by extension), one dict per line.
 
-        A malformed line raises an error naming file and line; `on_bad_record="skip"` skips
-        such lines and counts them in the `zephyr/bad_records` counter instead. With
+        Every non-blank line must be a JSON object; numbers read exactly (integers beyond 64
+        bits too). A malformed line, or one that is not an object (an array, a string, a
+        number, null), raises BadRecordError naming file and line (the ShardError around it
+        names the shard); `on_bad_record="skip"` skips such lines and counts them in the
+        `zephyr/bad_records` counter instead. With
         `include_file_paths`, each record gets its file's path under `file_path_column`.
         """
         _check_bad_record_policy(on_bad_record)
@@ -212,11 +215,25 @@ class Dataset:
         path (or `{basename}` without one input file per shard) raises `PlanError`.
         Compression follows the extension (.gz, .zst/.zstd). With `skip_existing`, a shard
         whose output exists is not recomputed at all (none of its upstream work runs).
+
+        Items read back unchanged: a tuple reads back as a list, a dataclass as a dict, a str
+        or dict subclass as str or dict; anything else JSON would change (NaN, infinities,
+        bytes, non-str keys, lone surrogates, other objects) fails the shard with
+        UnwritableRecordError naming the record, the field and the value, and no file appears.
         """
         return self._then(op.WriteJsonl(op.validate_output_pattern(pattern), bool(skip_existing)))
 
     def write_parquet(self, pattern: op.OutputPattern, schema: Any = None, skip_existing: bool = False) -> Dataset:
-        """Write each shard's dict items as Parquet to its path (`pattern` as in `write_jsonl`); yields the paths."""
+        """Write each shard's dict items as Parquet to its path (`pattern` as in `write_jsonl`); yields the paths.
+
+        Without `schema`, the file covers every field of every record (nested too), widening a
+        type only where exact (null + T -> T; int -> float while every int is within +-2**53;
+        struct fields unioned; list elements unified); a field a record lacks is written as
+        null. A value no such schema holds exactly (str and int in one field, bool and int, an
+        int beyond int64, ...), or one a given `schema` would change (2.7 into int64), fails the
+        shard with UnwritableRecordError naming the record, the field and both types; no file
+        appears. See `zephyr.io.parquet.write_parquet_file` and docs/zephyr.md ("Files").
+        """
         if schema is not None:
             import pyarrow as pa
 

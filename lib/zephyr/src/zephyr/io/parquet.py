@@ -8,18 +8,27 @@ pushdown saves shows in every run's counters.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
 
 from zephyr.io.files import atomic_write, url_to_fs
+from zephyr.io.parquet_schema import SchemaConflict, arrow_schema, infer_records, unify
+from zephyr.io.records import UnwritableRecordError
+from zephyr.io.temporaries import make_temp_file
 
 __all__ = ["read_parquet", "write_parquet_file"]
 
 ROWS_PER_BATCH = 8192
+# what pyarrow raises for a value that does not convert (OverflowError, UnicodeEncodeError, ...)
+_CONVERSION_ERRORS = (pa.ArrowException, ArithmeticError, LookupError, TypeError, ValueError)
 
 
 class _CountingReader(io.RawIOBase):
@@ -127,33 +136,206 @@ def _project(row: dict, columns: list[str] | None) -> dict:
 
 
 def write_parquet_file(items: Iterable[dict[str, Any]], path: str, schema=None, *, remove_stale: bool = True) -> int:
-    """Write dict rows to `path` atomically in batches; returns the number written.
+    """Write dict rows to `path` atomically, a row group per 8192 rows; returns the number written.
 
-    Without `schema` the first batch's inferred schema is used for the whole file.
-    An empty input writes a valid file with `schema` (or no columns).
+    Without `schema`, the file's schema covers every field of every record (nested dicts and
+    lists too), in first-seen order, typed so that every value reads back unchanged: null +
+    T -> T; int -> float64 only while every int is within +-2**53 (exact as a float); dicts ->
+    structs with the union of their fields; lists (and tuples, which read back as lists) ->
+    lists of the unified element type. A field a record lacks is written as null (Parquet has
+    no "absent": it reads back as None), and a str subclass as str. Anything else (a str and
+    an int in one field, a bool and an int, bytes and str, an int beyond int64, a str with a
+    lone surrogate, a dict with non-str keys, other objects) raises UnwritableRecordError
+    naming the record (its index in the shard), the field (dotted path, `[]` for list
+    elements) and both types, before the output appears.
+
+    With `schema`, each batch is converted to it; unless every column's inferred type is the
+    schema's, the batch is read back and compared: a value it would change (2.7 into an int64
+    column, a field it lacks) raises UnwritableRecordError the same way.
+
+    Streams: holds one batch of rows. Rows go to a local temporary file per schema; when a
+    later batch widens the schema the earlier row groups are re-encoded once, at the end,
+    into the widened one (exact by the rules above). An empty input writes a valid file with
+    `schema` (or no columns).
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     count = 0
-    writer = None
-    with atomic_write(path, remove_stale=remove_stale) as raw:
-        try:
-            for batch in _batches(items, ROWS_PER_BATCH):
-                if schema is not None:
-                    _check_columns(batch, schema, path, count)
-                table = pa.Table.from_pylist(batch, schema=schema)
-                if writer is None:
-                    schema = table.schema
-                    writer = pq.ParquetWriter(raw, schema)
-                writer.write_table(table)
-                count += len(batch)
-            if writer is None:
-                writer = pq.ParquetWriter(raw, schema if schema is not None else pa.schema([]))
-        finally:
-            if writer is not None:
-                writer.close()
+    desc = None
+    with atomic_write(path, remove_stale=remove_stale) as raw, _Segments() as segments:
+        for batch in _batches(items, ROWS_PER_BATCH):
+            if schema is None:
+                desc, batch_schema = _widened(desc, batch, path, count)
+                segments.write(pa.Table.from_pylist(batch, schema=batch_schema))
+            else:
+                segments.write(_fitted(batch, schema, path, count))
+            count += len(batch)
+        if schema is None:
+            schema = arrow_schema(desc) if desc is not None else pa.schema([])
+        segments.finish(raw, schema)
     return count
+
+
+def _widened(desc: Any, batch: list, path: str, offset: int) -> tuple[Any, Any]:
+    """The file's descriptor and schema with `batch` added; UnwritableRecordError naming the
+    first record that does not fit (found record by record, only when the batch does not)."""
+    try:
+        desc = unify(desc, infer_records(batch), "")
+    except SchemaConflict:
+        for i, record in enumerate(batch):
+            try:
+                desc = unify(desc, infer_records([record]), "")
+            except SchemaConflict as e:
+                raise UnwritableRecordError(path, offset + i, e.field, e.reason) from None
+        raise AssertionError("a batch conflicted but none of its records did") from None  # unify is associative
+    try:
+        return desc, arrow_schema(desc)
+    except SchemaConflict as e:  # a dict without keys in every record of this batch so far
+        raise UnwritableRecordError(path, offset, e.field, e.reason + f" (records {offset} to {offset + len(batch) - 1})") from None
+
+
+def _fitted(batch: list, schema, path: str, offset: int):
+    """`batch` as a table of the user's `schema`. Unless exact inference gives the schema's
+    own types, the table is read back and compared with the records: pyarrow truncates 2.7
+    into an int64 column and drops nested keys the schema lacks."""
+    try:
+        inferred = arrow_schema(infer_records(batch))
+    except SchemaConflict:
+        inferred = None
+    if inferred is None or not set(inferred.names) <= set(schema.names):
+        _check_columns(batch, schema, path, offset)
+    try:
+        table = pa.Table.from_pylist(batch, schema=schema)
+    except _CONVERSION_ERRORS:
+        for i, record in enumerate(batch):
+            try:
+                pa.Table.from_pylist([record], schema=schema)
+            except _CONVERSION_ERRORS as e:
+                field = _unfit_column(record, schema)
+                raise UnwritableRecordError(path, offset + i, field, f"does not fit the given schema: {e}") from None
+        raise
+    if inferred is not None and _same_types(inferred, schema):
+        return table  # the types exact inference gives: the conversion changed nothing
+    for i, (record, back) in enumerate(zip(batch, table.to_pylist())):
+        changed = _changed(record, back, "")
+        if changed is not None:
+            field, value, written = changed
+            column = schema.field(field.split(".")[0].split("[")[0]).type if field else schema
+            raise UnwritableRecordError(path, offset + i, field, f"{value!r:.60} would be written as {written!r:.60} by the given schema's {column}")
+    return table
+
+
+def _unfit_column(record: Any, schema) -> str:
+    """The first column of `record` that pyarrow cannot convert to `schema`'s type ("" if none)."""
+    for name, value in record.items() if isinstance(record, dict) else ():
+        try:
+            pa.array([value], schema.field(name).type)
+        except (KeyError, *_CONVERSION_ERRORS):
+            return str(name)
+    return ""
+
+
+def _same_types(inferred, schema) -> bool:
+    """Whether each inferred column type is the given schema's type for it (or null)."""
+    for field in inferred:
+        index = schema.get_field_index(field.name)
+        if index < 0 or (field.type != schema.field(index).type and field.type != pa.null()):
+            return False
+    return True
+
+
+def _changed(value: Any, back: Any, field: str) -> tuple[str, Any, Any] | None:
+    """(field, value, what reads back) where `back` is not `value` under the documented
+    conversions (missing -> None, tuple -> list, exact int -> float), else None."""
+    if isinstance(value, dict) and isinstance(back, dict):
+        for key in value.keys() | back.keys():
+            if key not in back:
+                return _join(field, key), value[key], "nothing (the schema lacks the field)"
+            changed = _changed(value.get(key), back[key], _join(field, key))
+            if changed:
+                return changed
+        return None
+    if isinstance(value, (list, tuple)) and type(back) is list and len(value) == len(back):
+        for i, (v, b) in enumerate(zip(value, back)):
+            if changed := _changed(v, b, f"{field}[{i}]"):
+                return changed
+        return None
+    if _same_scalar(value, back):
+        return None
+    return field, value, back
+
+
+def _same_scalar(value: Any, back: Any) -> bool:
+    if type(value) is float and type(back) is float:
+        return value == back or (value != value and back != back)
+    if type(value) is int and type(back) is float:
+        return abs(value) <= 2**53 and float(value) == back
+    if isinstance(value, str):
+        return type(back) is str and value == back
+    return type(value) is type(back) and value == back
+
+
+def _join(field: str, key: Any) -> str:
+    return f"{field}.{key}" if field else str(key)
+
+
+class _Segments:
+    """Row groups written so far, in local temporary files: a new one whenever a batch's
+    schema differs from the previous batch's; `finish` writes them into the output under the
+    final schema (a byte copy when there is one segment already of that schema)."""
+
+    def __init__(self):
+        self._paths: list[str] = []
+        self._writer = None
+        self._schema = None
+
+    def __enter__(self) -> _Segments:
+        return self
+
+    def write(self, table) -> None:
+        import pyarrow.parquet as pq
+
+        if self._writer is None or not table.schema.equals(self._schema):
+            self._close()
+            self._paths.append(make_temp_file("segment"))
+            self._schema = table.schema
+            self._writer = pq.ParquetWriter(self._paths[-1], table.schema)
+        self._writer.write_table(table)
+
+    def finish(self, raw, schema) -> None:
+        import pyarrow.parquet as pq
+
+        self._close()
+        if len(self._paths) == 1 and self._schema.equals(schema):
+            with open(self._paths[0], "rb") as segment:
+                shutil.copyfileobj(segment, raw, 1 << 20)
+            return
+        writer = pq.ParquetWriter(raw, schema)
+        try:
+            for path in self._paths:
+                segment = pq.ParquetFile(path)
+                for group in range(segment.num_row_groups):  # the same row groups, widened
+                    writer.write_table(_widen_table(segment.read_row_group(group), schema))
+        finally:
+            writer.close()
+
+    def _close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def __exit__(self, *exc) -> None:
+        self._close()
+        for path in self._paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+
+
+def _widen_table(table, schema):
+    """`table` under a wider `schema` (more columns, nested fields, null -> T, int -> float):
+    pyarrow's casts check that each value converts exactly."""
+    columns = [
+        table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(len(table), f.type) for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _check_columns(batch: list[dict], schema, path: str, offset: int) -> None:
@@ -162,9 +344,9 @@ def _check_columns(batch: list[dict], schema, path: str, offset: int) -> None:
     for i, row in enumerate(batch):
         extra = [k for k in row if k not in names] if isinstance(row, dict) else []
         if extra:
-            raise ValueError(
-                f"{path}: record {offset + i} has column(s) {sorted(extra)} that are not in the Parquet schema "
-                f"{schema.names} (taken from the first rows or given as schema=); pass a schema with every column"
+            raise UnwritableRecordError(
+                path, offset + i, str(sorted(extra)[0]),
+                f"column(s) {sorted(extra)} are not in the given Parquet schema {schema.names}; pass a schema with every column, or none",
             )
 
 

@@ -5,7 +5,8 @@ itself, so every temporary Zephyr makes carries its owner, `<pid>@<host id>`:
 
 - `.NAME.zephyr-tmp-<owner>-<id>` beside a local output (see `zephyr.io.files.atomic_write`);
 - `zephyr-upload-<owner>-<id>` in the temp dir: an object-store output staged for upload;
-- `zephyr-merge-<owner>-<id>/` in the temp dir: a reduce task's intermediate merge runs.
+- `zephyr-merge-<owner>-<id>/` in the temp dir: a reduce task's intermediate merge runs;
+- `zephyr-segment-<owner>-<id>` in the temp dir: a Parquet writer's rows so far (`zephyr.io.parquet`).
 
 `sweep_dead_temporaries()` removes those of the temp dir whose owner is a dead process on this
 host (or, for another host or an unparsable name, that are over a day old); a live owner's are
@@ -30,7 +31,7 @@ __all__ = ["is_stale", "make_temp_dir", "make_temp_file", "owner_tag", "process_
 
 HOST_ID = hashlib.blake2b(socket.gethostname().encode(), digest_size=4).hexdigest()
 STALE_AFTER = 24 * 3600  # seconds; for temporaries whose owner cannot be checked
-_KINDS = ("upload", "merge")
+_KINDS = ("upload", "merge", "segment")
 _OWNED = re.compile(r"(\d+)@([0-9a-f]+)-")
 _swept: set[tuple[int, str]] = set()  # (pid, temp dir) already swept by this process
 _lock = threading.Lock()
