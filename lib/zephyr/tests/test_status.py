@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -295,7 +296,8 @@ def test_off_loopback_every_request_needs_the_token_and_the_token_is_never_logge
         line = next(ln for ln in stderr_path.read_text().splitlines() if "status page at" in ln)
         url = line.split("status page at ", 1)[1].split()[0]
         token = url.split("?token=", 1)[1]
-        assert len(token) >= 24
+        # hex, so `zephyr status URL --token T` parses (a urlsafe token starting with "-" did not: a flake)
+        assert len(token) >= 24 and re.fullmatch(r"[0-9a-f]+", token)
         port = url.split(":")[2].split("/")[0]
         base = f"http://127.0.0.1:{port}/"
         for path, headers in [("", {}), ("api/snapshot", {}), ("api/runs", {}), ("api/snapshot?token=wrong", {}),

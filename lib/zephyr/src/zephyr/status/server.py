@@ -86,7 +86,7 @@ class Dashboard:
         self.host = host
         self.port = port
         self.source = source or LiveSource()
-        self._token = None if is_loopback(host) else secrets.token_urlsafe(24)
+        self._token = None if is_loopback(host) else secrets.token_hex(24)  # hex: never starts with "-", so `--token T` always parses
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
