@@ -135,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dry-run", action="store_true", help="print the plan of every pipeline the script executes; run nothing")
     parser.add_argument("--entry-point", default=None, help="function to call after loading the script (default: main, if defined)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars and no end-of-run summary")
+    parser.add_argument("--verbose", action="store_true", help="show Ray's own log lines on the console (default: in its log files)")
     parser.add_argument(
         "--dashboard", type=_port, default=None, metavar="PORT",
         help="serve a live status page while the script runs and print its URL; write --dashboard=PORT to choose "
@@ -254,6 +255,7 @@ def make_backend(args: argparse.Namespace) -> Backend:
     )
     if args.backend == "ray":
         options["address"] = args.address
+        options["verbose"] = args.verbose
     elif args.address:
         raise argparse.ArgumentTypeError("--address only applies to --backend=ray")
     return create_backend(args.backend, args.max_parallelism, **options)
@@ -283,6 +285,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(str(e))
         if not args.quiet:
             backend.on_finish.append(lambda execution: print(format_summary(execution), file=sys.stderr, flush=True))
+            for_start = getattr(backend, "on_start", None)
+            if for_start is not None:
+                for_start.append(lambda where: print(f"zephyr: {where}", file=sys.stderr, flush=True))
     dashboard = None
     if args.dashboard is not None and not args.dry_run:
         dashboard = _start_dashboard(parser, args.dashboard_host, args.dashboard)
