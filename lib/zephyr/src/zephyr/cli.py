@@ -5,7 +5,9 @@
 The script runs in this process with `flow_backend()` returning the backend built from the
 options. A script without an `if __name__ == "__main__":` block has its entry point
 (`--entry-point`, default `main`) called after it loads. Everything after the script path
-goes to the script. `--cluster NAME` submits the same command to a Ray cluster as a job
+goes to the script, except zephyr's own options that change where or how it runs (`--backend`,
+`--max-parallelism`, `--memory`, ...): there they are refused with the corrected command, since
+they would silently do nothing; after `script.py --` every argument is the script's. `--cluster NAME` submits the same command to a Ray cluster as a job
 through Marin's job launcher instead. `--dashboard[=PORT]` serves a live status page of the
 script's pipelines while it runs. SIGINT (Ctrl-C) or SIGTERM stops the script: its running
 pipeline cancels its in-flight tasks and the command exits with 130 or 143 (see docs/zephyr.md).
@@ -100,6 +102,32 @@ def _bare_dashboard(argv: list[str], parser: argparse.ArgumentParser) -> list[st
             out.append(arg)
         i += 1
     return out
+
+
+# Options of ours that a script rarely takes and that change where or how it runs: after the script
+# they are refused with the corrected command (a script that does take one gets it after `--`).
+_MISPLACED = ("--backend", "--max-parallelism", "--memory", "--num-cpus", "--num-gpus", "--resources", "--address",
+              "--scratch-dir", "--cluster", "--dry-run", "--entry-point", "--dashboard", "--dashboard-host")
+
+
+def _misplaced_options(script_args: list[str]) -> list[int]:
+    """Indices of the arguments after the script that are one of `_MISPLACED` (with its value)."""
+    found: list[int] = []
+    for i, arg in enumerate(script_args):
+        if arg == "--":
+            break  # the rest is the script's, whatever it says
+        if arg.split("=", 1)[0] in _MISPLACED:
+            found.append(i)
+            if "=" not in arg and arg not in ("--dry-run", "--dashboard") and i + 1 < len(script_args):
+                found.append(i + 1)
+    return found
+
+
+def _corrected_command(before: list[str], script: str, script_args: list[str], misplaced: list[int]) -> str:
+    """The same command with the misplaced options moved before the script."""
+    moved = [script_args[i] for i in misplaced]
+    kept = [a for i, a in enumerate(script_args) if i not in misplaced]
+    return shlex.join(["zephyr", *before, *moved, script, *kept])
 
 
 def _resources(text: str) -> dict:
@@ -272,6 +300,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not os.path.isfile(args.script):
         parser.error(f"script not found: {args.script}")
+    at = len(argv) - len(args.script_args) - 1  # where the script is (argparse may drop a `--` after it)
+    explicit = argv[at] != args.script
+    at -= explicit
+    misplaced = [] if explicit else _misplaced_options(args.script_args)
+    if misplaced:
+        before = argv[:at]
+        parser.error(
+            f"{' '.join(args.script_args[i] for i in misplaced)} after the script would go to the script, not to zephyr; "
+            f"put zephyr's options before the script:\n  {_corrected_command(before, args.script, args.script_args, misplaced)}\n"
+            f"(to pass them to the script itself, write `--` after the script: zephyr ... {args.script} -- ARGS)"
+        )
     if args.cluster:
         if importlib_missing("marin"):
             parser.error("--cluster needs the `marin` package (its job launcher marin.run.ray_run) installed")
