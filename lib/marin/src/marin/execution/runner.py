@@ -425,7 +425,8 @@ class Executor:
                          name, type(error).__name__, error)
         else:
             status = StepStatus.FAILED
-            logger.error("Step %s failed: %s: %s", name, type(error).__name__, error)
+            # the user's traceback on the console, not only in the lease (`marin steps PREFIX` shows it again)
+            logger.error("Step %s failed: %s: %s\n%s", name, type(error).__name__, error, text.rstrip())
         with run.lock:
             if run.finalized:
                 return None, None
