@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from zephyr.backends.base import Backend, TaskLost
-from zephyr.backends.ray_local import describe_ray, embedded_init_options, workers_in_driver_env
+from zephyr.backends.ray_local import describe_ray, start_local_ray
 from zephyr.backends.ray_errors import lost_cause
 from zephyr.errors import ShardError
 from zephyr.interrupts import wait_slice
@@ -75,14 +75,14 @@ class RayBackend(Backend):
 
         if not ray.is_initialized():
             embedded = self.address is None
-            # "local" starts a fresh embedded Ray even when a `ray start` cluster runs on this machine
-            kwargs = embedded_init_options(self.verbose) if embedded else {}
-            kwargs = {"address": self.address or "local", "log_to_driver": True, **kwargs, **self.init_kwargs}
             logger.info("zephyr: %s", f"connecting to Ray at {self.address}" if self.address else "starting a local Ray")
-            with _keeping_sigterm_handler(), workers_in_driver_env(embedded and "runtime_env" not in self.init_kwargs):
-                context = ray.init(**kwargs)
+            with _keeping_sigterm_handler():
+                if embedded:  # a fresh embedded Ray even when a `ray start` cluster runs on this machine
+                    self.where = start_local_ray(self.verbose, **{"log_to_driver": True, **self.init_kwargs})
+                else:
+                    context = ray.init(address=self.address, **{"log_to_driver": True, **self.init_kwargs})
+                    self.where = describe_ray(context, embedded=False)
             self._owns_ray = embedded
-            self.where = describe_ray(context, embedded)
             for callback in self.on_start:
                 callback(self.where)
         if self._remote is None:

@@ -5,8 +5,8 @@ interpreter and packages. Ray's default when the driver runs under `uv run` is t
 worker through `uv run` in the uploaded working directory: a second virtualenv built and
 byte-compiled on each run (~15 s here) and a page of chatter. `workers_in_driver_env` turns
 that off for the embedded Ray (workers get `sys.executable`, and the driver's script directory
-and current directory on their path, as Ray does without a runtime environment); a user who
-set `RAY_ENABLE_UV_RUN_RUNTIME_ENV` or passed a `runtime_env` keeps what they chose.
+and current directory on their path, as Ray does without a working directory); a user who set
+`RAY_ENABLE_UV_RUN_RUNTIME_ENV` or a `runtime_env` with `py_executable` keeps what they chose.
 
 `embedded_init_options` keeps Ray's dashboard off its default port 8265 (another Ray on this
 machine, or the user's own `ray start`, may hold it) and Ray's INFO/WARNING lines out of the
@@ -21,7 +21,7 @@ import os
 import socket
 from typing import Any
 
-__all__ = ["describe_ray", "embedded_init_options", "free_port", "workers_in_driver_env"]
+__all__ = ["describe_ray", "embedded_init_options", "free_port", "start_local_ray", "workers_in_driver_env"]
 
 UV_HOOK_VARIABLE = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
 
@@ -73,3 +73,15 @@ def describe_ray(context: Any, embedded: bool) -> str:
     if embedded and session:
         parts.append(f"logs {session}/logs")
     return ", ".join(parts)
+
+
+def start_local_ray(verbose: bool = False, **init_kwargs: Any) -> str:
+    """`ray.init` an embedded Ray on this machine the fast, quiet way (see the module docstring);
+    `init_kwargs` go to `ray.init` and win over these defaults. Returns one line saying where
+    it is (dashboard URL, log directory), for the caller to print."""
+    import ray
+
+    kwargs = {"address": "local", **embedded_init_options(verbose), **init_kwargs}
+    with workers_in_driver_env("py_executable" not in (init_kwargs.get("runtime_env") or {})):
+        context = ray.init(**kwargs)
+    return describe_ray(context, embedded=True)
