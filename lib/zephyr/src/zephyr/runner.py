@@ -357,7 +357,9 @@ class Execution:
                                 raise
                             raise error from e
                         stats.retries_user += 1
-                        logger.warning("stage %d shard %d failed; retrying (%d/%d)", stage.index, task.shard,
+                        logger.warning("stage %d shard %d failed with %s: %s%s; retrying (%d/%d) in case the worker, not "
+                                       "the code, was at fault (max_user_retries=0 fails at once)", stage.index, task.shard,
+                                       error.error_type, error.error_message[:200], f" at {error.record}" if error.record else "",
                                        user_failures[task.shard], backend.max_user_retries)
                         pending.appendleft(task)
                         continue
