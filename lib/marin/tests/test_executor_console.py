@@ -68,8 +68,9 @@ def _table(text: str) -> dict[str, tuple[str, str]]:
 def test_marin_steps_lists_status_output_and_last_error(tmp_path, capsys):
     """Regression (issue 24): no command showed a step's status and error."""
     executor, steps = _experiment(tmp_path, fail=True)
-    with pytest.raises(ExecutorError):
+    with pytest.raises(ExecutorError) as info:
         executor.run(steps)
+    assert f"marin steps {tmp_path / 'prefix' / 'experiments'}/exp-" in str(info.value)  # the error says where to look
     plan = {p.name: p.output_path for p in executor.plan(steps).steps}
     capsys.readouterr()
     assert marin_main(["steps", str(tmp_path / "prefix")]) == 0

@@ -76,12 +76,14 @@ _DONE = (StepStatus.SUCCESS.value, SKIPPED)
 class ExecutorError(RuntimeError):
     """Some steps failed; `failed` maps each failed step's output path to its error."""
 
-    def __init__(self, failed: dict[str, str], dep_failed: list[str]):
+    def __init__(self, failed: dict[str, str], dep_failed: list[str], record_path: str | None = None):
         self.failed = failed
         self.dep_failed = dep_failed
         lines = [f"{len(failed)} step(s) failed:"] + [f"  {path}: {error}" for path, error in failed.items()]
         if dep_failed:
             lines.append(f"{len(dep_failed)} dependent step(s) did not run (DEP_FAILED): " + ", ".join(dep_failed))
+        if record_path:
+            lines.append(f"each step's status and last error: marin steps {record_path}")
         super().__init__("\n".join(lines))
 
 
@@ -237,7 +239,7 @@ class Executor:
         self._write_experiment(record_path, plan, states)
         if failed:
             dep_failed = [p.output_path for p in plan.steps if states.get(p.output_path) == StepStatus.DEP_FAILED.value]
-            raise ExecutorError(failed, dep_failed)
+            raise ExecutorError(failed, dep_failed, record_path)
         return states
 
     @staticmethod
