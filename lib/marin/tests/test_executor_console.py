@@ -89,3 +89,24 @@ def test_marin_steps_lists_status_output_and_last_error(tmp_path, capsys):
 def test_marin_steps_on_a_prefix_without_records_says_so(tmp_path, capsys):
     assert marin_main(["steps", str(tmp_path)]) == 1
     assert f"no experiment record under {tmp_path}/experiments/" in capsys.readouterr().err
+
+
+def count_words(config: Cfg) -> None:
+    """A step that runs a Zephyr pipeline, as the quickstart's do."""
+    from zephyr import Dataset, create_backend
+
+    ds = Dataset.from_list(["a b", "c"]).map(lambda t: {"n": len(t.split())}).write_jsonl(f"{config.output_path}/{{shard}}.jsonl")
+    list(create_backend("sync", progress=False).execute(ds))
+
+
+def test_the_status_of_a_steps_pipeline_names_the_step(tmp_path):
+    """Regression (issue 24): the status page of a pipeline run by an executor step did not say which step."""
+    from zephyr.status import format_snapshot, read_run_record, runs
+
+    step = ExecutorStep("wordcount", count_words, Cfg(versioned(1), output_path=this_output_path()))
+    executor = Executor(str(tmp_path / "prefix"), caller="exp.py", poll_interval=0.05)
+    [path] = executor.run([step])
+    record = read_run_record(path)
+    assert record["label"] == "executor step wordcount"
+    assert [r.summary()["label"] for r in runs() if r.record_path == record["record_path"]] == ["executor step wordcount"]
+    assert format_snapshot(record).splitlines()[0].endswith(", for executor step wordcount")

@@ -185,3 +185,14 @@ def test_the_page_says_in_flight_not_running(chromium, tmp_path):
         dom = Elements(browse(chromium, page.url, tmp_path / "profile", "--dump-dom", "--virtual-time-budget=5000"))
     [chain] = dom.find(id="chain")
     assert "in flight" in chain and "running" not in chain
+
+
+def test_the_page_names_what_started_the_run(chromium, tmp_path):
+    """Regression (issue 24): the page of a pipeline run by an executor step did not name the step."""
+    from zephyr.status.server import FileSource
+
+    record = _two_stage_record(tmp_path)
+    record["label"] = "executor step tokenize"
+    with start_dashboard(source=FileSource(record)) as page:
+        dom = Elements(browse(chromium, page.url, tmp_path / "profile", "--dump-dom", "--virtual-time-budget=5000"))
+    assert dom.find(id="title") == [f"Zephyr run {record['run_id']} — executor step tokenize"]

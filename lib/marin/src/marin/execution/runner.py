@@ -46,6 +46,7 @@ import traceback
 from typing import Any, Callable, Iterable
 
 from zephyr.interrupts import handling_signals, signal_name
+from zephyr.status.labels import run_label
 
 from marin.execution import storage
 from marin.execution.hashing import resolve_config
@@ -410,7 +411,8 @@ class Executor:
             write_status(path, StepStatus.RUNNING)
         config = resolve_config(step.config, plan.output_path, path, plan.prefix)
         write_info(path, _info(planned, config))
-        run_step_function(step.fn, config, step.name, step.resources, step.pip_dependency_groups, run.interrupter)
+        with run_label(f"executor step {step.name}"):  # the status page names the step its pipelines run for
+            run_step_function(step.fn, config, step.name, step.resources, step.pip_dependency_groups, run.interrupter)
 
     def _record_failure(self, run: StepRun, error: BaseException) -> tuple[str | None, str | None]:
         """Write FAILED (PREEMPTED for a lost node or worker, INTERRUPTED for a signal); returns

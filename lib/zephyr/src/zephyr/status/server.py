@@ -71,7 +71,7 @@ class FileSource:
 
     def runs(self) -> dict[str, Any]:
         s = self._snapshot
-        summary = {"run_id": s.get("run_id"), "state": s.get("state"), "started_at": s.get("started_at"),
+        summary = {"run_id": s.get("run_id"), "label": s.get("label"), "state": s.get("state"), "started_at": s.get("started_at"),
                    "stages": len(s.get("stages", [])), "title": (s.get("stages") or [{}])[-1].get("description", "")}
         return {"runs": [summary], "latest": s.get("run_id")}
 
