@@ -414,3 +414,19 @@ def test_zephyr_status_watch_redraws_in_place_on_a_terminal(tmp_path, monkeypatc
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     assert zephyr_main(["status", "--watch", "1", str(tmp_path / "out")]) == 0
     assert capsys.readouterr().out.startswith("\x1b[H\x1b[2J")
+
+
+def test_the_page_as_served_shows_the_run_without_javascript(tmp_path):
+    """Regression (issue 24): without JavaScript (a plain screenshot, a text browser) the page said "loading"."""
+    from zephyr.status.server import FileSource
+
+    list(create_backend("sync", progress=False).execute(
+        Dataset.from_list([1, 2]).map(lambda x: {"x": x}).write_jsonl(str(tmp_path / "out" / "{shard}.jsonl"))))
+    record = read_run_record(str(tmp_path / "out"))
+    record["label"] = "executor step <tokenize>"  # escaped in the HTML
+    with start_dashboard(source=FileSource(record)) as page:
+        html = urllib.request.urlopen(page.url, timeout=30).read().decode()
+    assert ">loading<" not in html
+    assert f'<h1 id="title">Zephyr run {record["run_id"]} — executor step &lt;tokenize&gt;</h1>' in html
+    assert '<span id="state" class="badge succeeded">succeeded</span>' in html
+    assert "stage 0" in html.split('<pre id="first-paint">')[1].split("</pre>")[0]
