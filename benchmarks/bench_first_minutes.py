@@ -4,7 +4,9 @@
 
 over six 200-line JSONL files (load, filter, map, write with skip_existing), on threadpool and
 on an embedded Ray, first run and rerun (every output present), each command timed from the
-shell as a user runs it (`uv run` included). Prints a Markdown table; `--json` keeps the figures.
+shell as a user runs it (`uv run` included); the baseline is the embedded Ray with Ray's own
+default under `uv run` (each worker started through `uv run`), with `--verbose` (its console
+lines are what a clean run printed before issue 24). Prints a Markdown table; `--json` keeps the figures.
 
     uv run python benchmarks/bench_first_minutes.py --repeats 3
 """
@@ -48,7 +50,8 @@ SEED = textwrap.dedent(
 
 
 def run_once(script: Path, work: Path, backend: str, env: dict) -> tuple[float, int]:
-    command = ["uv", "run", "zephyr", f"--backend={backend}", "--max-parallelism=2", str(script)]
+    backend, *flags = backend.split()
+    command = ["uv", "run", "zephyr", f"--backend={backend}", *flags, "--max-parallelism=2", str(script)]
     start = time.perf_counter()
     done = subprocess.run(command, cwd=REPO, env={**env, "SEED_DIR": str(work)}, capture_output=True, text=True, timeout=600)
     elapsed = time.perf_counter() - start
@@ -73,6 +76,14 @@ def main() -> None:
                 shutil.rmtree(work, ignore_errors=True)
                 figures.setdefault(f"{backend} first", []).append(run_once(script, work, backend, env))
                 figures.setdefault(f"{backend} rerun", []).append(run_once(script, work, backend, env))
+        # the baseline: Ray's own default under `uv run` (workers through `uv run`), which the
+        # embedded Ray keeps when the user sets the variable
+        uv_env = {**env, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "1"}
+        for _ in range(args.repeats):
+            work = Path(tmp) / "work-ray-uv"
+            shutil.rmtree(work, ignore_errors=True)
+            figures.setdefault("ray first, workers through uv run (RAY_ENABLE_UV_RUN_RUNTIME_ENV=1)", []).append(
+                run_once(script, work, "ray --verbose", uv_env))
     print("| command | median wall s | runs (s) | console lines |")
     print("|---|---|---|---|")
     for name, runs in figures.items():
