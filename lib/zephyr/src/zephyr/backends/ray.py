@@ -80,7 +80,7 @@ class RayBackend(Backend):
                 if embedded:  # a fresh embedded Ray even when a `ray start` cluster runs on this machine
                     self.where = start_local_ray(self.verbose, **{"log_to_driver": True, **self.init_kwargs})
                 else:
-                    context = ray.init(address=self.address, **{"log_to_driver": True, **self.init_kwargs})
+                    context = ray.init(**{"address": self.address, "log_to_driver": True, **self.init_kwargs})
                     self.where = describe_ray(context, embedded=False)
             self._owns_ray = embedded
             for callback in self.on_start:
