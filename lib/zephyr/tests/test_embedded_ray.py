@@ -102,7 +102,7 @@ def test_embedded_ray_workers_use_the_drivers_interpreter(clean_run):
     venv_python = str(REPO / ".venv" / "bin" / "python")
     for row in rows:
         assert row["py_executable"] is None and row["working_dir"] is None
-        assert os.path.realpath(row["python"]) == os.path.realpath(venv_python)
+        assert row["python"] == venv_python  # not a venv that Ray built for the workers elsewhere
 
 
 @pytest.mark.ray
