@@ -92,3 +92,12 @@ def test_after_a_flat_map_no_record_is_guessed():
     with pytest.raises(ShardError) as info:
         _run(ds)
     assert info.value.record is None and "Boom: cannot handle b" in str(info.value)
+
+
+@pytest.mark.ray
+def test_the_record_survives_the_trip_back_from_a_ray_worker(ray_shared):
+    """On Ray the ShardError is pickled in the worker: the record it names must come back."""
+    records = [{"id": "a", "text": "fine"}, {"id": "b", "text": "bad"}]
+    with pytest.raises(ShardError) as info:
+        _run(Dataset.from_iterable(records).map(_fail_on("b")), "ray", max_parallelism=1, max_user_retries=0)
+    assert info.value.record == _expected(1, records[1])
