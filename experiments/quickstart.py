@@ -22,6 +22,7 @@ Zephyr steps run on the flow backend: an embedded local Ray unless `RAY_ADDRESS`
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import math
@@ -370,12 +371,14 @@ def start_ray() -> None:
 
     from marin.tpu import simulated_host
     from zephyr import create_backend, set_flow_backend
+    from zephyr.backends.ray_local import start_local_ray
 
     if not ray.is_initialized():
         if os.environ.get("RAY_ADDRESS"):
             ray.init()
         else:  # JAX in the workers sees 4 CPU devices, as on a v4-8 host's 4 chips
-            ray.init(address="local", log_to_driver=False, **simulated_host(TPU_TYPE))
+            # workers in this interpreter (no per-run `uv run` venv), dashboard on a free port, quiet
+            print(f"quickstart: {start_local_ray(log_to_driver=False, **simulated_host(TPU_TYPE))}", flush=True)
     set_flow_backend(create_backend("ray", max_parallelism=32, memory="512MiB"))
 
 
@@ -385,8 +388,9 @@ def main(args=None) -> dict:
     from marin.execution import Executor
     from marin.execution.main import ExecutorMainConfig
 
-    os.environ.setdefault("MARIN_PREFIX", os.path.join(os.getcwd(), "scratch", "quickstart"))
     config = draccus.parse(config_class=ExecutorMainConfig, args=args)
+    if config.prefix is None and not os.environ.get("MARIN_PREFIX"):  # the default, not a MARIN_PREFIX to warn about
+        config = dataclasses.replace(config, prefix=os.path.join(os.getcwd(), "scratch", "quickstart"))
     steps = build_steps()
     pending = Executor(config.prefix or os.environ["MARIN_PREFIX"]).dry_run(steps, config.run_only, out=lambda line: None)
     if not config.dry_run and any(action != "skip" for action in pending.values()):

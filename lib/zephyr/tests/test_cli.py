@@ -156,3 +156,28 @@ def test_entry_point_option(tmp_path):
     assert zephyr("--backend=sync", str(path)).stdout.strip() == "main ran"
     missing = zephyr("--backend=sync", "--entry-point", "nope", str(path))
     assert missing.returncode != 0 and "defines no function 'nope'" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    "args, corrected",
+    [
+        (["SCRIPT", "--backend=threadpool"], "zephyr --backend=threadpool SCRIPT"),
+        (["--quiet", "SCRIPT", "--out", "o", "--max-parallelism", "3"], "zephyr --quiet --max-parallelism 3 SCRIPT --out o"),
+        (["SCRIPT", "--dry-run", "--out", "o"], "zephyr --dry-run SCRIPT --out o"),
+    ],
+)
+def test_zephyr_option_after_the_script_is_refused_with_the_corrected_command(args, corrected, script, tmp_path):
+    """Regression (issue 24): `zephyr script.py --backend=threadpool` ran on Ray, the flag ignored."""
+    result = zephyr(*[str(script) if a == "SCRIPT" else a for a in args], cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "  " + corrected.replace("SCRIPT", str(script)) + "\n" in result.stderr
+    assert "script args:" not in result.stdout  # the script did not run
+
+
+def test_options_after_double_dash_go_to_the_script(script, tmp_path):
+    """The rule's escape: after `script --`, every argument is the script's, zephyr's names too."""
+    out = tmp_path / "o"
+    result = zephyr("--backend=sync", "--quiet", str(script), "--", "--out", str(out), "--backend=threadpool")
+    assert result.returncode == 0, result.stderr
+    assert f"script args: ['--out', '{out}', '--backend=threadpool']" in result.stdout
+    assert "backend: sync" in result.stdout

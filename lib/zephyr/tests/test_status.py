@@ -377,3 +377,58 @@ def test_zephyr_dashboard_serves_a_record_until_stopped(tmp_path, http_json):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_zephyr_status_watch_ends_on_the_record_when_the_server_goes_away(tmp_path, gates, wait_until, capsys):
+    """Regression (issue 24): `zephyr status --watch` exited 1 ("Connection refused") when the
+    run's driver exited, instead of showing the run's final state."""
+    page = start_dashboard()
+    backend = create_backend("threadpool", max_parallelism=2, progress=False)
+    out = tmp_path / "out"
+    execution = backend.execute(Dataset.from_list(gates.items(2)).map(gates.fn).map(lambda x: {"x": x})
+                                .write_jsonl(str(out / "{shard}.jsonl")))
+    driver = threading.Thread(target=lambda: list(execution), daemon=True)
+    driver.start()
+    run = execution.status.run_id
+    code: list[int] = []
+    watcher = threading.Thread(target=lambda: code.append(zephyr_main(["status", "--watch", "0.05", page.url, "--run", run])),
+                               daemon=True)
+    printed: list[str] = []
+    try:
+        watcher.start()
+        wait_until(lambda: printed.append(capsys.readouterr().out) or f"zephyr run {run}: running" in "".join(printed),
+                   "the running run printed")
+        page.stop()  # the server goes away first, as when the driver exits
+    finally:
+        gates.open(0, 1)
+        driver.join(timeout=120)
+        watcher.join(timeout=120)
+    assert not watcher.is_alive() and code == [0]
+    printed.append(capsys.readouterr().out)
+    assert f"zephyr run {run}: succeeded" in "".join(printed).split("\n\n")[-1]
+    assert (out / ".zephyr-run.json").exists()
+
+
+def test_zephyr_status_watch_redraws_in_place_on_a_terminal(tmp_path, monkeypatch, capsys):
+    """Regression (issue 24): --watch reprinted the whole block each interval on a terminal."""
+    list(create_backend("sync", progress=False).execute(
+        Dataset.from_list([1]).map(lambda x: {"x": x}).write_jsonl(str(tmp_path / "out" / "{shard}.jsonl"))))
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert zephyr_main(["status", "--watch", "1", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().out.startswith("\x1b[H\x1b[2J")
+
+
+def test_the_page_as_served_shows_the_run_without_javascript(tmp_path):
+    """Regression (issue 24): without JavaScript (a plain screenshot, a text browser) the page said "loading"."""
+    from zephyr.status.server import FileSource
+
+    list(create_backend("sync", progress=False).execute(
+        Dataset.from_list([1, 2]).map(lambda x: {"x": x}).write_jsonl(str(tmp_path / "out" / "{shard}.jsonl"))))
+    record = read_run_record(str(tmp_path / "out"))
+    record["label"] = "executor step <tokenize>"  # escaped in the HTML
+    with start_dashboard(source=FileSource(record)) as page:
+        html = urllib.request.urlopen(page.url, timeout=30).read().decode()
+    assert ">loading<" not in html
+    assert f'<h1 id="title">Zephyr run {record["run_id"]} — executor step &lt;tokenize&gt;</h1>' in html
+    assert '<span id="state" class="badge succeeded">succeeded</span>' in html
+    assert "stage 0" in html.split('<pre id="first-paint">')[1].split("</pre>")[0]

@@ -8,6 +8,7 @@ browser is never a silent pass there.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from zephyr import Dataset, create_backend
-from zephyr.status import start_dashboard
+from zephyr.status import read_run_record, start_dashboard
 
 pytestmark = pytest.mark.slow
 
@@ -141,3 +142,57 @@ def test_the_page_renders_as_an_image(chromium, running_pipeline, tmp_path):
            "--virtual-time-budget=5000", "--hide-scrollbars")
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # a real page, not a blank one
+
+
+def _two_stage_record(tmp_path) -> dict:
+    """A finished run's record whose first stage ran 0.1 s at ~60,000 items/s and whose second
+    ran 60 s at ~100 items/s (the samples are the model's: t, shards done, items in, out, bytes)."""
+    list(create_backend("sync", progress=False).execute(
+        Dataset.from_list([1]).map(lambda x: {"x": x}).write_jsonl(str(tmp_path / "rec" / "{shard}.jsonl"))))
+    record = read_run_record(str(tmp_path / "rec"))
+    first, second = dict(record["stages"][0]), dict(record["stages"][0])
+    first.update(index=0, name="stage 0", throughput={"columns": first["throughput"]["columns"], "samples": [
+        [0.0, 0, 0, 0, 0, 0], [0.05, 1, 3000, 3000, 0, 0], [0.1, 2, 6000, 6000, 0, 0]]})
+    samples = [[0.1 + t, t // 10, 100 * t, 100 * t, 0, 0] for t in range(0, 61)]
+    second.update(index=1, name="stage 1", throughput={"columns": first["throughput"]["columns"], "samples": samples})
+    record.update(stages=[first, second], elapsed_s=60.1)
+    return record
+
+
+def test_the_chart_gives_each_stage_its_own_scale(chromium, tmp_path):
+    """Regression (issue 24): a 0.1 s stage at 66,563 items/s set the chart's scale, so the
+    60 s main stage was a flat line at the bottom."""
+    from zephyr.status.server import FileSource
+
+    with start_dashboard(source=FileSource(_two_stage_record(tmp_path))) as page:
+        html = browse(chromium, page.url, tmp_path / "profile", "--dump-dom", "--virtual-time-budget=5000")
+    lines = re.findall(r'<polyline data-stage="(\d+)" points="([^"]+)"', html)
+    assert [stage for stage, _ in lines] == ["0", "1"], html[-3000:]
+    top, bottom = 10.0, 220 - 24  # the chart's plot area (T and H - B in the page's script)
+    for _, points in lines:
+        ys = [float(p.split(",")[1]) for p in points.split()]
+        assert min(ys) == pytest.approx(top, abs=1)  # each line reaches its own peak at the top
+    slow = [float(p.split(",")[1]) for p in lines[1][1].split()]
+    assert sorted(slow)[len(slow) // 2] < (top + bottom) / 2  # the main stage's line is not flat at the bottom
+    assert "stage 1 (peak 100/s)" in html
+
+
+def test_the_page_says_in_flight_not_running(chromium, tmp_path):
+    """Regression (issue 24): "running 24" on 2 CPUs: the count is of shards handed to the backend."""
+    from zephyr.status.server import FileSource
+
+    with start_dashboard(source=FileSource(_two_stage_record(tmp_path))) as page:
+        dom = Elements(browse(chromium, page.url, tmp_path / "profile", "--dump-dom", "--virtual-time-budget=5000"))
+    [chain] = dom.find(id="chain")
+    assert "in flight" in chain and "running" not in chain
+
+
+def test_the_page_names_what_started_the_run(chromium, tmp_path):
+    """Regression (issue 24): the page of a pipeline run by an executor step did not name the step."""
+    from zephyr.status.server import FileSource
+
+    record = _two_stage_record(tmp_path)
+    record["label"] = "executor step tokenize"
+    with start_dashboard(source=FileSource(record)) as page:
+        dom = Elements(browse(chromium, page.url, tmp_path / "profile", "--dump-dom", "--virtual-time-budget=5000"))
+    assert dom.find(id="title") == [f"Zephyr run {record['run_id']} — executor step tokenize"]

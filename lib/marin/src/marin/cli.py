@@ -1,4 +1,5 @@
-"""The `marin` command: `marin cluster ...` (see `marin.cluster.cli`) and `marin run ...` (ray_run)."""
+"""The `marin` command: `marin cluster ...` (see `marin.cluster.cli`), `marin run ...` (ray_run) and
+`marin steps ...` (an experiment's steps, see `marin.execution.show`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ _USAGE = """usage: marin COMMAND ...
 commands:
   cluster   manage clusters and jobs: marin cluster --cluster NAME COMMAND (see marin cluster --help)
   run       submit a job: marin run [ray_run options] -- COMMAND (same as python -m marin.run.ray_run)
+  steps     an experiment's steps with status, output path and last error: marin steps PREFIX_OR_RECORD
 """
 
 
@@ -29,6 +31,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from marin.run.ray_run import main as run_main
 
         return run_main(rest)
+    if command == "steps":
+        from marin.execution.show import steps_main
+
+        return steps_main(rest)
     print(f"marin: unknown command {command!r}\n{_USAGE}", file=sys.stderr, end="")
     return 2
 

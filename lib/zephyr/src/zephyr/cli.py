@@ -5,7 +5,9 @@
 The script runs in this process with `flow_backend()` returning the backend built from the
 options. A script without an `if __name__ == "__main__":` block has its entry point
 (`--entry-point`, default `main`) called after it loads. Everything after the script path
-goes to the script. `--cluster NAME` submits the same command to a Ray cluster as a job
+goes to the script, except zephyr's own options that change where or how it runs (`--backend`,
+`--max-parallelism`, `--memory`, ...): there they are refused with the corrected command, since
+they would silently do nothing; after `script.py --` every argument is the script's. `--cluster NAME` submits the same command to a Ray cluster as a job
 through Marin's job launcher instead. `--dashboard[=PORT]` serves a live status page of the
 script's pipelines while it runs. SIGINT (Ctrl-C) or SIGTERM stops the script: its running
 pipeline cancels its in-flight tasks and the command exits with 130 or 143 (see docs/zephyr.md).
@@ -102,6 +104,32 @@ def _bare_dashboard(argv: list[str], parser: argparse.ArgumentParser) -> list[st
     return out
 
 
+# Options of ours that a script rarely takes and that change where or how it runs: after the script
+# they are refused with the corrected command (a script that does take one gets it after `--`).
+_MISPLACED = ("--backend", "--max-parallelism", "--memory", "--num-cpus", "--num-gpus", "--resources", "--address",
+              "--scratch-dir", "--cluster", "--dry-run", "--entry-point", "--dashboard", "--dashboard-host")
+
+
+def _misplaced_options(script_args: list[str]) -> list[int]:
+    """Indices of the arguments after the script that are one of `_MISPLACED` (with its value)."""
+    found: list[int] = []
+    for i, arg in enumerate(script_args):
+        if arg == "--":
+            break  # the rest is the script's, whatever it says
+        if arg.split("=", 1)[0] in _MISPLACED:
+            found.append(i)
+            if "=" not in arg and arg not in ("--dry-run", "--dashboard") and i + 1 < len(script_args):
+                found.append(i + 1)
+    return found
+
+
+def _corrected_command(before: list[str], script: str, script_args: list[str], misplaced: list[int]) -> str:
+    """The same command with the misplaced options moved before the script."""
+    moved = [script_args[i] for i in misplaced]
+    kept = [a for i, a in enumerate(script_args) if i not in misplaced]
+    return shlex.join(["zephyr", *before, *moved, script, *kept])
+
+
 def _resources(text: str) -> dict:
     try:
         value = json.loads(text)
@@ -135,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dry-run", action="store_true", help="print the plan of every pipeline the script executes; run nothing")
     parser.add_argument("--entry-point", default=None, help="function to call after loading the script (default: main, if defined)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars and no end-of-run summary")
+    parser.add_argument("--verbose", action="store_true", help="show Ray's own log lines on the console (default: in its log files)")
     parser.add_argument(
         "--dashboard", type=_port, default=None, metavar="PORT",
         help="serve a live status page while the script runs and print its URL; write --dashboard=PORT to choose "
@@ -254,6 +283,7 @@ def make_backend(args: argparse.Namespace) -> Backend:
     )
     if args.backend == "ray":
         options["address"] = args.address
+        options["verbose"] = args.verbose
     elif args.address:
         raise argparse.ArgumentTypeError("--address only applies to --backend=ray")
     return create_backend(args.backend, args.max_parallelism, **options)
@@ -270,6 +300,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not os.path.isfile(args.script):
         parser.error(f"script not found: {args.script}")
+    at = len(argv) - len(args.script_args) - 1  # where the script is (argparse may drop a `--` after it)
+    explicit = argv[at] != args.script
+    at -= explicit
+    misplaced = [] if explicit else _misplaced_options(args.script_args)
+    if misplaced:
+        before = argv[:at]
+        parser.error(
+            f"{' '.join(args.script_args[i] for i in misplaced)} after the script would go to the script, not to zephyr; "
+            f"put zephyr's options before the script:\n  {_corrected_command(before, args.script, args.script_args, misplaced)}\n"
+            f"(to pass them to the script itself, write `--` after the script: zephyr ... {args.script} -- ARGS)"
+        )
     if args.cluster:
         if importlib_missing("marin"):
             parser.error("--cluster needs the `marin` package (its job launcher marin.run.ray_run) installed")
@@ -283,6 +324,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(str(e))
         if not args.quiet:
             backend.on_finish.append(lambda execution: print(format_summary(execution), file=sys.stderr, flush=True))
+            for_start = getattr(backend, "on_start", None)
+            if for_start is not None:
+                for_start.append(lambda where: print(f"zephyr: {where}", file=sys.stderr, flush=True))
     dashboard = None
     if args.dashboard is not None and not args.dry_run:
         dashboard = _start_dashboard(parser, args.dashboard_host, args.dashboard)

@@ -46,6 +46,7 @@ class ShardError(RuntimeError):
         error_message: str,
         traceback_text: str,
         transient: bool = False,
+        record: str | None = None,
     ):
         self.stage = stage
         self.shard = shard
@@ -54,16 +55,19 @@ class ShardError(RuntimeError):
         self.error_message = error_message
         self.traceback_text = traceback_text
         self.transient = transient
+        self.record = record  # which record a per-item function failed on (`zephyr.failed_record`)
         kind = " (a transient storage error)" if transient else ""
+        where = f"\n  at {record}" if record else ""
         super().__init__(
-            f"stage {stage}, shard {shard} (source: {source}) failed with {error_type}{kind}: {error_message}\n"
+            f"stage {stage}, shard {shard} (source: {source}) failed with {error_type}{kind}: {error_message}{where}\n"
             f"--- original traceback ---\n{traceback_text.rstrip()}"
         )
 
     def __reduce__(self):
         return (
             ShardError,
-            (self.stage, self.shard, self.source, self.error_type, self.error_message, self.traceback_text, self.transient),
+            (self.stage, self.shard, self.source, self.error_type, self.error_message, self.traceback_text, self.transient,
+             self.record),
         )
 
 

@@ -37,7 +37,8 @@ class _StageBar:
         self._bytes = 0
 
     def update(self, result: ShardResult) -> None:
-        self._items += result.num_items or result.counters.get("zephyr/records_written", 0)
+        # the records the shard read: a write or a shuffle hands back no items, and counted 0 items/s
+        self._items += result.items_in or result.num_items or result.counters.get("zephyr/records_written", 0)
         self._bytes += result.counters.get("zephyr/bytes_read", 0)
         elapsed = max(time.perf_counter() - self._start, 1e-9)
         self._bar.set_postfix_str(f"{self._items / elapsed:,.0f} items/s, {self._bytes / elapsed / 1e6:,.1f} MB/s in{self._note}", refresh=False)

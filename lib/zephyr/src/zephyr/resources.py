@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal
 
-__all__ = ["TaskResources", "memory_argument", "parse_memory"]
+__all__ = ["TaskResources", "format_memory", "memory_argument", "parse_memory"]
 
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10**15}
 _BINARY = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
@@ -61,6 +61,23 @@ def parse_memory(value: int | float | str | None) -> int | None:
     if whole <= 0:
         raise ValueError(f"memory must be at least one byte, got {value!r}")
     return whole
+
+
+def format_memory(n: int) -> str:
+    """Bytes as a user would write them, in the units `parse_memory` reads back exactly:
+    binary when `n` is a whole number of MiB/GiB/TiB, else decimal ("2 GB", "512 MiB", "1.5 GB").
+
+    >>> format_memory(2000000000), format_memory(536870912), format_memory(1500000000), format_memory(999)
+    ('2 GB', '512 MiB', '1.5 GB', '999 B')
+    """
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    for unit, size in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
+        if n >= size:
+            whole, rest = divmod(n, size)
+            return f"{whole} {unit}" if rest == 0 else f"{Decimal(n) / size:f}".rstrip("0").rstrip(".") + f" {unit}"
+    return f"{n} B"
 
 
 def memory_argument(text: str) -> int:

@@ -27,6 +27,7 @@ import cloudpickle
 import orjson
 
 from zephyr.backends.base import Backend, TaskLost
+from zephyr.backends.sync import SyncBackend
 from zephyr.errors import PlanError, ShardError
 from zephyr.io.files import expand_glob, remove_empty_dir, remove_temporaries_for, url_to_fs
 from zephyr.io.temporaries import sweep_dead_temporaries
@@ -146,7 +147,8 @@ class Execution:
         sweep_dead_temporaries()  # what killed runs left in this machine's temp dir
         previous: list[ShardResult] | None = None
         first = 0
-        if len(self.plan.stages) > 1 and _final_outputs_exist(self.plan) and not self._scratch_exists():
+        current = _final_outputs_exist(self.plan) and not self._scratch_exists()
+        if current and len(self.plan.stages) > 1:
             # every output of a skip_existing writer is there: nothing upstream needs to run
             first = len(self.plan.stages) - 1
             self.counters["zephyr/stages_skipped_outputs_exist"] += first
@@ -159,7 +161,9 @@ class Execution:
             if len(tasks) != stage.num_shards:  # a skewed partition was cut into key ranges
                 stage = self._resize(stage, len(tasks))
             final = stage.index == len(self.plan.stages) - 1
-            ordered = self._run_stage(stage, program, tasks)
+            # nothing to run but the existence checks: do them here, starting no workers (or Ray)
+            in_process = final and current and _ends_in_skip_writer(stage)
+            ordered = self._run_stage(stage, program, tasks, in_process)
             if not final:
                 previous = list(ordered)
                 _remove_write_temporaries(stage)
@@ -271,12 +275,13 @@ class Execution:
         """A failed or stopped run keeps its scratch for a rerun, except where none can use it."""
         remove_roots([s.sink.root for s in self.plan.stages if isinstance(s.sink, ScatterSink) and s.not_resumable])
 
-    def _run_stage(self, stage: Stage, program: StageProgram, tasks: list[ShardTask]) -> Iterator[ShardResult]:
-        backend = self.backend
+    def _run_stage(self, stage: Stage, program: StageProgram, tasks: list[ShardTask],
+                   in_process: bool = False) -> Iterator[ShardResult]:
+        backend = self.backend if not in_process else SyncBackend(1, max_user_retries=0, progress=False)
         stats = StageStats(stage.index, stage.describe(), stage.num_shards)
         stats.largest_partitions = list(getattr(tasks, "largest", ()))
         self.stats.append(stats)
-        progress = make_progress(backend.progress, stage, stats.largest_partitions)
+        progress = make_progress(self.backend.progress, stage, stats.largest_partitions)
         finished: dict[int, ShardResult] = self._completed_scatter(stage)
         if finished:
             self.counters["zephyr/map_shards_resumed"] += len(finished)
@@ -352,7 +357,9 @@ class Execution:
                                 raise
                             raise error from e
                         stats.retries_user += 1
-                        logger.warning("stage %d shard %d failed; retrying (%d/%d)", stage.index, task.shard,
+                        logger.warning("stage %d shard %d failed with %s: %s%s; retrying (%d/%d) in case the worker, not "
+                                       "the code, was at fault (max_user_retries=0 fails at once)", stage.index, task.shard,
+                                       error.error_type, error.error_message[:200], f" at {error.record}" if error.record else "",
                                        user_failures[task.shard], backend.max_user_retries)
                         pending.appendleft(task)
                         continue
@@ -410,6 +417,12 @@ def _final_outputs_exist(plan: Plan) -> bool:
     exists, made from that shard's input now (`provenance.outputs_current`): then nothing
     upstream needs to run. One listing per output directory, then the sidecars there."""
     return outputs_current(plan.stages, plan.stages[-1])
+
+
+def _ends_in_skip_writer(stage: Stage) -> bool:
+    """The stage's last op is a skip_existing writer: when its every output is current, a shard
+    task only checks that its output exists (no user code runs), so it can run in the driver."""
+    return stage.sink is None and bool(stage.ops) and isinstance(stage.ops[-1], WRITE_OPS) and stage.ops[-1].skip_existing
 
 
 def _with_sources(stages, stage: Stage, tasks: list[ShardTask]) -> list[ShardTask]:

@@ -18,6 +18,7 @@ from typing import Any
 from zephyr import counters
 from zephyr import ops as op
 from zephyr.errors import ShardError, is_transient_storage_error
+from zephyr.failed_record import failed_record
 from zephyr.io.files import exists
 from zephyr.io.binary import write_binary_file
 from zephyr.io.jsonl import write_jsonl_file
@@ -80,10 +81,10 @@ def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
     `transient` for a storage error worth retrying)."""
     start = time.perf_counter()
     ctx = _Context(task.shard, task.num_shards, task.input_path if program.reader is None else None, task.source, dict(program.codes))
+    counted = None
     with counters.collecting() as counts:
         try:
             start_at, stream = _resume_point(program.ops, ctx)
-            counted = None
             if stream is None:
                 stream = program.reader.read(task) if program.reader is not None else iter(task.items)
                 start_at, stream = _load(program.ops, stream, ctx)
@@ -101,7 +102,11 @@ def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
                 summary = program.sink.write(stream, task)
         except Exception as e:
             transient = is_transient_storage_error(e)  # here: the traceback does not survive pickling
-            error = ShardError(task.stage, task.shard, task.label, type(e).__name__, str(e), traceback.format_exc(), transient)
+            record = None
+            if counted is not None and not transient:
+                record = failed_record(e, program.ops, start_at, next(counted), lambda: _reread(program, task, ctx))
+            error = ShardError(task.stage, task.shard, task.label, type(e).__name__, str(e), traceback.format_exc(), transient,
+                               record)
             raise error from e
     return ShardResult(
         shard=task.shard,
@@ -115,6 +120,12 @@ def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
 
 
 _LOADERS = (op.LoadJsonl, op.LoadParquet, op.LoadFile)
+
+
+def _reread(program: StageProgram, task: ShardTask, ctx: _Context) -> Iterator:
+    """The shard's records again, as its first per-item op saw them (for `failed_record`)."""
+    stream = program.reader.read(task) if program.reader is not None else iter(task.items)
+    return iter(_load(program.ops, stream, ctx)[1])
 
 
 def _load(ops: tuple, stream: Iterator, ctx: _Context) -> tuple[int, Iterator]:

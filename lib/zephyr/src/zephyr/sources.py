@@ -57,6 +57,16 @@ class SourceShard:
     version: str = ""
 
 
+def _is_directory(path: str) -> bool:
+    from zephyr.io.files import url_to_fs
+
+    try:
+        fs, fs_path = url_to_fs(path)
+        return fs.isdir(fs_path)
+    except Exception:  # an unreachable store: the plain "does not exist" says enough
+        return False
+
+
 def resolve_source(source: Source) -> list[SourceShard]:
     """Expand a source into its shards. Raises FileNotFoundError for empty globs or missing files."""
     if isinstance(source, ListSource):
@@ -66,6 +76,11 @@ def resolve_source(source: Source) -> list[SourceShard]:
         matches = expand_glob_versions(pattern)
         if not matches:
             if not any(c in pattern for c in "*?["):
+                if _is_directory(pattern):
+                    base = pattern.rstrip("/")
+                    raise FileNotFoundError(
+                        f"Input {pattern!r} is a directory; from_files takes files or a glob, e.g. "
+                        f"from_files('{base}/*.jsonl') or from_files('{base}/**/*') for every file under it")
                 raise FileNotFoundError(f"Input file {pattern!r} does not exist")
             if not source.empty_glob_ok:
                 raise FileNotFoundError(f"Input pattern {pattern!r} matched no files (pass empty_glob_ok=True to allow this)")

@@ -46,6 +46,7 @@ import traceback
 from typing import Any, Callable, Iterable
 
 from zephyr.interrupts import handling_signals, signal_name
+from zephyr.status.labels import run_label
 
 from marin.execution import storage
 from marin.execution.hashing import resolve_config
@@ -76,12 +77,14 @@ _DONE = (StepStatus.SUCCESS.value, SKIPPED)
 class ExecutorError(RuntimeError):
     """Some steps failed; `failed` maps each failed step's output path to its error."""
 
-    def __init__(self, failed: dict[str, str], dep_failed: list[str]):
+    def __init__(self, failed: dict[str, str], dep_failed: list[str], record_path: str | None = None):
         self.failed = failed
         self.dep_failed = dep_failed
         lines = [f"{len(failed)} step(s) failed:"] + [f"  {path}: {error}" for path, error in failed.items()]
         if dep_failed:
             lines.append(f"{len(dep_failed)} dependent step(s) did not run (DEP_FAILED): " + ", ".join(dep_failed))
+        if record_path:
+            lines.append(f"each step's status and last error: marin steps {record_path}")
         super().__init__("\n".join(lines))
 
 
@@ -237,7 +240,7 @@ class Executor:
         self._write_experiment(record_path, plan, states)
         if failed:
             dep_failed = [p.output_path for p in plan.steps if states.get(p.output_path) == StepStatus.DEP_FAILED.value]
-            raise ExecutorError(failed, dep_failed)
+            raise ExecutorError(failed, dep_failed, record_path)
         return states
 
     @staticmethod
@@ -408,7 +411,8 @@ class Executor:
             write_status(path, StepStatus.RUNNING)
         config = resolve_config(step.config, plan.output_path, path, plan.prefix)
         write_info(path, _info(planned, config))
-        run_step_function(step.fn, config, step.name, step.resources, step.pip_dependency_groups, run.interrupter)
+        with run_label(f"executor step {step.name}"):  # the status page names the step its pipelines run for
+            run_step_function(step.fn, config, step.name, step.resources, step.pip_dependency_groups, run.interrupter)
 
     def _record_failure(self, run: StepRun, error: BaseException) -> tuple[str | None, str | None]:
         """Write FAILED (PREEMPTED for a lost node or worker, INTERRUPTED for a signal); returns
@@ -425,7 +429,8 @@ class Executor:
                          name, type(error).__name__, error)
         else:
             status = StepStatus.FAILED
-            logger.error("Step %s failed: %s: %s", name, type(error).__name__, error)
+            # the user's traceback on the console, not only in the lease (`marin steps PREFIX` shows it again)
+            logger.error("Step %s failed: %s: %s\n%s", name, type(error).__name__, error, text.rstrip())
         with run.lock:
             if run.finalized:
                 return None, None

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from zephyr.backends.shared import call_with_shared
-from zephyr.resources import TaskResources
+from zephyr.resources import TaskResources, format_memory
 
 __all__ = ["Backend", "TaskLost"]
 
@@ -152,7 +152,7 @@ class Backend(ABC):
         if res.num_gpus:
             parts.append(f"num_gpus={res.num_gpus}")
         if res.memory:
-            parts.append(f"memory={res.memory}")
+            parts.append(f"memory={format_memory(res.memory)}")
         if res.resources:
             parts.append(f"resources={res.resources}")
         return f"{self.name}({', '.join(parts)})"

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from zephyr.backends.base import Backend, TaskLost
+from zephyr.backends.ray_local import describe_ray, start_local_ray
 from zephyr.backends.ray_errors import lost_cause
 from zephyr.errors import ShardError
 from zephyr.interrupts import wait_slice
@@ -54,11 +55,14 @@ class RayBackend(Backend):
     requires_pickling = True
 
     def __init__(self, max_parallelism: int | None = None, *, address: str | None = None, ray_task_retries: int = 3,
-                 init_kwargs: dict | None = None, **options):
+                 init_kwargs: dict | None = None, verbose: bool = False, **options):
         super().__init__(max_parallelism, **options)
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         self.ray_task_retries = ray_task_retries
         self.init_kwargs = dict(init_kwargs or {})
+        self.verbose = verbose  # False: Ray's own INFO/WARNING lines stay in its log files
+        self.where: str | None = None  # one line saying where Ray is, once it started
+        self.on_start: list[Callable[[str], None]] = []  # called with `where` when Ray starts or connects
         self._remote = None
         self._owns_ray = False
 
@@ -70,12 +74,17 @@ class RayBackend(Backend):
         import ray
 
         if not ray.is_initialized():
-            # "local" starts a fresh embedded Ray even when a `ray start` cluster runs on this machine
-            kwargs = {"address": self.address or "local", "log_to_driver": True, **self.init_kwargs}
+            embedded = self.address is None
             logger.info("zephyr: %s", f"connecting to Ray at {self.address}" if self.address else "starting a local Ray")
             with _keeping_sigterm_handler():
-                ray.init(**kwargs)
-            self._owns_ray = self.address is None
+                if embedded:  # a fresh embedded Ray even when a `ray start` cluster runs on this machine
+                    self.where = start_local_ray(self.verbose, **{"log_to_driver": True, **self.init_kwargs})
+                else:
+                    context = ray.init(**{"address": self.address, "log_to_driver": True, **self.init_kwargs})
+                    self.where = describe_ray(context, embedded=False)
+            self._owns_ray = embedded
+            for callback in self.on_start:
+                callback(self.where)
         if self._remote is None:
             res = self.task_resources
             options: dict[str, Any] = {
@@ -130,6 +139,10 @@ class RayBackend(Backend):
             raise
 
     def spans_machines(self) -> bool:
+        import ray
+
+        if self.address is None and not ray.is_initialized():
+            return False  # the embedded Ray this backend would start is this machine alone
         ray = self._ray()
         addresses = {node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")}
         return len(addresses) > 1

@@ -45,20 +45,56 @@ def status_main(argv: Sequence[str]) -> int:
     parser.add_argument("--run", default=None, help="which run of the driver process (default: the latest)")
     parser.add_argument("--watch", type=float, default=None, metavar="SECONDS", help="print again every SECONDS until the run ends")
     args = parser.parse_args(list(argv))
+    redraw = args.watch is not None and not args.json and sys.stdout.isatty()
+    last: dict | None = None
     while True:
         try:
             snapshot = fetch_snapshot(args.location, token=args.token, run=args.run)
-        except (PermissionError, ConnectionError, FileNotFoundError, ValueError) as e:
+        except ConnectionError as e:
+            snapshot = _final_state(last) if last is not None else None
+            if snapshot is None:
+                print(f"zephyr status: error: {e}", file=sys.stderr)
+                return 1
+        except (PermissionError, FileNotFoundError, ValueError) as e:
             print(f"zephyr status: error: {e}", file=sys.stderr)
             return 1
         if args.json:
             sys.stdout.write(orjson.dumps(snapshot, option=orjson.OPT_INDENT_2).decode() + "\n")
         else:
-            print(format_snapshot(snapshot), flush=True)
-        if args.watch is None or snapshot.get("state") not in ("pending", "running", "waiting"):
+            print((CLEAR_SCREEN if redraw else "") + format_snapshot(snapshot), flush=True)
+        if args.watch is None or snapshot.get("state") not in LIVE_STATES:
             return 0
+        last = snapshot
         time.sleep(args.watch)
-        print()
+        if not redraw:
+            print()
+
+
+CLEAR_SCREEN = "\x1b[H\x1b[2J"  # cursor home, clear: each --watch interval redraws in place on a terminal
+LIVE_STATES = ("pending", "running", "waiting")
+
+
+RECORD_WAIT = 30.0  # seconds to wait for the record once the server is gone (its driver writes it as it exits)
+
+
+def _final_state(last: dict, wait: float = RECORD_WAIT) -> dict | None:
+    """The watched run's server went away (its driver is exiting): the run's final state from
+    the record it writes beside its outputs, or None when none appears within `wait` seconds."""
+    path = last.get("record_path")
+    if not path:
+        return None
+    print(f"zephyr status: the status page went away; reading the run's final state from {path}", file=sys.stderr, flush=True)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            record = read_run_record(path)
+            if record.get("run_id") == last.get("run_id"):
+                return record
+        except (FileNotFoundError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.2)
 
 
 def dashboard_main(argv: Sequence[str]) -> int:

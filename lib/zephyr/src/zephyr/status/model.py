@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from zephyr.errors import ShardError
+from zephyr.status.labels import current_label
 
 if TYPE_CHECKING:
     from zephyr.plan import Plan, Stage
@@ -111,6 +112,7 @@ class RunStatus:
 
     def __init__(self, plan: Plan, backend: str, counters: Counter, record_path: str | None = None):
         self.run_id = str(next(_run_ids))
+        self.label = current_label()  # what started it (e.g. Marin's executor step), if it said
         self.backend = backend
         self.record_path = record_path
         self.state = RunState.PENDING
@@ -245,6 +247,7 @@ class RunStatus:
             return {
                 "schema": SCHEMA,
                 "run_id": self.run_id,
+                "label": self.label,
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
                 "state": self.state,
@@ -267,7 +270,7 @@ class RunStatus:
         with self._lock:
             done = sum(st.done for st in self._stages)
             total = sum(st.num_shards for st in self._stages)
-            return {"run_id": self.run_id, "state": self.state, "started_at": self.started_at,
+            return {"run_id": self.run_id, "label": self.label, "state": self.state, "started_at": self.started_at,
                     "stages": len(self._stages), "shards_done": done, "shards": total,
                     "title": self._stages[-1].description if self._stages else ""}
 

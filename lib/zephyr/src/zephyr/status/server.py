@@ -18,6 +18,7 @@ import ipaddress
 import secrets
 import socket
 import threading
+from html import escape
 from importlib import resources
 from typing import Any
 
@@ -25,6 +26,7 @@ import orjson
 from aiohttp import web
 
 from zephyr.status import registry
+from zephyr.status.terminal import format_snapshot
 
 __all__ = ["Dashboard", "FileSource", "LiveSource", "page_html", "start_dashboard"]
 
@@ -41,9 +43,20 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def page_html(snapshot: dict | None = None) -> str:
-    """The page; with `snapshot`, a self-contained copy that shows it without a server."""
+def page_html(snapshot: dict | None = None, first_paint: dict | None = None) -> str:
+    """The page; with `snapshot`, a self-contained copy that shows it without a server. With
+    `first_paint`, the page as served already shows that snapshot as text (title, state, the
+    `zephyr status` block) before, or without, its script running; the script then redraws it."""
     html = resources.files("zephyr.status").joinpath("page.html").read_text(encoding="utf-8")
+    if first_paint is not None and first_paint.get("run_id"):
+        s = first_paint
+        title = f"Zephyr run {s['run_id']}" + (f" — {s['label']}" if s.get("label") else "")
+        state = str(s.get("state", ""))
+        html = html.replace('<h1 id="title">Zephyr run</h1>', f'<h1 id="title">{escape(title)}</h1>')
+        html = html.replace('<span id="state" class="badge">loading</span>',
+                            f'<span id="state" class="badge {escape(state)}">{escape(state)}</span>')
+        html = html.replace('<div id="chain" class="chain"></div>',
+                            f'<div id="chain" class="chain"><pre id="first-paint">{escape(format_snapshot(s))}</pre></div>')
     if snapshot is not None:
         embedded = orjson.dumps(snapshot).decode().replace("</", "<\\/")  # cannot close the <script>
         html = html.replace('<script id="zephyr-snapshot" type="application/json"></script>',
@@ -71,7 +84,7 @@ class FileSource:
 
     def runs(self) -> dict[str, Any]:
         s = self._snapshot
-        summary = {"run_id": s.get("run_id"), "state": s.get("state"), "started_at": s.get("started_at"),
+        summary = {"run_id": s.get("run_id"), "label": s.get("label"), "state": s.get("state"), "started_at": s.get("started_at"),
                    "stages": len(s.get("stages", [])), "title": (s.get("stages") or [{}])[-1].get("description", "")}
         return {"runs": [summary], "latest": s.get("run_id")}
 
@@ -171,7 +184,8 @@ class Dashboard:
         return await handler(request)
 
     async def _page(self, request: web.Request) -> web.Response:
-        return web.Response(text=page_html(), content_type="text/html", headers={"Cache-Control": "no-store"})
+        first = self.source.snapshot(request.query.get("run") or None)  # painted by the server: no "loading"
+        return web.Response(text=page_html(first_paint=first), content_type="text/html", headers={"Cache-Control": "no-store"})
 
     async def _runs(self, request: web.Request) -> web.Response:
         return _json(self.source.runs())

@@ -44,7 +44,7 @@ def format_snapshot(s: dict, width: int = 100) -> str:
     if not s.get("run_id"):
         return "zephyr: no pipeline has started yet in this process"
     lines = [f"zephyr run {s['run_id']}: {s['state']} after {_secs(s.get('elapsed_s'))} on {s.get('backend', '?')}"
-             f" ({s.get('host', '?')} pid {s.get('pid', '?')})"]
+             f" ({s.get('host', '?')} pid {s.get('pid', '?')})" + (f", for {s['label']}" if s.get("label") else "")]
     if s.get("error"):
         lines.append(f"  error: {s['error']['type']}: {s['error']['message'].splitlines()[0][:width]}")
     for item in s.get("not_resumable") or ():
