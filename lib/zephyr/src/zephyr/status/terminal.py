@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -37,6 +38,8 @@ def fetch_snapshot(location: str, token: str | None = None, run: str | None = No
         raise ConnectionError(f"{where} answered HTTP {e.code}: {e.read()[:200].decode(errors='replace')}") from None
     except urllib.error.URLError as e:
         raise ConnectionError(f"cannot reach {parts.scheme}://{parts.netloc}: {e.reason}") from None
+    except (http.client.HTTPException, OSError) as e:  # the server closed mid-answer (its driver exiting)
+        raise ConnectionError(f"lost {parts.scheme}://{parts.netloc} mid-answer: {type(e).__name__}: {e}") from None
 
 
 def format_snapshot(s: dict, width: int = 100) -> str:
