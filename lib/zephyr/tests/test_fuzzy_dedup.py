@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from zephyr import Dataset, create_backend
 from zephyr.dedup import components as cc
-from zephyr.dedup.components import NotConvergedError
+from zephyr import NotConvergedError
 
 THRESHOLD = 0.8
 WORDS = 120
