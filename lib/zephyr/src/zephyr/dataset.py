@@ -318,8 +318,8 @@ class Dataset:
         `annotate=True` nothing is dropped: each dict item gets `cluster_field` (the cluster's
         id) and `kept_field` ([input shard, position] of the item kept).
 
-        Lazy; runs as 3 + `cc_rounds` shuffles (default 4 rounds) in which each task streams
-        its groups; the output is hash-partitioned (as `deduplicate`) into
+        Lazy; runs as 2 + `cc_rounds` shuffles (7 stages with the default 4 rounds) in which
+        each task streams its groups; the output is hash-partitioned (as `deduplicate`) into
         `num_output_shards`. Raises NotConvergedError (naming the item) if the component
         rounds were too few for the data: rerun with more, the earlier stages are reused.
         """
