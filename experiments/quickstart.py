@@ -7,14 +7,15 @@ Five executor steps, each with a versioned output path, so a second run skips ev
 changing a versioned parameter (say `MIN_WORDS`) reruns only what depends on it:
 
 1. `quickstart/raw`     a deterministic synthetic web crawl, `.jsonl.zst` shards with exact
-                        duplicates, near-duplicates (case/whitespace) and low-quality pages;
+                        duplicates, whitespace variants, near copies (a footer added) and
+                        low-quality pages;
 2. `quickstart/clean`   a Zephyr pipeline: normalize, quality filters (each drop is counted),
-                        exact dedup by content hash;
+                        exact dedup by content hash, then near-duplicate removal (MinHash LSH);
 3. `quickstart/tokens`  a Zephyr pipeline: byte-level tokens as `{"input_ids": [...]}` shards;
 4. `quickstart/train`   a tiny byte-level LM trained with the TPU training-step adapter (on a
                         real slice when `RAY_ADDRESS` points at a cluster; otherwise a local
                         Ray whose node pretends to be a v4-8 host, with JAX on the CPU);
-5. `quickstart/summary` documents in/out per stage, dedup rate, throughput and the loss curve,
+5. `quickstart/summary` documents in/out per stage (exact and near duplicates), dedup rate, throughput and the loss curve,
                         printed and written as `summary.json` and `summary.png`.
 
 Zephyr steps run on the flow backend: an embedded local Ray unless `RAY_ADDRESS` is set.
@@ -87,8 +88,11 @@ def _document(rng: random.Random) -> str:
     return " ".join(_sentence(rng) for _ in range(rng.randint(3, 12)))
 
 
+FOOTERS = ("Share this page with your friends.", "All rights reserved by the site.", "Read more stories like this one.")
+
+
 def generate_raw(config: RawConfig) -> None:
-    """Write `num_shards` shards of pseudo-web documents; ~15% repeat earlier ones."""
+    """Write `num_shards` shards of pseudo-web documents; ~15% repeat earlier ones, ~5% are near copies."""
     rng = random.Random(config.seed)
     seen: list[str] = []
     for shard in range(config.num_shards):
@@ -99,6 +103,8 @@ def generate_raw(config: RawConfig) -> None:
                 text = rng.choice(seen)  # exact duplicate
             elif seen and roll < 0.15:
                 text = "  " + rng.choice(seen).replace(" ", "   ", 3) + "\n"  # differs only in whitespace
+            elif seen and roll < 0.20:
+                text = rng.choice(seen) + " " + rng.choice(FOOTERS)  # a near copy: same page, a footer added
             else:
                 text = _document(rng)
                 seen.append(text)
@@ -157,6 +163,10 @@ def content_hash(doc: dict) -> str:
     return hashlib.blake2b(doc["text"].encode(), digest_size=16).hexdigest()
 
 
+def doc_text(doc: dict) -> str:
+    return doc["text"]
+
+
 def clean(config: CleanConfig) -> None:
     pipeline = (
         Dataset.from_files(f"{config.input_path}/*.jsonl.zst")
@@ -165,6 +175,8 @@ def clean(config: CleanConfig) -> None:
         .map(normalize)
         .filter(quality_filter(config))
         .deduplicate(content_hash)
+        .map(_counted("docs/exact_dedup"))
+        .deduplicate_fuzzy(doc_text)
         .map(_counted("docs/out"))
         .write_jsonl(f"{config.output_path}/part-{{shard:05d}}.jsonl.zst", skip_existing=True)
     )
@@ -274,8 +286,11 @@ def summarize(config: SummaryConfig) -> None:
     training = _read_json(f"{config.train}/train.json")
     c = clean_stats["counters"]
     docs_in, kept, docs_out = c.get("docs/in", 0), c.get("filter/kept", 0), c.get("docs/out", 0)
+    exact = c.get("docs/exact_dedup", 0)
     summary = {
-        "documents": {"raw": docs_in, "after_filters": kept, "after_dedup": docs_out, "tokenized": token_stats["counters"].get("docs/in", 0)},
+        "documents": {"raw": docs_in, "after_filters": kept, "after_exact_dedup": exact, "after_dedup": docs_out,
+                      "tokenized": token_stats["counters"].get("docs/in", 0)},
+        "near_duplicates_removed": exact - docs_out,
         "dropped_by_filter": {k.removeprefix("filter/"): v for k, v in sorted(c.items()) if k.startswith("filter/") and k != "filter/kept"},
         "dedup_rate": (kept - docs_out) / kept if kept else 0.0,
         "clean_docs_per_second": docs_in / clean_stats["seconds"] if clean_stats["seconds"] else None,
@@ -298,9 +313,11 @@ def _plot(summary: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    stages = ["raw", "after_filters", "after_dedup"]
-    left.bar(stages, [summary["documents"][s] for s in stages], color=["#999", "#4a7", "#27a"])
-    left.set_title(f"documents per stage (dedup rate {summary['dedup_rate']:.1%})")
+    stages = ["raw", "after_filters", "after_exact_dedup", "after_dedup"]
+    labels = ["raw", "filtered", "exact dedup", "near dedup"]
+    left.bar(labels, [summary["documents"].get(s, 0) for s in stages], color=["#999", "#4a7", "#27a", "#a52"])
+    left.set_title(f"documents per stage (dedup rate {summary['dedup_rate']:.1%}, "
+                   f"{summary.get('near_duplicates_removed', 0):,} near copies)")
     steps, losses = zip(*summary["loss_curve"]) if summary["loss_curve"] else ((), ())
     right.plot(steps, losses, marker="o")
     right.set_xlabel("step")
@@ -318,7 +335,8 @@ def format_summary(summary: dict) -> str:
     d = summary["documents"]
     lines = [
         "quickstart summary",
-        f"  documents   raw {d['raw']:,} -> filtered {d['after_filters']:,} -> deduplicated {d['after_dedup']:,}",
+        f"  documents   raw {d['raw']:,} -> filtered {d['after_filters']:,} -> exact dedup {d.get('after_exact_dedup', 0):,}"
+        f" -> near dedup {d['after_dedup']:,} ({summary.get('near_duplicates_removed', 0):,} near copies removed)",
         "  dropped     " + ", ".join(f"{k} {v:,}" for k, v in summary["dropped_by_filter"].items()),
         f"  dedup rate  {summary['dedup_rate']:.1%}   clean throughput {summary['clean_docs_per_second'] or 0:,.0f} docs/s",
         f"  tokens      {summary['tokens']:,}",
@@ -342,7 +360,7 @@ def build_steps(min_words: int = MIN_WORDS, num_steps: int = 300) -> list[Execut
         name="quickstart/clean",
         fn=clean,
         config=CleanConfig(output_path_of(raw), this_output_path(), min_words=versioned(min_words)),
-        description="Normalize, filter with quality heuristics, exact-dedup.",
+        description="Normalize, filter with quality heuristics, exact-dedup, remove near duplicates.",
     )
     tokens = ExecutorStep(
         name="quickstart/tokens",

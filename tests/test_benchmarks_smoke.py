@@ -79,3 +79,10 @@ def test_status_benchmark_runs(tmp_path):
                tmp_path=tmp_path)
     assert "| variant | wall, runs (s) |" in out
     assert "| off |" in out and "| on |" in out and "| watched |" in out and "hooks" in out
+
+
+@pytest.mark.slow
+def test_fuzzy_dedup_benchmark_runs(tmp_path):
+    out = _run("bench_fuzzy_dedup.py", "--originals", "200", "--shards", "2", "--sample", "100", "--repeats", "1",
+               tmp_path=tmp_path, work_dir=False)
+    assert '"precision"' in out and '"zephyr_over_script"' in out

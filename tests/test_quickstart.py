@@ -32,6 +32,9 @@ def test_quickstart_end_to_end_then_skip_then_partial_rerun(tmp_path):
     assert set(summary["dropped_by_filter"]) == {"too_short", "symbols", "repetitive", "shouting"}
     assert sum(summary["dropped_by_filter"].values()) == docs["raw"] - docs["after_filters"]
     assert 0.05 < summary["dedup_rate"] < 0.5
+    assert docs["after_filters"] > docs["after_exact_dedup"] > docs["after_dedup"]  # near copies survive exact dedup
+    assert summary["near_duplicates_removed"] == docs["after_exact_dedup"] - docs["after_dedup"] > 0
+    assert "near copies removed" in first.stdout
     losses = [loss for _, loss in summary["loss_curve"]]
     assert summary["train"]["steps"] == 300 and losses[-1] < losses[0] - 0.5  # it learned
     assert summary["train"]["devices"] == 4  # data-parallel over the simulated v4-8 host's 4 chips

@@ -10,6 +10,7 @@ from zephyr import counters
 from zephyr.backends import Backend, backend_names, create_backend, flow_backend, set_flow_backend
 from zephyr.backends.shared import get_shared
 from zephyr.dataset import Dataset, ShardInfo
+from zephyr.dedup.components import NotConvergedError
 from zephyr.errors import PlanError, ShardError
 from zephyr.expr import Expr, col, lit
 from zephyr.io import BadRecordError, CorruptInputError, TruncatedInputError, UnwritableRecordError
@@ -23,6 +24,7 @@ __all__ = [
     "CorruptInputError",
     "Dataset",
     "Expr",
+    "NotConvergedError",
     "NotPicklableWarning",
     "OutputBusyError",
     "PlanError",

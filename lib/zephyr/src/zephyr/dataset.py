@@ -290,6 +290,67 @@ class Dataset:
             _check_positive(num_output_shards, "num_output_shards")
         return self._then(sop.Deduplicate(key, num_output_shards))
 
+    def deduplicate_fuzzy(
+        self,
+        text: Callable[[Any], str],
+        *,
+        threshold: float = 0.8,
+        ngram: int = 5,
+        num_perms: int | None = None,
+        bands: int | None = None,
+        seed: int = 0,
+        annotate: bool = False,
+        cluster_field: str = "fuzzy_cluster",
+        kept_field: str = "fuzzy_kept",
+        cc_rounds: int | None = None,
+        num_output_shards: int | None = None,
+    ) -> Dataset:
+        """Keep one item per cluster of near duplicates; every other item passes unchanged.
+
+        Two items are near duplicates when their word `ngram`-gram shingle sets (of
+        `text(item)`, lower-cased, split on whitespace) share an LSH bucket of their MinHash
+        signatures: `num_perms` (default 220) permutations in `bands` bands of
+        `num_perms // bands` rows, chosen by default so that a pair at Jaccard
+        `threshold + 0.1` is found with probability >= 0.999 and a pair at `threshold - 0.3`
+        rarely (0.8: 20x11; 0.9 -> 0.9995, 0.5 -> 0.01; see docs/zephyr.md for the S-curve).
+        Clusters are transitive (A~B and B~C: one cluster) and the item kept is the first by
+        (input shard, position). Items whose text has no words never match. With
+        `annotate=True` nothing is dropped: each dict item gets `cluster_field` (the cluster's
+        id) and `kept_field` ([input shard, position] of the item kept).
+
+        Lazy; runs as 2 + `cc_rounds` shuffles (7 stages with the default 4 rounds) in which
+        each task streams its groups; the output is hash-partitioned (as `deduplicate`) into
+        `num_output_shards`. Raises NotConvergedError (naming the item) if the component
+        rounds were too few for the data: rerun with more, the earlier stages are reused.
+        """
+        from zephyr.dedup import fuzzy
+        from zephyr.dedup.minhash import choose_bands
+
+        _check_callable(text, "deduplicate_fuzzy text")
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold < 1:
+            raise ValueError(f"threshold must be a Jaccard similarity strictly between 0 and 1, got {threshold!r}")
+        _check_positive(ngram, "ngram")
+        num_perms = fuzzy.DEFAULT_NUM_PERMS if num_perms is None else num_perms
+        _check_positive(num_perms, "num_perms")
+        bands = choose_bands(float(threshold), num_perms) if bands is None else bands
+        _check_positive(bands, "bands")
+        if bands > num_perms:
+            raise ValueError(f"bands ({bands}) cannot exceed num_perms ({num_perms}): each band needs at least one row")
+        cc_rounds = fuzzy.DEFAULT_CC_ROUNDS if cc_rounds is None else cc_rounds
+        if not isinstance(cc_rounds, int) or isinstance(cc_rounds, bool) or cc_rounds < 0:
+            raise ValueError(f"cc_rounds must be a non-negative integer, got {cc_rounds!r}")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise TypeError(f"seed must be an integer, got {seed!r}")
+        for name, value in (("cluster_field", cluster_field), ("kept_field", kept_field)):
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{name} must be a non-empty field name, got {value!r}")
+        if num_output_shards is not None:
+            _check_positive(num_output_shards, "num_output_shards")
+        params = fuzzy.FuzzyParams(
+            ngram, bands, num_perms // bands, seed, cc_rounds, bool(annotate), cluster_field, kept_field, num_output_shards
+        )
+        return fuzzy.apply(self, text, params)
+
     def reshard(self, num_shards: int | None) -> Dataset:
         """Redistribute items into `num_shards` shards, keeping their order (None: no-op).
 

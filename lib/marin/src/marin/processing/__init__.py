@@ -1,0 +1,1 @@
+"""Data-processing steps built on zephyr pipelines (near-duplicate removal)."""

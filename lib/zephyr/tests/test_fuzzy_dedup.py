@@ -1,0 +1,261 @@
+"""deduplicate_fuzzy against exact ground truth: all-pairs Jaccard of word 5-gram shingles and
+union-find, written here in plain Python apart from the implementation.
+
+Planted similarities sit far from the 0.8 threshold (near copies ~0.97, far copies < 0.3), where
+the seeded LSH misses nothing and merges nothing, so these assertions are exact and cannot flake;
+quality figures near the threshold are in benchmarks/bench_fuzzy_dedup.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zephyr import Dataset, create_backend
+from zephyr.dedup import components as cc
+from zephyr import NotConvergedError
+
+THRESHOLD = 0.8
+WORDS = 120
+VOCAB = [f"w{i}" for i in range(20_000)]
+
+
+# ---- the oracle ------------------------------------------------------------------------------
+
+def shingles(text: str, n: int = 5) -> set:
+    words = text.lower().split()
+    if len(words) < n:
+        return {tuple(words)} if words else set()
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+def jaccard(a: set, b: set) -> float:
+    return len(a & b) / len(a | b) if a or b else 0.0
+
+
+def oracle_keep(shards: list[list[dict]], threshold: float = THRESHOLD) -> tuple[list[dict], dict]:
+    """Records kept (first by (shard, position) of each all-pairs-Jaccard component) and each
+    record's kept representative, by (shard, position)."""
+    order = [(s, p) for s, shard in enumerate(shards) for p in range(len(shard))]
+    sets = {sp: shingles(shards[sp[0]][sp[1]]["text"]) for sp in order}
+    parent = {sp: sp for sp in order}
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in itertools.combinations(order, 2):
+        if sets[a] and sets[b] and jaccard(sets[a], sets[b]) >= threshold:
+            ra, rb = find(a), find(b)
+            parent[max(ra, rb)] = min(ra, rb)
+    first = {}
+    for sp in order:  # in (shard, position) order: the first member seen is the kept one
+        first.setdefault(find(sp), sp)
+    rep = {sp: first[find(sp)] for sp in order}
+    return [shards[s][p] for (s, p) in order if rep[(s, p)] == (s, p)], rep
+
+
+# ---- corpora ---------------------------------------------------------------------------------
+
+def _words(rng: random.Random, n: int = WORDS) -> list[str]:
+    return [rng.choice(VOCAB) for _ in range(n)]
+
+
+def _edit(rng: random.Random, words: list[str], fraction: float) -> list[str]:
+    out = list(words)
+    for i in rng.sample(range(len(out)), max(1, round(fraction * len(out)))):
+        out[i] = rng.choice(VOCAB)
+    return out
+
+
+def corpus(seed: int, originals: int = 30, num_shards: int = 3) -> list[list[dict]]:
+    """Originals, near copies (1 word of 400 edited: ~0.97), far copies (40% edited: < 0.3)."""
+    rng = random.Random(seed)
+    docs = []
+    for i in range(originals):
+        base = _words(rng, 400)
+        docs.append(base)
+        for _ in range(rng.choice([0, 0, 1, 2])):
+            docs.append(_edit(rng, base, 1 / 400))
+        if rng.random() < 0.3:
+            docs.append(_edit(rng, base, 0.4))
+    rng.shuffle(docs)
+    records = [{"id": i, "text": " ".join(w)} for i, w in enumerate(docs)]
+    cuts = sorted(rng.sample(range(1, len(records)), num_shards - 1))
+    return [records[a:b] for a, b in zip([0] + cuts, cuts + [len(records)])]
+
+
+def _dataset(shards: list[list[dict]]) -> Dataset:
+    return Dataset.from_list(shards).flat_map(_identity)
+
+
+def _identity(shard):
+    return shard
+
+
+def _text(record):
+    return record["text"]
+
+
+def _ids(records) -> list:
+    return sorted(r["id"] for r in records)
+
+
+# ---- behaviour -------------------------------------------------------------------------------
+
+def test_keeps_first_of_each_cluster_like_all_pairs_oracle(backend):
+    shards = corpus(seed=7)
+    want, rep = oracle_keep(shards)
+    assert len(want) < sum(map(len, shards)), "the corpus must hold near copies"
+    got = list(backend.execute(_dataset(shards).deduplicate_fuzzy(_text)))
+    assert _ids(got) == _ids(want)
+    assert all(r in want for r in got)  # unchanged records
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 10_000), num_shards=st.integers(1, 4))
+def test_property_matches_oracle_on_random_corpora(seed, num_shards):
+    shards = corpus(seed, originals=12, num_shards=num_shards)
+    want, _ = oracle_keep(shards)
+    b = create_backend("sync", progress=False)
+    try:
+        got = list(b.execute(_dataset(shards).deduplicate_fuzzy(_text, num_output_shards=2)))
+    finally:
+        b.close()
+    assert _ids(got) == _ids(want)
+
+
+def chain(length: int = 40, seed: int = 3) -> list[list[dict]]:
+    """Each document is its predecessor with one more word edited: neighbours ~0.97, ends < 0.5."""
+    rng = random.Random(seed)
+    words = _words(rng, 400)
+    positions = rng.sample(range(400), length)
+    docs = []
+    for k in range(length):
+        docs.append(list(words))
+        words[positions[k]] = f"edit{k}"
+    records = [{"id": f"c{k}", "text": " ".join(w)} for k, w in enumerate(docs)]
+    rng.shuffle(records)
+    others = [{"id": f"o{i}", "text": " ".join(_words(rng))} for i in range(10)]
+    return [records[:15] + others[:5], records[15:] + others[5:]]
+
+
+def test_transitive_clusters_are_whole(local_backend):
+    """A~B and B~C drop B and C even when A and C are far apart: the chain's ends are < 0.5."""
+    shards = chain()
+    ends = [next(r for s in shards for r in s if r["id"] == f"c{k}") for k in (0, 39)]
+    assert jaccard(shingles(ends[0]["text"]), shingles(ends[1]["text"])) < 0.5
+    want, _ = oracle_keep(shards)
+    got = list(local_backend.execute(_dataset(shards).deduplicate_fuzzy(_text)))
+    assert _ids(got) == _ids(want)
+    assert sum(1 for r in got if r["id"].startswith("c")) == 1
+
+
+def test_annotate_labels_every_member_with_its_cluster_and_kept_document(local_backend):
+    shards = corpus(seed=11)
+    _, rep = oracle_keep(shards)
+    got = list(local_backend.execute(_dataset(shards).deduplicate_fuzzy(_text, annotate=True, kept_field="kept")))
+    assert _ids(got) == _ids(r for s in shards for r in s)  # nothing dropped
+    where = {r["id"]: (s, p) for s, shard in enumerate(shards) for p, r in enumerate(shard)}
+    for r in got:
+        assert tuple(r["kept"]) == rep[where[r["id"]]]
+    by_cluster = {}
+    for r in got:
+        by_cluster.setdefault(r["fuzzy_cluster"], set()).add(tuple(r["kept"]))
+    assert all(len(kept) == 1 for kept in by_cluster.values())
+    assert len(by_cluster) == len(set(rep.values()))
+
+
+def test_boilerplate_bucket_links_members_in_a_star():
+    """Skew: a bucket of n identical pages gives 2(n-1) edge items (a star), not n(n-1)/2 pairs."""
+    n = 10_000
+    items = iter([(cc.BAND, (0, 1), i) for i in range(n)])
+    edges = list(cc.bucket_or_doc((0, 1), items))
+    assert len(edges) == 2 * (n - 1)
+    assert {min(e[1], e[2]) for e in edges} == {0}
+
+
+def test_boilerplate_template_keeps_one_copy(local_backend):
+    rng = random.Random(5)
+    template = " ".join(_words(rng))
+    shards = [[{"id": f"t{s}-{i}", "text": template} for i in range(300)] + [{"id": f"u{s}-{i}", "text": " ".join(_words(rng))} for i in range(20)] for s in range(3)]
+    got = list(local_backend.execute(_dataset(shards).deduplicate_fuzzy(_text)))
+    assert _ids(got) == sorted(["t0-0"] + [f"u{s}-{i}" for s in range(3) for i in range(20)])
+
+
+def test_empty_and_short_texts(local_backend):
+    """Texts without words never match; texts shorter than the n-gram are one shingle."""
+    shards = [[{"id": 0, "text": ""}, {"id": 1, "text": "  "}, {"id": 2, "text": "a b"}, {"id": 3, "text": "A  b"}, {"id": 4, "text": "a c"}]]
+    got = list(local_backend.execute(_dataset(shards).deduplicate_fuzzy(_text)))
+    assert _ids(got) == [0, 1, 2, 4]
+
+
+def test_too_few_rounds_raise_rather_than_answer_wrongly(local_backend):
+    with pytest.raises(Exception, match="cc_rounds") as info:
+        list(local_backend.execute(_dataset(chain()).deduplicate_fuzzy(_text, cc_rounds=0)))
+    assert isinstance(info.value, NotConvergedError) or isinstance(info.value.__cause__, NotConvergedError)
+
+
+def test_text_must_be_a_string_error_names_record_and_shard(local_backend):
+    shards = [[{"text": "a b c"}], [{"text": "x"}, {"text": 5}]]
+    with pytest.raises(Exception, match=r"must return a str; got int for record 1 of shard 1"):
+        list(local_backend.execute(_dataset(shards).deduplicate_fuzzy(_text)))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"threshold": 1.5}, "threshold"),
+    ({"ngram": 0}, "ngram"),
+    ({"bands": 300}, "cannot exceed num_perms"),
+    ({"cc_rounds": -1}, "cc_rounds"),
+    ({"kept_field": ""}, "kept_field"),
+])
+def test_bad_arguments_raise_at_build_time(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Dataset.from_list([1]).deduplicate_fuzzy(_text, **kwargs)
+
+
+# ---- resume ----------------------------------------------------------------------------------
+
+FAIL_FLAG = {"path": None}  # while this file exists, `flaky` fails (in the last stage)
+
+
+def flaky(record):
+    if FAIL_FLAG["path"] and os.path.exists(FAIL_FLAG["path"]):
+        raise RuntimeError("resolve stage fails while the flag file exists")
+    return record
+
+
+def test_crash_after_intermediate_stages_resumes_to_identical_output(tmp_path):
+    """Killed in its last stage, a rerun reuses every finished scatter and writes the same bytes."""
+    shards = corpus(seed=13)
+    pipeline = _dataset(shards).deduplicate_fuzzy(_text).map(flaky)
+    clean_out, resumed_out = tmp_path / "clean", tmp_path / "resumed"
+    first = create_backend("sync", progress=False, scratch_dir=str(tmp_path / "s1"))
+    b = create_backend("sync", progress=False, scratch_dir=str(tmp_path / "s2"))
+    flag = tmp_path / "fail"
+    try:
+        list(first.execute(pipeline.write_jsonl(f"{clean_out}/{{shard}}.jsonl")))
+        flag.write_text("")
+        FAIL_FLAG["path"] = str(flag)
+        with pytest.raises(Exception, match="flag file exists"):
+            list(b.execute(pipeline.write_jsonl(f"{resumed_out}/{{shard}}.jsonl")))
+        flag.unlink()
+        execution = b.execute(pipeline.write_jsonl(f"{resumed_out}/{{shard}}.jsonl"))
+        list(execution)
+    finally:
+        FAIL_FLAG["path"] = None
+        first.close()
+        b.close()
+    stages = len(pipeline.plan().stages)
+    assert execution.counters["zephyr/map_shards_resumed"] == 3 + 3 * (stages - 2)  # every scatter shard reused
+    outputs = sorted(clean_out.glob("*.jsonl"))
+    assert outputs
+    for f in outputs:
+        assert (resumed_out / f.name).read_bytes() == f.read_bytes()
