@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marin.tpu.data import DataPosition, TokenBatches, resolve_shards
+from marin.tpu.token_cache import CacheBatches, is_token_cache, ledger_path
 from marin.tpu.mesh import DATA_AXIS, StateSharding
 from marin.tpu.runner import HOST_ID_ENV, run_on_tpu
 
@@ -89,7 +90,9 @@ def train_loop(
     Args:
         train_step: ``(state, batch) -> (state, metrics)``, jitted by you.
         init_state: ``key -> state``, called (jitted) with ``jax.random.key(seed)``.
-        data: a glob or a list of paths/globs of tokenized JSONL or Parquet shards.
+        data: a token cache (its folder or ``ledger.json``; each host reads only its rows'
+            bytes, see :mod:`marin.tpu.token_cache`), or a glob or a list of paths/globs of
+            tokenized JSONL or Parquet shards.
         batch_size, seq_len: the shape of each global batch; ``batch_size`` must divide
             evenly over the mesh's ``"data"`` axis.
         num_steps: the total number of steps of the run (not of this attempt).
@@ -127,7 +130,8 @@ def train_loop(
             raise ValueError(f"{name} must be positive, got {value}")
     if num_steps < 0:
         raise ValueError(f"num_steps must be >= 0, got {num_steps}")
-    shards = resolve_shards(data)
+    cache = ledger_path(data) if is_token_cache(data) else None
+    shards = [cache] if cache else resolve_shards(data)
     if mesh is None:
         mesh = make_mesh(mesh_shape, axis_names)
     elif DATA_AXIS not in mesh.axis_names:
@@ -155,8 +159,10 @@ def train_loop(
             history = list(restored.history)
             logger.info("resuming at step %d from %s (data at %s), mesh %s", step, restored.path, position,
                         dict(mesh.shape))
-        batches = TokenBatches(shards, batch_size=batch_size, seq_len=seq_len, field=field, position=position,
-                               rows=process_rows(rows_sharding, global_shape))
+        rows = process_rows(rows_sharding, global_shape)
+        batches = CacheBatches(cache, batch_size=batch_size, seq_len=seq_len, position=position, rows=rows) \
+            if cache else TokenBatches(shards, batch_size=batch_size, seq_len=seq_len, field=field,
+                                       position=position, rows=rows)
         last_saved = step if restored is not None else None
         window_start, window_step = time.monotonic(), step
         with _Prefetcher(batches, PREFETCH_BATCHES) as prefetched:

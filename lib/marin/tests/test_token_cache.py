@@ -1,0 +1,139 @@
+"""Token cache: Zephyr's write_tokens + ledger, and the marin reader (issue 28).
+
+Oracles are plain Python: the global stream is the documents concatenated in shard order;
+batches are that stream cut into rows, wrapping around.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from marin.tpu.data import DataPosition, TokenBatches
+from marin.tpu.token_cache import CacheBatches, TokenCache, is_token_cache
+from zephyr import Dataset, create_backend
+from zephyr.io.tokens import offsets_path, write_token_ledger, write_tokens_file
+
+
+def _docs(lengths: list[int], seed: int = 0) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [[int(t) for t in rng.integers(0, 60000, size=n)] for n in lengths]
+
+
+def _write_cache(root: str, shards: list[list[list[int]]], dtype: str = "uint32") -> list[str]:
+    """Write through the Zephyr pipeline (one shard per inner list) and the ledger."""
+    dataset = Dataset.from_list(shards).flat_map(lambda docs: [{"input_ids": d} for d in docs])
+    paths = list(create_backend("sync").execute(
+        dataset.write_tokens(f"{root}/part-{{shard:05d}}.npy", dtype=dtype, skip_existing=True)))
+    write_token_ledger(paths, f"{root}/ledger.json")
+    return paths
+
+
+def _oracle_batches(stream: list[int], batch: int, seq: int, count: int, rows=None) -> list[list[list[int]]]:
+    rows = rows or [(0, batch)]
+    out, cursor = [], 0
+    for _ in range(count):
+        window = [stream[(cursor + i) % len(stream)] for i in range(batch * seq)]
+        out.append([window[r * seq : (r + 1) * seq] for a, b in rows for r in range(a, b)])
+        cursor += batch * seq
+    return out
+
+
+split = st.lists(st.lists(st.integers(0, 40), max_size=6), min_size=1, max_size=5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(split)
+def test_cache_stream_equals_concatenated_documents(tmp_path_factory, lengths):
+    """Round trip: the ledger's counts, each shard's offsets, the global stream, and the
+    position map all match the documents written (hypothesis over lengths and shard splits)."""
+    root = str(tmp_path_factory.mktemp("cache"))
+    shards = [_docs(ls, seed=i) for i, ls in enumerate(lengths)]
+    paths = _write_cache(root, shards)
+    stream = [t for docs in shards for d in docs for t in d]
+    ledger = json.loads(open(f"{root}/ledger.json").read())
+    assert [s["tokens"] for s in ledger["shards"]] == [sum(map(len, docs)) for docs in shards]
+    assert [s["documents"] for s in ledger["shards"]] == [len(docs) for docs in shards]
+    for path, docs in zip(paths, shards):
+        tokens, offsets = np.load(path), np.load(offsets_path(path))  # plain NumPy reads the layout
+        assert [tokens[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == docs
+    cache = TokenCache(root)
+    assert cache.read(0, cache.total).tolist() == stream
+    owner = [(s, o) for s, docs in enumerate(shards) for o in range(sum(map(len, docs)))]  # linear oracle
+    for position in range(len(stream)):
+        assert cache.locate(position) == owner[position]
+    if stream:
+        batches = CacheBatches(root, batch_size=3, seq_len=5)
+        got = [next(batches).tolist() for _ in range(3)]
+        assert got == _oracle_batches(stream, 3, 5, 3)
+
+
+def test_cache_batches_match_json_shards_and_resume(tmp_path):
+    """Same documents as JSON shards and as a cache: the same batches; a reader started at a
+    saved position continues with the same batches as one that never stopped."""
+    shards = [_docs([7, 0, 13], 1), _docs([5, 21], 2), _docs([], 3), _docs([9], 4)]
+    _write_cache(str(tmp_path / "cache"), shards)
+    json_paths = list(create_backend("sync").execute(
+        Dataset.from_list(shards).flat_map(lambda docs: [{"input_ids": d} for d in docs])
+        .write_jsonl(str(tmp_path / "json" / "part-{shard:05d}.jsonl"))))
+    from_json = TokenBatches(sorted(json_paths), batch_size=2, seq_len=6)
+    from_cache = CacheBatches(str(tmp_path / "cache"), batch_size=2, seq_len=6)
+    expected = [next(from_json).tolist() for _ in range(12)]  # > 2 epochs of 55 tokens
+    got = []
+    for i in range(12):
+        got.append(next(from_cache).tolist())
+        if i == 4:
+            from_cache = CacheBatches(str(tmp_path / "cache"), batch_size=2, seq_len=6, position=from_cache.position)
+    assert got == expected
+    assert from_cache.position.epoch == 12 * 12 // 55
+
+
+@pytest.mark.parametrize("hosts", [1, 4, 16])
+def test_each_host_reads_its_share_of_bytes(tmp_path, hosts):
+    """H hosts, each with 1/H of the rows: each reads <= 1.1/H of the batches' token bytes plus
+    one document (counted by the reader's ranged reads), and together they form the one-host batches."""
+    lengths = [int(n) for n in np.random.default_rng(5).integers(1, 200, size=400)]
+    docs = _docs(lengths)
+    _write_cache(str(tmp_path), [docs[i::4] for i in range(4)], dtype="uint16")
+    batch, seq, steps = 32, 64, 20
+    whole = CacheBatches(str(tmp_path), batch_size=batch, seq_len=seq)
+    expected = np.concatenate([next(whole) for _ in range(steps)])
+    all_bytes = whole.cache.bytes_read
+    assert all_bytes == batch * seq * steps * 2
+    per_host = batch // hosts
+    parts = []
+    for h in range(hosts):
+        reader = CacheBatches(str(tmp_path), batch_size=batch, seq_len=seq, rows=[(h * per_host, (h + 1) * per_host)])
+        parts.append(np.stack([next(reader) for _ in range(steps)]))
+        assert reader.cache.bytes_read <= 1.1 * all_bytes / hosts + max(lengths) * 2
+    assert np.array_equal(np.concatenate(parts, axis=1).reshape(-1, seq), expected)
+
+
+def test_cache_on_gcs(gcs_bucket):
+    """The pipeline writes the cache to gs:// and the reader's ranged reads work there."""
+    shards = [_docs([10, 3], 1), _docs([8], 2)]
+    root = f"{gcs_bucket}/cache"
+    _write_cache(root, shards, dtype="uint16")
+    assert is_token_cache(root)
+    stream = [t for docs in shards for d in docs for t in d]
+    assert TokenCache(root).read(2, 19).tolist() == stream[2:19]
+
+
+def test_token_id_too_large_names_path_record_and_field(tmp_path):
+    """An id that the dtype cannot hold fails the shard naming it; nothing is written."""
+    path = str(tmp_path / "part-00000.npy")
+    with pytest.raises(ValueError, match=r"part-00000.npy: record 1: field 'input_ids' has token ids outside"):
+        write_tokens_file([{"input_ids": [1]}, {"input_ids": [70000]}], path, dtype="uint16")
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(ValueError, match=r"record 0 has no token list in field 'ids'"):
+        write_tokens_file([{"input_ids": [1]}], path, field="ids")
+
+
+def test_resume_position_names_a_cache_token(tmp_path):
+    _write_cache(str(tmp_path), [_docs([4, 4])])
+    with pytest.raises(ValueError, match="does not name a token"):
+        CacheBatches(str(tmp_path), batch_size=1, seq_len=2, position=DataPosition(0, 0, 3, 0))
