@@ -88,6 +88,11 @@ class Checkpointer:
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
 
+    @property
+    def manager(self) -> Any:
+        """The orbax ``CheckpointManager`` (for ``reached_preemption`` on multi-host runs)."""
+        return self._manager
+
     def save(self, step: int, state: Any, data_position: DataPosition, *,
              metrics: dict[str, float] | None = None, history: list[dict] | None = None,
              data: dict | None = None) -> None:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marin.tpu.data import DataPosition, TokenBatches, resolve_shards
+from marin.tpu.preemption import PreemptionWatch, TrainingPreempted
 from marin.tpu.token_cache import CacheBatches, is_token_cache, ledger_path
 from marin.tpu.mesh import DATA_AXIS, StateSharding
 from marin.tpu.runner import HOST_ID_ENV, run_on_tpu
@@ -112,6 +113,11 @@ def train_loop(
             and ``axis_names`` (e.g. from ``jax.make_mesh`` for a topology-aware layout, or
             over a subset of the devices).
 
+    On a preemption notice (SIGTERM; orbax's synced check on several hosts) it saves the
+    step just finished, waits for the save and raises
+    :class:`~marin.tpu.preemption.TrainingPreempted` (a ``SystemExit``, code 143); calling
+    again resumes from that step (:mod:`marin.tpu.preemption`).
+
     Raises:
         ValueError: bad counts, ``batch_size`` not divisible by the data axis, a mesh that
             does not match the devices, a checkpoint of a different model, or one whose data
@@ -165,7 +171,7 @@ def train_loop(
                                        position=position, rows=rows)
         last_saved = step if restored is not None else None
         window_start, window_step = time.monotonic(), step
-        with _Prefetcher(batches, PREFETCH_BATCHES) as prefetched:
+        with _Prefetcher(batches, PREFETCH_BATCHES) as prefetched, PreemptionWatch(jax.process_count()) as watch:
             while step < num_steps:
                 rows, position = next(prefetched)
                 batch = jax.make_array_from_process_local_data(rows_sharding, rows, global_shape)
@@ -181,6 +187,12 @@ def train_loop(
                 if step % checkpoint_every == 0 or step == num_steps:
                     checkpoints.save(step, state, position, metrics=metrics, history=history, data=data_facts)
                     last_saved = step
+                if step < num_steps and watch.requested(step, checkpoints.manager):
+                    if last_saved != step:
+                        checkpoints.save(step, state, position, metrics=metrics, history=history, data=data_facts)
+                    checkpoints.wait()
+                    logger.warning("preemption notice: saved step %d, exiting", step)
+                    raise TrainingPreempted(step, checkpoint_path)
         if last_saved != step:  # num_steps == 0 on a fresh run
             checkpoints.save(step, state, position, metrics=metrics, history=history, data=data_facts)
         checkpoints.wait()
