@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from marin.tpu.data import DataPosition, TokenBatches
-from marin.tpu.token_cache import CacheBatches, TokenCache, is_token_cache
+from marin.tpu.token_cache import CacheBatches, MixtureBatches, TokenCache, is_token_cache
 from zephyr import Dataset, create_backend
 from zephyr.io.tokens import offsets_path, write_token_ledger, write_tokens_file
 
@@ -137,3 +137,39 @@ def test_resume_position_names_a_cache_token(tmp_path):
     _write_cache(str(tmp_path), [_docs([4, 4])])
     with pytest.raises(ValueError, match="does not name a token"):
         CacheBatches(str(tmp_path), batch_size=1, seq_len=2, position=DataPosition(0, 0, 3, 0))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=3), st.integers(1, 4), st.integers(0, 6))
+def test_mixture_rows_follow_weights_and_resume_exactly(tmp_path_factory, weights, batch, stop):
+    """Sources with disjoint id ranges: each source's rows, in order, are its own stream cut in
+    seq_len rows (wrapping); every prefix of rows is within one row of the weights; a reader
+    resumed at a saved position continues identically; hosts' rows together are the batch."""
+    seq, steps = 3, 8
+    roots, streams = [], []
+    for i, _ in enumerate(weights):
+        root = str(tmp_path_factory.mktemp(f"src{i}"))
+        docs = [[1000 * i + t for t in range(n)] for n in (5, 2, 7)]
+        _write_cache(root, [docs[:2], docs[2:]])
+        roots.append(root)
+        streams.append([t for d in docs for t in d])
+    sources = list(zip(roots, weights))
+    reader = MixtureBatches(sources, batch_size=batch, seq_len=seq)
+    got = []
+    for step in range(steps):
+        if step == stop:
+            reader = MixtureBatches(sources, batch_size=batch, seq_len=seq, position=reader.position)
+        got.extend(next(reader).tolist())
+    given_rows = [0] * len(weights)
+    for n, row in enumerate(got, start=1):
+        source = row[0] // 1000
+        k = given_rows[source]
+        assert row == [streams[source][(k * seq + j) % len(streams[source])] for j in range(seq)]
+        given_rows[source] += 1
+        for i, w in enumerate(weights):
+            assert abs(given_rows[i] - n * w / sum(weights)) < 1 + 1e-9
+    assert list(reader.position.rows) == given_rows
+    if batch > 1:
+        halves = [MixtureBatches(sources, batch_size=batch, seq_len=seq, rows=r) for r in ([(0, 1)], [(1, batch)])]
+        assert [np.concatenate([next(h) for h in halves]).tolist() for _ in range(steps)] == \
+            [got[k * batch : (k + 1) * batch] for k in range(steps)]

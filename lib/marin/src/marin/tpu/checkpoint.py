@@ -37,7 +37,7 @@ from typing import Any
 
 import jax
 
-from marin.tpu.data import DataPosition
+from marin.tpu.data import DataPosition, position_from_dict
 
 __all__ = ["FORMAT", "Checkpoint", "Checkpointer", "latest_step", "load_checkpoint", "save_checkpoint"]
 
@@ -142,7 +142,7 @@ class Checkpointer:
         return Checkpoint(
             step=int(meta["step"]),
             state=restored["state"],
-            data_position=DataPosition.from_dict(meta["data_position"]),
+            data_position=position_from_dict(meta["data_position"]),
             metrics=meta.get("metrics", {}),
             path=path,
             history=meta.get("history", []),

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["DataPosition", "TokenBatches", "read_records", "resolve_shards"]
+__all__ = ["DataPosition", "MixturePosition", "TokenBatches", "position_from_dict", "read_records", "resolve_shards"]
 
 @dataclass(frozen=True)
 class DataPosition:
@@ -46,6 +46,25 @@ class DataPosition:
     @classmethod
     def from_dict(cls, data: dict) -> DataPosition:
         return cls(**{k: int(data[k]) for k in ("epoch", "shard", "record", "token")})
+
+
+@dataclass(frozen=True)
+class MixturePosition:
+    """Where a mixture of token caches is: how many ``seq_len`` rows each source has given."""
+
+    rows: tuple[int, ...]
+
+    def to_dict(self) -> dict:
+        return {"rows": list(self.rows)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> MixturePosition:
+        return cls(tuple(int(n) for n in data["rows"]))
+
+
+def position_from_dict(data: dict) -> DataPosition | MixturePosition:
+    """The saved position of either reader (``to_dict`` of it)."""
+    return MixturePosition.from_dict(data) if "rows" in data else DataPosition.from_dict(data)
 
 
 def resolve_shards(source: str | Sequence[str]) -> list[str]:

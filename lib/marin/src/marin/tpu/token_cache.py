@@ -13,6 +13,13 @@ ledger's cumulative counts (no scan) and reads ``[start, stop)`` with one ranged
 ``[batch_size, seq_len]`` batches (wrapping into the next epoch) and reads only ``rows``,
 so on H hosts each reads about 1/H of the bytes. Its :class:`~marin.tpu.data.DataPosition`
 is ``(epoch, shard, 0, offset in shard)``, saved with checkpoints like the JSON reader's.
+
+:class:`MixtureBatches` draws each row of ``seq_len`` tokens from one of several caches by
+weight: smooth weighted round robin over the global row sequence (row ``r`` goes to the
+source furthest behind its share ``weight * (r + 1)``; ties to the first), so it needs no
+seed, keeps every prefix within one row of the weights, and its position is just the rows
+each source has given (:class:`~marin.tpu.data.MixturePosition`): a resumed reader continues
+every source at its exact token.
 """
 
 from __future__ import annotations
@@ -22,9 +29,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from marin.tpu.data import DataPosition
+from marin.tpu.data import DataPosition, MixturePosition
 
-__all__ = ["CacheBatches", "TokenCache", "is_token_cache", "ledger_path"]
+__all__ = ["CacheBatches", "MixtureBatches", "TokenCache", "is_token_cache", "ledger_path"]
 
 LEDGER_NAME = "ledger.json"
 
@@ -92,6 +99,15 @@ class TokenCache:
             filled, position = filled + take, position + take
         return out
 
+    def read_cyclic(self, start: int, count: int) -> np.ndarray:
+        """``count`` tokens from ``start`` of the stream repeated forever (epochs back to back)."""
+        pieces, start = [], start % self.total
+        while count > 0:
+            take = min(count, self.total - start)
+            pieces.append(self.read(start, start + take))
+            count, start = count - take, 0
+        return np.concatenate(pieces) if pieces else np.empty(0, dtype=np.int32)
+
 
 class CacheBatches:
     """``TokenBatches`` over a token cache: same arguments, same batches, same positions' meaning."""
@@ -131,7 +147,7 @@ class CacheBatches:
 
     def __next__(self) -> np.ndarray:
         length = self.seq_len
-        parts = [self._read_cyclic(self._next + a * length, (b - a) * length) for a, b in self.rows]
+        parts = [self.cache.read_cyclic(self._next + a * length, (b - a) * length) for a, b in self.rows]
         self._next += self.batch_size * length
         self._normalize()
         return np.concatenate(parts).reshape(-1, length)
@@ -140,11 +156,45 @@ class CacheBatches:
         self._epoch += self._next // self.cache.total
         self._next %= self.cache.total
 
-    def _read_cyclic(self, start: int, count: int) -> np.ndarray:
-        total, pieces = self.cache.total, []
-        start %= total
-        while count > 0:
-            take = min(count, total - start)
-            pieces.append(self.cache.read(start, start + take))
-            count, start = count - take, 0
-        return np.concatenate(pieces)
+
+class MixtureBatches:
+    """Batches whose rows come from several token caches in proportion to ``weights``."""
+
+    def __init__(
+        self,
+        sources: Sequence[tuple[str, float]],
+        *,
+        batch_size: int,
+        seq_len: int,
+        position: MixturePosition | None = None,
+        rows: Sequence[tuple[int, int]] | None = None,
+    ):
+        if not sources or any(not weight > 0 for _, weight in sources):
+            raise ValueError(f"a mixture needs at least one source, each with a positive weight, got {sources}")
+        self.caches = [TokenCache(path) for path, _ in sources]
+        empty = [c.ledger_path for c in self.caches if c.total == 0]
+        if empty:
+            raise ValueError(f"mixture sources hold no tokens: {empty}")
+        total = sum(weight for _, weight in sources)
+        self.weights = [weight / total for _, weight in sources]
+        self.batch_size, self.seq_len = batch_size, seq_len
+        self.rows = [(0, batch_size)] if rows is None else [(int(a), int(b)) for a, b in rows]
+        self.position = position or MixturePosition((0,) * len(sources))
+        if len(self.position.rows) != len(sources):
+            raise ValueError(f"mixture position {self.position} is for {len(self.position.rows)} sources, not {len(sources)}")
+
+    def __iter__(self) -> MixtureBatches:
+        return self
+
+    def __next__(self) -> np.ndarray:
+        taken = list(self.position.rows)
+        assigned = []  # (source, its row number) of each row of the batch
+        for _ in range(self.batch_size):
+            done = sum(taken) + 1
+            source = max(range(len(taken)), key=lambda i: (self.weights[i] * done - taken[i], -i))
+            assigned.append((source, taken[source]))
+            taken[source] += 1
+        length = self.seq_len
+        out = [self.caches[s].read_cyclic(n * length, length) for a, b in self.rows for s, n in assigned[a:b]]
+        self.position = MixturePosition(tuple(taken))
+        return np.stack(out)
