@@ -79,3 +79,11 @@ def test_status_benchmark_runs(tmp_path):
                tmp_path=tmp_path)
     assert "| variant | wall, runs (s) |" in out
     assert "| off |" in out and "| on |" in out and "| watched |" in out and "hooks" in out
+
+
+@pytest.mark.slow
+def test_token_cache_benchmark_runs(tmp_path):
+    out = _run("bench_token_cache.py", "--docs", "400", "--files", "2", "--batch-size", "16", "--seq-len", "32",
+               "--vocab", "300", tmp_path=tmp_path)
+    assert "| zephyr tokenize step (sync) |" in out and "| hand-written loop |" in out
+    assert "| 16 |" in out
