@@ -7,11 +7,14 @@ batches are that stream cut into rows, wrapping around.
 from __future__ import annotations
 
 import json
+import os
 
+import fsspec
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from fsspec.implementations.local import LocalFileSystem
 
 from marin.tpu.data import DataPosition, TokenBatches
 from marin.tpu.token_cache import CacheBatches, MixtureBatches, TokenCache, is_token_cache
@@ -92,10 +95,39 @@ def test_cache_batches_match_json_shards_and_resume(tmp_path):
     assert from_cache.position.epoch == 12 * 12 // 55
 
 
+class CountingFileSystem(LocalFileSystem):
+    """Local files under ``counting://``, counting the bytes every opened file's reads return
+    (``cat_file`` reads through ``_open`` too): what a host fetched, apart from the reader's
+    own count."""
+
+    protocol = ("counting",)
+    bytes_read = 0
+
+    @classmethod
+    def _strip_protocol(cls, path):
+        return super()._strip_protocol(path.removeprefix("counting://"))
+
+    def _open(self, path, mode="rb", **kwargs):
+        handle = super()._open(path, mode, **kwargs)
+        read = handle.read
+
+        def counted(*args):
+            data = read(*args)
+            CountingFileSystem.bytes_read += len(data)
+            return data
+
+        handle.read = counted
+        return handle
+
+
+fsspec.register_implementation("counting", CountingFileSystem, clobber=True)
+
+
 @pytest.mark.parametrize("hosts", [1, 4, 16])
 def test_each_host_reads_its_share_of_bytes(tmp_path, hosts):
     """H hosts, each with 1/H of the rows: each reads <= 1.1/H of the batches' token bytes plus
-    one document (counted by the reader's ranged reads), and together they form the one-host batches."""
+    one document (counted by a filesystem wrapper under every read, the ledger included), and
+    together they form the one-host batches."""
     lengths = [int(n) for n in np.random.default_rng(5).integers(1, 200, size=400)]
     docs = _docs(lengths)
     _write_cache(str(tmp_path), [docs[i::4] for i in range(4)], dtype="uint16")
@@ -107,9 +139,13 @@ def test_each_host_reads_its_share_of_bytes(tmp_path, hosts):
     per_host = batch // hosts
     parts = []
     for h in range(hosts):
-        reader = CacheBatches(str(tmp_path), batch_size=batch, seq_len=seq, rows=[(h * per_host, (h + 1) * per_host)])
+        CountingFileSystem.bytes_read = 0
+        reader = CacheBatches(f"counting://{tmp_path}", batch_size=batch, seq_len=seq,
+                              rows=[(h * per_host, (h + 1) * per_host)])
+        ledger_bytes = CountingFileSystem.bytes_read
+        assert ledger_bytes == os.path.getsize(tmp_path / "ledger.json")
         parts.append(np.stack([next(reader) for _ in range(steps)]))
-        assert reader.cache.bytes_read <= 1.1 * all_bytes / hosts + max(lengths) * 2
+        assert CountingFileSystem.bytes_read - ledger_bytes <= 1.1 * all_bytes / hosts + max(lengths) * 2
     assert np.array_equal(np.concatenate(parts, axis=1).reshape(-1, seq), expected)
 
 
