@@ -209,3 +209,35 @@ def test_mixture_rows_follow_weights_and_resume_exactly(tmp_path_factory, weight
         halves = [MixtureBatches(sources, batch_size=batch, seq_len=seq, rows=r) for r in ([(0, 1)], [(1, batch)])]
         assert [np.concatenate([next(h) for h in halves]).tolist() for _ in range(steps)] == \
             [got[k * batch : (k + 1) * batch] for k in range(steps)]
+
+
+def test_train_loop_on_a_mixture_resumes_to_the_same_params(tmp_path):
+    """train_loop with {cache: weight}: the MixturePosition goes into the checkpoint and a
+    resumed run (6 steps, then on to 10) ends with the parameters of a run of 10 in one go."""
+    import jax
+
+    from marin.tpu import tiny_lm
+    from marin.tpu.checkpoint import load_checkpoint
+    from marin.tpu.data import MixturePosition
+    from marin.tpu.train import train_loop
+
+    texts = [f"{i}: all happy families are alike" for i in range(10)]
+    sources = {}
+    for name, weight in (("a", 3), ("b", 1)):
+        root = str(tmp_path / name)
+        _write_cache(root, [[list(f"{name}{t}\n".encode()) for t in texts[:5]], [list(t.encode()) for t in texts[5:]]])
+        sources[root] = weight
+
+    def run(directory, steps):
+        return train_loop(tiny_lm.train_step, tiny_lm.init_state, sources, batch_size=8, seq_len=8, num_steps=steps,
+                          checkpoint_path=str(tmp_path / directory), checkpoint_every=3)
+
+    run("split", 6)
+    resumed = run("split", 10)
+    assert resumed.resumed_from == 6
+    run("whole", 10)
+    template = jax.eval_shape(tiny_lm.init_state, jax.random.key(0))
+    got, want = load_checkpoint(str(tmp_path / "split"), template), load_checkpoint(str(tmp_path / "whole"), template)
+    assert got.data_position == want.data_position == MixturePosition((60, 20))  # 80 rows, weights 3:1
+    for a, b in zip(jax.tree_util.tree_leaves(got.state["params"]), jax.tree_util.tree_leaves(want.state["params"])):
+        assert np.array_equal(np.asarray(a), np.asarray(b))

@@ -63,3 +63,11 @@ def test_byte_tokenize_step_and_errors(tmp_path):
         load_tokenizer(_train_bpe(tmp_path / "tok.json"), "<eos>")
     with pytest.raises(ValueError, match="give eod_token"):
         load_tokenizer(str(tmp_path / "tok.json"))
+
+
+def test_a_record_without_text_fails_naming_the_record_and_field(tmp_path):
+    (tmp_path / "docs-0.jsonl").write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps({"body": "x"}) + "\n")
+    with pytest.raises(Exception, match=r"record 1: field 'text' must be a string") as caught:
+        tokenize_to_cache(TokenizeConfig(input=str(tmp_path / "docs-*.jsonl"), output_path=str(tmp_path / "cache")))
+    assert "docs-0.jsonl" in str(caught.value) or "shard 0" in str(caught.value)
+    assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").glob("part-*"))
