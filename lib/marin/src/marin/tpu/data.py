@@ -123,11 +123,7 @@ class TokenBatches:
         position: DataPosition | None = None,
         rows: Sequence[tuple[int, int]] | None = None,
     ):
-        if batch_size < 1 or seq_len < 1:
-            raise ValueError(f"batch_size and seq_len must be positive, got {batch_size} and {seq_len}")
-        self.rows = [(0, batch_size)] if rows is None else [(int(a), int(b)) for a, b in rows]
-        if any(not 0 <= a < b <= batch_size for a, b in self.rows) or self.rows != sorted(self.rows):
-            raise ValueError(f"rows must be sorted, non-empty [start, stop) ranges within batch_size {batch_size}, got {rows}")
+        self.rows = batch_rows(rows, batch_size, seq_len)
         if not shards:
             raise ValueError("TokenBatches needs at least one shard")
         self.shards = list(shards)
@@ -184,6 +180,16 @@ class TokenBatches:
             if whole_epoch and not produced:
                 raise ValueError(f"data source has no tokens in field {self.field!r}: {self.shards[:3]}...")
             epoch, shard = epoch + 1, 0
+
+
+def batch_rows(rows: Sequence[tuple[int, int]] | None, batch_size: int, seq_len: int) -> list[tuple[int, int]]:
+    """The ``[start, stop)`` row ranges a host reads (all rows when None), checked with the batch shape."""
+    if batch_size < 1 or seq_len < 1:
+        raise ValueError(f"batch_size and seq_len must be positive, got {batch_size} and {seq_len}")
+    checked = [(0, batch_size)] if rows is None else [(int(a), int(b)) for a, b in rows]
+    if any(not 0 <= a < b <= batch_size for a, b in checked) or checked != sorted(checked):
+        raise ValueError(f"rows must be sorted, non-empty [start, stop) ranges within batch_size {batch_size}, got {rows}")
+    return checked
 
 
 def _advance(position: DataPosition, tokens: int) -> DataPosition:

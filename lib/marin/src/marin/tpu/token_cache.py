@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from marin.tpu.data import DataPosition, MixturePosition
+from marin.tpu.data import DataPosition, MixturePosition, batch_rows
 
 __all__ = ["CacheBatches", "MixtureBatches", "TokenCache", "is_token_cache", "ledger_path"]
 
@@ -121,11 +121,7 @@ class CacheBatches:
         position: DataPosition | None = None,
         rows: Sequence[tuple[int, int]] | None = None,
     ):
-        if batch_size < 1 or seq_len < 1:
-            raise ValueError(f"batch_size and seq_len must be positive, got {batch_size} and {seq_len}")
-        self.rows = [(0, batch_size)] if rows is None else [(int(a), int(b)) for a, b in rows]
-        if any(not 0 <= a < b <= batch_size for a, b in self.rows) or self.rows != sorted(self.rows):
-            raise ValueError(f"rows must be sorted, non-empty [start, stop) ranges within batch_size {batch_size}, got {rows}")
+        self.rows = batch_rows(rows, batch_size, seq_len)
         self.cache = TokenCache(source)
         if self.cache.total == 0:
             raise ValueError(f"token cache {self.cache.ledger_path} holds no tokens")
@@ -178,7 +174,7 @@ class MixtureBatches:
         total = sum(weight for _, weight in sources)
         self.weights = [weight / total for _, weight in sources]
         self.batch_size, self.seq_len = batch_size, seq_len
-        self.rows = [(0, batch_size)] if rows is None else [(int(a), int(b)) for a, b in rows]
+        self.rows = batch_rows(rows, batch_size, seq_len)
         self.position = position or MixturePosition((0,) * len(sources))
         if len(self.position.rows) != len(sources):
             raise ValueError(f"mixture position {self.position} is for {len(self.position.rows)} sources, not {len(sources)}")
