@@ -11,7 +11,8 @@ changing a versioned parameter (say `MIN_WORDS`) reruns only what depends on it:
                         low-quality pages;
 2. `quickstart/clean`   a Zephyr pipeline: normalize, quality filters (each drop is counted),
                         exact dedup by content hash, then near-duplicate removal (MinHash LSH);
-3. `quickstart/tokens`  a Zephyr pipeline: byte-level tokens as `{"input_ids": [...]}` shards;
+3. `quickstart/tokens`  a Zephyr pipeline: byte-level tokens into a token cache (`.npy` shards
+                        + `ledger.json`; each training host reads only its rows' bytes);
 4. `quickstart/train`   a tiny byte-level LM trained with the TPU training-step adapter (on a
                         real slice when `RAY_ADDRESS` points at a cluster; otherwise a local
                         Ray whose node pretends to be a v4-8 host, with JAX on the CPU);
@@ -39,6 +40,7 @@ import fsspec
 import orjson
 
 from marin.execution import ExecutorStep, executor_main, output_path_of, this_output_path, versioned
+from marin.tokenize import finish_token_cache, tokenize_dataset
 from zephyr import Dataset, counters, flow_backend
 
 logger = logging.getLogger("quickstart")
@@ -191,21 +193,12 @@ class TokenizeConfig:
     output_path: str
 
 
-def to_tokens(doc: dict) -> dict:
-    ids = list(doc["text"].encode("utf-8")) + [10]  # bytes, then a newline as end-of-document
-    counters.increment("tokens", len(ids))
-    return {"id": doc["id"], "input_ids": ids}
-
-
 def tokenize(config: TokenizeConfig) -> None:
-    pipeline = (
-        Dataset.from_files(f"{config.input_path}/*.jsonl.zst")
-        .load_jsonl()
-        .map(_counted("docs/in"))
-        .map(to_tokens)
-        .write_jsonl(f"{config.output_path}/part-{{shard:05d}}.jsonl.zst", skip_existing=True)
-    )
-    _run_and_record(pipeline, config.output_path)
+    """Bytes then a newline as end-of-document, into a token cache (part-NNNNN.npy + ledger.json)."""
+    records = Dataset.from_files(f"{config.input_path}/*.jsonl.zst").load_jsonl().map(_counted("docs/in"))
+    pipeline = tokenize_dataset(records, config.output_path, tokenizer="byte", eod_token="\n")
+    paths = _run_and_record(pipeline, config.output_path)
+    finish_token_cache(paths, config.output_path)
 
 
 def _counted(name: str):
@@ -217,7 +210,7 @@ def _counted(name: str):
     return count
 
 
-def _run_and_record(pipeline: Dataset, output_path: str) -> None:
+def _run_and_record(pipeline: Dataset, output_path: str) -> list[str]:
     """Run on the flow backend and keep its counters and timing next to the outputs."""
     start = time.perf_counter()
     execution = flow_backend().execute(pipeline)
@@ -225,6 +218,7 @@ def _run_and_record(pipeline: Dataset, output_path: str) -> None:
     stats = {"seconds": time.perf_counter() - start, "shards": len(paths), "counters": dict(execution.counters)}
     with fsspec.open(f"{output_path}/stats.json", "wb") as f:
         f.write(orjson.dumps(stats, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+    return paths
 
 
 # ---- 4. train a tiny model with the TPU training-step adapter -----------------------------------
@@ -248,7 +242,7 @@ def train(config: TrainConfig) -> None:
     result = train_on_tpu(
         tiny_lm.train_step,
         tiny_lm.init_state,
-        f"{config.tokens}/*.jsonl.zst",
+        config.tokens,
         tpu_type=config.tpu_type,
         batch_size=config.batch_size,
         seq_len=config.seq_len,
@@ -294,7 +288,7 @@ def summarize(config: SummaryConfig) -> None:
         "dropped_by_filter": {k.removeprefix("filter/"): v for k, v in sorted(c.items()) if k.startswith("filter/") and k != "filter/kept"},
         "dedup_rate": (kept - docs_out) / kept if kept else 0.0,
         "clean_docs_per_second": docs_in / clean_stats["seconds"] if clean_stats["seconds"] else None,
-        "tokens": token_stats["counters"].get("tokens", 0),
+        "tokens": token_stats["counters"].get("tokenize/tokens", 0),
         "train": {"steps": training["steps"], "final_loss": training["final"].get("loss"), "seconds": training["seconds"],
                   "devices": math.prod(training.get("mesh", {}).values()) if training.get("mesh") else None},
         "loss_curve": [(h["step"], h["loss"]) for h in training["history"]],

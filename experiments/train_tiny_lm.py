@@ -2,8 +2,9 @@
 
 Two executor steps:
 
-1. ``tiny_lm/tokens``: a Zephyr pipeline turns text into ``{"input_ids": [...]}`` records,
-   written as ``part-NNNNN.jsonl.zst`` shards;
+1. ``tiny_lm/tokens``: a Zephyr pipeline tokenizes the text into a token cache
+   (``part-NNNNN.npy`` token arrays + ``ledger.json``), which each training host reads only
+   its own rows of;
 2. ``tiny_lm/train``: ``train_on_tpu`` runs the training loop on a ``v4-8`` slice,
    checkpointing under the step's output path; a preempted run resumes where it stopped.
 

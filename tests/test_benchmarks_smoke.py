@@ -86,3 +86,11 @@ def test_fuzzy_dedup_benchmark_runs(tmp_path):
     out = _run("bench_fuzzy_dedup.py", "--originals", "200", "--shards", "2", "--sample", "100", "--repeats", "1",
                tmp_path=tmp_path, work_dir=False)
     assert '"precision"' in out and '"zephyr_over_script"' in out
+
+
+@pytest.mark.slow
+def test_token_cache_benchmark_runs(tmp_path):
+    out = _run("bench_token_cache.py", "--docs", "400", "--files", "2", "--batch-size", "16", "--seq-len", "32",
+               "--vocab", "300", tmp_path=tmp_path)
+    assert "| zephyr tokenize step (sync) |" in out and "| hand-written loop |" in out
+    assert "| 16 |" in out

@@ -310,12 +310,12 @@ def test_preemption_budget_is_bounded(sim, tmp_path):
 
 @pytest.fixture(scope="module")
 def token_shards(tmp_path_factory):
-    """A small byte-tokenized corpus written by a Zephyr pipeline (part-NNNNN.jsonl.zst)."""
+    """A small byte-tokenized corpus written by a Zephyr pipeline (a token cache: part-NNNNN.npy + ledger)."""
     root = str(tmp_path_factory.mktemp("tokens"))
     texts = tuple(f"{i}: it was the best of times, it was the worst of times" for i in range(40))
     tiny_lm.tokenize_corpus(tiny_lm.TokenizeConfig(output_path=root, texts=texts, num_shards=3))
-    assert len([name for name in os.listdir(root) if name.startswith("part-")]) == 3  # and the run record
-    return f"{root}/part-*.jsonl.zst"
+    assert len([name for name in os.listdir(root) if name.startswith("part-") and ".offsets" not in name]) == 3
+    return root
 
 
 def test_training_survives_repeated_node_kills_and_matches_uninterrupted_run(sim, token_shards, tmp_path, wait_until,

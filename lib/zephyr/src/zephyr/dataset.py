@@ -249,6 +249,20 @@ class Dataset:
         """
         return self._then(op.WriteBinary(op.validate_output_pattern(pattern), bool(skip_existing)))
 
+    def write_tokens(
+        self, pattern: op.OutputPattern, field: str = "input_ids", dtype: str = "uint32", skip_existing: bool = False,
+    ) -> Dataset:
+        """Write each shard's token lists (records' `field`, or bare lists) as a token cache
+        shard: a flat `.npy` of `dtype` ids plus `<name>.offsets.npy` document starts
+        (`zephyr.io.tokens`); yields the token file paths. `zephyr.io.tokens.write_token_ledger`
+        indexes the shards for random access.
+        """
+        from zephyr.io.tokens import TOKEN_DTYPES
+
+        if dtype not in TOKEN_DTYPES:
+            raise ValueError(f"write_tokens dtype must be one of {TOKEN_DTYPES}, got {dtype!r}")
+        return self._then(op.WriteTokens(op.validate_output_pattern(pattern), field, dtype, bool(skip_existing)))
+
     # ---- shuffles and aggregations (stage boundaries) ------------------------------------------
 
     def group_by(

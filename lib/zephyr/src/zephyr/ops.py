@@ -32,6 +32,7 @@ __all__ = [
     "WriteJsonl",
     "WriteParquet",
     "WriteOp",
+    "WriteTokens",
     "callable_name",
     "check_columns",
     "input_basename",
@@ -233,11 +234,23 @@ class WriteBinary:
         return f"write_binary({_pattern_text(self.pattern)}, skip_existing={self.skip_existing})"
 
 
-WriteOp = Union[WriteJsonl, WriteParquet, WriteBinary]
-WRITE_OPS = (WriteJsonl, WriteParquet, WriteBinary)
+@dataclass(frozen=True)
+class WriteTokens:
+    pattern: OutputPattern
+    field: str = "input_ids"
+    dtype: str = "uint32"
+    skip_existing: bool = False
+
+    def describe(self) -> str:
+        return (f"write_tokens({_pattern_text(self.pattern)}, field={self.field!r}, dtype={self.dtype!r}, "
+                f"skip_existing={self.skip_existing})")
+
+
+WriteOp = Union[WriteJsonl, WriteParquet, WriteBinary, WriteTokens]
+WRITE_OPS = (WriteJsonl, WriteParquet, WriteBinary, WriteTokens)
 StreamOp = Union[
     Map, Filter, FilterExpr, Select, FlatMap, MapShard, Window, WindowBy, TakePerShard, LoadJsonl, LoadParquet, LoadFile,
-    WriteJsonl, WriteParquet, WriteBinary,
+    WriteJsonl, WriteParquet, WriteBinary, WriteTokens,
 ]
 
 _PATTERN_FIELDS = ("shard", "total", "basename")

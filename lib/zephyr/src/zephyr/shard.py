@@ -23,6 +23,7 @@ from zephyr.io.files import exists
 from zephyr.io.binary import write_binary_file
 from zephyr.io.jsonl import write_jsonl_file
 from zephyr.io.parquet import write_parquet_file
+from zephyr.io.tokens import write_tokens_file
 from zephyr.json_records import JsonLines
 from zephyr.provenance import claim_output, existing_output_kept
 from zephyr.join import BoundJoin, merge_join
@@ -246,6 +247,13 @@ def _(record: op.WriteParquet, stream, ctx):
 def _(record: op.WriteBinary, stream, ctx):
     path = _output_path(record, ctx)
     return _written(path, lambda: write_binary_file(stream, path, remove_stale=False))
+
+
+@_apply.register
+def _(record: op.WriteTokens, stream, ctx):
+    path = _output_path(record, ctx)
+    return _written(path, lambda: write_tokens_file(stream, path, field=record.field, dtype=record.dtype,
+                                                    remove_stale=False))
 
 
 def _output_path(record, ctx: _Context) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from marin.tpu.data import DataPosition, TokenBatches, resolve_shards
+from marin.tpu.data import DataPosition, MixturePosition, TokenBatches, resolve_shards
 from marin.tpu.lockfile import remove_tpu_lockfile, remove_tpu_lockfile_on_exit
 from marin.tpu.runner import PREEMPTION_ERRORS, TpuPreemptedError, TpuSetupError, is_preemption, run_on_tpu
 from marin.tpu.slices import (
@@ -33,6 +33,8 @@ from marin.tpu.slices import (
     tpu_resources,
     valid_tpu_types,
 )
+from marin.tpu.preemption import PREEMPTED_EXIT_CODE, TrainingPreempted
+from marin.tpu.token_cache import CacheBatches, MixtureBatches, TokenCache
 from marin.tpu.train import TrainResult, train_loop, train_on_tpu
 
 if TYPE_CHECKING:
@@ -59,16 +61,22 @@ def __getattr__(name: str):
 
 __all__ = [
     "GENERATIONS",
+    "PREEMPTED_EXIT_CODE",
     "PREEMPTION_ERRORS",
+    "CacheBatches",
     "Checkpoint",
     "Checkpointer",
     "DataPosition",
+    "MixtureBatches",
+    "MixturePosition",
     "TokenBatches",
+    "TokenCache",
     "TpuGeneration",
     "TpuPreemptedError",
     "TpuSetupError",
     "TpuSlice",
     "TrainResult",
+    "TrainingPreempted",
     "fsdp_sharding",
     "host_resources",
     "is_preemption",

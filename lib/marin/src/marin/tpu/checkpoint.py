@@ -37,7 +37,7 @@ from typing import Any
 
 import jax
 
-from marin.tpu.data import DataPosition
+from marin.tpu.data import DataPosition, position_from_dict
 
 __all__ = ["FORMAT", "Checkpoint", "Checkpointer", "latest_step", "load_checkpoint", "save_checkpoint"]
 
@@ -88,6 +88,11 @@ class Checkpointer:
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
 
+    @property
+    def manager(self) -> Any:
+        """The orbax ``CheckpointManager`` (for ``reached_preemption`` on multi-host runs)."""
+        return self._manager
+
     def save(self, step: int, state: Any, data_position: DataPosition, *,
              metrics: dict[str, float] | None = None, history: list[dict] | None = None,
              data: dict | None = None) -> None:
@@ -137,7 +142,7 @@ class Checkpointer:
         return Checkpoint(
             step=int(meta["step"]),
             state=restored["state"],
-            data_position=DataPosition.from_dict(meta["data_position"]),
+            data_position=position_from_dict(meta["data_position"]),
             metrics=meta.get("metrics", {}),
             path=path,
             history=meta.get("history", []),

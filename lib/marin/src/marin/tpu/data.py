@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["DataPosition", "TokenBatches", "read_records", "resolve_shards"]
+__all__ = ["DataPosition", "MixturePosition", "TokenBatches", "position_from_dict", "read_records", "resolve_shards"]
 
 @dataclass(frozen=True)
 class DataPosition:
@@ -46,6 +46,25 @@ class DataPosition:
     @classmethod
     def from_dict(cls, data: dict) -> DataPosition:
         return cls(**{k: int(data[k]) for k in ("epoch", "shard", "record", "token")})
+
+
+@dataclass(frozen=True)
+class MixturePosition:
+    """Where a mixture of token caches is: how many ``seq_len`` rows each source has given."""
+
+    rows: tuple[int, ...]
+
+    def to_dict(self) -> dict:
+        return {"rows": list(self.rows)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> MixturePosition:
+        return cls(tuple(int(n) for n in data["rows"]))
+
+
+def position_from_dict(data: dict) -> DataPosition | MixturePosition:
+    """The saved position of either reader (``to_dict`` of it)."""
+    return MixturePosition.from_dict(data) if "rows" in data else DataPosition.from_dict(data)
 
 
 def resolve_shards(source: str | Sequence[str]) -> list[str]:
@@ -104,11 +123,7 @@ class TokenBatches:
         position: DataPosition | None = None,
         rows: Sequence[tuple[int, int]] | None = None,
     ):
-        if batch_size < 1 or seq_len < 1:
-            raise ValueError(f"batch_size and seq_len must be positive, got {batch_size} and {seq_len}")
-        self.rows = [(0, batch_size)] if rows is None else [(int(a), int(b)) for a, b in rows]
-        if any(not 0 <= a < b <= batch_size for a, b in self.rows) or self.rows != sorted(self.rows):
-            raise ValueError(f"rows must be sorted, non-empty [start, stop) ranges within batch_size {batch_size}, got {rows}")
+        self.rows = batch_rows(rows, batch_size, seq_len)
         if not shards:
             raise ValueError("TokenBatches needs at least one shard")
         self.shards = list(shards)
@@ -165,6 +180,16 @@ class TokenBatches:
             if whole_epoch and not produced:
                 raise ValueError(f"data source has no tokens in field {self.field!r}: {self.shards[:3]}...")
             epoch, shard = epoch + 1, 0
+
+
+def batch_rows(rows: Sequence[tuple[int, int]] | None, batch_size: int, seq_len: int) -> list[tuple[int, int]]:
+    """The ``[start, stop)`` row ranges a host reads (all rows when None), checked with the batch shape."""
+    if batch_size < 1 or seq_len < 1:
+        raise ValueError(f"batch_size and seq_len must be positive, got {batch_size} and {seq_len}")
+    checked = [(0, batch_size)] if rows is None else [(int(a), int(b)) for a, b in rows]
+    if any(not 0 <= a < b <= batch_size for a, b in checked) or checked != sorted(checked):
+        raise ValueError(f"rows must be sorted, non-empty [start, stop) ranges within batch_size {batch_size}, got {rows}")
+    return checked
 
 
 def _advance(position: DataPosition, tokens: int) -> DataPosition:

@@ -6,7 +6,7 @@ seconds on a CPU and exercises everything the training adapter needs: a params p
 optax optimizer state, a jitted step, and a typed PRNG key in the state.
 
     from marin.tpu import tiny_lm, train_on_tpu
-    train_on_tpu(tiny_lm.train_step, tiny_lm.init_state, "gs://b/tokens/*.jsonl.zst",
+    train_on_tpu(tiny_lm.train_step, tiny_lm.init_state, "gs://b/tokens",  # a token cache
                  tpu_type="v4-8", batch_size=8, seq_len=64, num_steps=200, checkpoint_path="gs://b/ckpt")
 
 ``encode``/``decode`` turn text into byte token ids and back (vocabulary 256).
@@ -108,24 +108,26 @@ class TokenizeConfig:
     num_shards: int = 4
 
 
-def tokenize_corpus(config: TokenizeConfig) -> None:
-    """A Zephyr pipeline writing ``{"input_ids": [...]}`` records to ``part-NNNNN.jsonl.zst``."""
+def tokenize_corpus(config: TokenizeConfig) -> dict:
+    """A Zephyr pipeline writing a token cache (``part-NNNNN.npy`` + ``ledger.json``, see
+    :mod:`marin.tokenize`): each text's bytes then a newline as end-of-document."""
     from zephyr import Dataset, create_backend
+
+    from marin.tokenize import finish_token_cache, tokenize_dataset
 
     if config.input:
         dataset = Dataset.from_files(config.input).load_jsonl()
     else:
         texts = list(config.texts)
-        shards = [texts[i :: config.num_shards] for i in range(config.num_shards)]
-        dataset = Dataset.from_list([{"text": "\n".join(shard)} for shard in shards if shard])
-    pipeline = dataset.map(lambda record: {"input_ids": encode(record["text"] + "\n")})
-    pattern = f"{config.output_path.rstrip('/')}/part-{{shard:05d}}.jsonl.zst"
-    list(create_backend("sync").execute(pipeline.write_jsonl(pattern, skip_existing=True)))
+        shards = [[{"text": t} for t in texts[i :: config.num_shards]] for i in range(config.num_shards)]
+        dataset = Dataset.from_list([shard for shard in shards if shard]).flat_map(list)
+    pipeline = tokenize_dataset(dataset, config.output_path, tokenizer="byte", eod_token="\n")
+    return finish_token_cache(create_backend("sync").execute(pipeline), config.output_path)
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Train the tiny model on the tokenized shards under ``tokens`` (checkpoints in ``output_path``)."""
+    """Train the tiny model on the token cache ``tokens`` (checkpoints in ``output_path``)."""
 
     tokens: str
     output_path: str
@@ -142,7 +144,7 @@ def train(config: TrainConfig):
     from marin.tpu.train import train_on_tpu
 
     return train_on_tpu(
-        train_step, init_state, f"{config.tokens.rstrip('/')}/*.jsonl*",
+        train_step, init_state, config.tokens,
         tpu_type=config.tpu_type, batch_size=config.batch_size, seq_len=config.seq_len,
         num_steps=config.num_steps, checkpoint_path=f"{config.output_path.rstrip('/')}/checkpoints",
         checkpoint_every=config.checkpoint_every, seed=config.seed,

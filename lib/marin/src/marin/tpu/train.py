@@ -31,11 +31,13 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from marin.tpu.data import DataPosition, TokenBatches, resolve_shards
+from marin.tpu.preemption import PreemptionWatch, TrainingPreempted
+from marin.tpu.token_cache import CacheBatches, MixtureBatches, is_token_cache, ledger_path
 from marin.tpu.mesh import DATA_AXIS, StateSharding
 from marin.tpu.runner import HOST_ID_ENV, run_on_tpu
 
@@ -64,7 +66,7 @@ class TrainResult:
 def train_loop(
     train_step: TrainStep,
     init_state: InitState,
-    data: str | Sequence[str],
+    data: str | Sequence[str] | Mapping[str, float],
     *,
     batch_size: int,
     seq_len: int,
@@ -89,7 +91,10 @@ def train_loop(
     Args:
         train_step: ``(state, batch) -> (state, metrics)``, jitted by you.
         init_state: ``key -> state``, called (jitted) with ``jax.random.key(seed)``.
-        data: a glob or a list of paths/globs of tokenized JSONL or Parquet shards.
+        data: a token cache (its folder or ``ledger.json``; each host reads only its rows'
+            bytes, see :mod:`marin.tpu.token_cache`), or a glob or a list of paths/globs of
+            tokenized JSONL or Parquet shards, or a mixture ``{cache: weight, ...}`` of token
+            caches (:class:`~marin.tpu.token_cache.MixtureBatches`).
         batch_size, seq_len: the shape of each global batch; ``batch_size`` must divide
             evenly over the mesh's ``"data"`` axis.
         num_steps: the total number of steps of the run (not of this attempt).
@@ -109,6 +114,11 @@ def train_loop(
             and ``axis_names`` (e.g. from ``jax.make_mesh`` for a topology-aware layout, or
             over a subset of the devices).
 
+    On a preemption notice (SIGTERM; orbax's synced check on several hosts) it saves the
+    step just finished, waits for the save and raises
+    :class:`~marin.tpu.preemption.TrainingPreempted` (a ``SystemExit``, code 143); calling
+    again resumes from that step (:mod:`marin.tpu.preemption`).
+
     Raises:
         ValueError: bad counts, ``batch_size`` not divisible by the data axis, a mesh that
             does not match the devices, a checkpoint of a different model, or one whose data
@@ -127,7 +137,9 @@ def train_loop(
             raise ValueError(f"{name} must be positive, got {value}")
     if num_steps < 0:
         raise ValueError(f"num_steps must be >= 0, got {num_steps}")
-    shards = resolve_shards(data)
+    mixture = [(source, float(weight)) for source, weight in data.items()] if isinstance(data, Mapping) else None
+    cache = ledger_path(data) if mixture is None and is_token_cache(data) else None
+    shards = [f"{ledger_path(s)}*{w!r}" for s, w in mixture] if mixture else [cache] if cache else resolve_shards(data)
     if mesh is None:
         mesh = make_mesh(mesh_shape, axis_names)
     elif DATA_AXIS not in mesh.axis_names:
@@ -146,7 +158,7 @@ def train_loop(
         restored = checkpoints.restore(abstract)
         if restored is None:
             state, step, position, metrics, history = jax.jit(init_state, out_shardings=shardings)(key), 0, \
-                DataPosition(), {}, []
+                None, {}, []
             logger.info("starting at step 0 on %d %s devices, mesh %s (%d shards)", jax.device_count(),
                         jax.default_backend(), dict(mesh.shape), len(shards))
         else:
@@ -155,11 +167,18 @@ def train_loop(
             history = list(restored.history)
             logger.info("resuming at step %d from %s (data at %s), mesh %s", step, restored.path, position,
                         dict(mesh.shape))
-        batches = TokenBatches(shards, batch_size=batch_size, seq_len=seq_len, field=field, position=position,
-                               rows=process_rows(rows_sharding, global_shape))
+        rows = process_rows(rows_sharding, global_shape)
+        if mixture:
+            batches = MixtureBatches(mixture, batch_size=batch_size, seq_len=seq_len, position=position, rows=rows)
+        elif cache:
+            batches = CacheBatches(cache, batch_size=batch_size, seq_len=seq_len, position=position, rows=rows)
+        else:
+            batches = TokenBatches(shards, batch_size=batch_size, seq_len=seq_len, field=field, position=position,
+                                   rows=rows)
+        position = batches.position
         last_saved = step if restored is not None else None
         window_start, window_step = time.monotonic(), step
-        with _Prefetcher(batches, PREFETCH_BATCHES) as prefetched:
+        with _Prefetcher(batches, PREFETCH_BATCHES) as prefetched, PreemptionWatch(jax.process_count()) as watch:
             while step < num_steps:
                 rows, position = next(prefetched)
                 batch = jax.make_array_from_process_local_data(rows_sharding, rows, global_shape)
@@ -175,6 +194,12 @@ def train_loop(
                 if step % checkpoint_every == 0 or step == num_steps:
                     checkpoints.save(step, state, position, metrics=metrics, history=history, data=data_facts)
                     last_saved = step
+                if step < num_steps and watch.requested(step, checkpoints.manager):
+                    if last_saved != step:
+                        checkpoints.save(step, state, position, metrics=metrics, history=history, data=data_facts)
+                    checkpoints.wait()
+                    logger.warning("preemption notice: saved step %d, exiting", step)
+                    raise TrainingPreempted(step, checkpoint_path)
         if last_saved != step:  # num_steps == 0 on a fresh run
             checkpoints.save(step, state, position, metrics=metrics, history=history, data=data_facts)
         checkpoints.wait()
@@ -271,7 +296,7 @@ def _host_scalars(metrics: dict) -> dict[str, float]:
 def train_on_tpu(
     train_step: TrainStep,
     init_state: InitState,
-    data: str | Sequence[str],
+    data: str | Sequence[str] | Mapping[str, float],
     *,
     tpu_type: str,
     batch_size: int,

@@ -1,0 +1,61 @@
+"""Tokenizers for the tokenize step: byte-level, or a Hugging Face ``tokenizer.json`` (BPE, ...).
+
+Both encode a batch of texts at once (``encode_batch``; the Hugging Face one runs its Rust
+batch encoder across threads) and end every document with an end-of-document id, so the
+concatenated token stream keeps document boundaries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+__all__ = ["ByteTokenizer", "HfTokenizer", "load_tokenizer"]
+
+
+class ByteTokenizer:
+    """UTF-8 bytes (ids 0-255) then ``eod_id`` (256 by default, making the vocabulary 257)."""
+
+    def __init__(self, eod_id: int = 256):
+        if not 0 <= eod_id <= 256:
+            raise ValueError(f"a byte tokenizer's end-of-document id is a byte or 256, got {eod_id}")
+        self.eod_id, self.vocab_size = eod_id, 257 if eod_id == 256 else 256
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [[*text.encode("utf-8"), self.eod_id] for text in texts]
+
+
+class HfTokenizer:
+    """A Hugging Face ``tokenizers`` tokenizer from a ``tokenizer.json`` (local or ``gs://``)."""
+
+    def __init__(self, path: str, eod_token: str):
+        from tokenizers import Tokenizer
+
+        from zephyr.io import open_input
+
+        with open_input(path) as f:
+            self.tokenizer = Tokenizer.from_str(f.read().decode("utf-8"))
+        eod_id = self.tokenizer.token_to_id(eod_token)
+        if eod_id is None:
+            special = sorted(t.content for t in self.tokenizer.get_added_tokens_decoder().values())
+            raise ValueError(f"{path}: no end-of-document token {eod_token!r} in the vocabulary (added tokens: {special})")
+        self.path, self.eod_id, self.vocab_size = path, eod_id, self.tokenizer.get_vocab_size()
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        return [[*encoding.ids, self.eod_id] for encoding in encodings]
+
+
+@lru_cache(maxsize=8)
+def load_tokenizer(spec: str = "byte", eod_token: str | None = None) -> ByteTokenizer | HfTokenizer:
+    """``"byte"`` (``eod_token``: one ASCII character, or None for id 256) or a ``tokenizer.json``
+    path (``eod_token`` required, e.g. ``"<|endoftext|>"``). Cached per process: shards share it."""
+    if spec == "byte":
+        if eod_token is None:
+            return ByteTokenizer()
+        if len(eod_token.encode("utf-8")) != 1:
+            raise ValueError(f"a byte tokenizer's eod_token must be one ASCII character, got {eod_token!r}")
+        return ByteTokenizer(eod_token.encode("utf-8")[0])
+    if not eod_token:
+        raise ValueError(f"{spec}: give eod_token, the end-of-document token of this tokenizer")
+    return HfTokenizer(spec, eod_token)

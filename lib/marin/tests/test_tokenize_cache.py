@@ -1,0 +1,73 @@
+"""The tokenize step (issue 28): byte-level and a BPE trained here (no hub is reachable) into a
+token cache; the oracle is the tokenizer's own per-document encode plus the end-of-document id."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from marin.tokenize import TokenizeConfig, load_tokenizer, tokenize_to_cache
+from marin.tpu.token_cache import TokenCache
+
+CORPUS = [f"{i}: the quick brown fox jumps over the lazy dog; all happy families are alike." * (1 + i % 3)
+          for i in range(40)]
+
+
+def _write_corpus(root) -> str:
+    for part in range(3):
+        with open(root / f"docs-{part}.jsonl", "w") as f:
+            for text in CORPUS[part::3]:
+                f.write(json.dumps({"text": text}) + "\n")
+    return str(root / "docs-*.jsonl")
+
+
+def _train_bpe(path) -> str:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(CORPUS, trainer)
+    tokenizer.save(str(path))
+    return str(path)
+
+
+def _expected(encode) -> list[int]:
+    """Documents in the order the step reads them: files sorted, lines in order."""
+    return [t for part in range(3) for text in CORPUS[part::3] for t in encode(text)]
+
+
+def test_bpe_tokenize_step_writes_the_documents_with_eod(tmp_path):
+    from tokenizers import Tokenizer
+
+    spec = _train_bpe(tmp_path / "tokenizer.json")
+    reference = Tokenizer.from_file(spec)
+    eod = reference.token_to_id("<|endoftext|>")
+    ledger = tokenize_to_cache(TokenizeConfig(input=_write_corpus(tmp_path), output_path=str(tmp_path / "cache"),
+                                              tokenizer=spec, eod_token="<|endoftext|>", batch_size=4))
+    assert ledger["documents"] == len(CORPUS) and len(ledger["shards"]) == 3
+    assert {s["dtype"] for s in ledger["shards"]} == {"uint16"}
+    want = _expected(lambda text: reference.encode(text, add_special_tokens=False).ids + [eod])
+    cache = TokenCache(str(tmp_path / "cache"))
+    assert cache.read(0, cache.total).tolist() == want
+    assert len(want) < sum(len(t.encode()) for t in CORPUS)  # the BPE merged something
+
+
+def test_byte_tokenize_step_and_errors(tmp_path):
+    tokenize_to_cache(TokenizeConfig(input=_write_corpus(tmp_path), output_path=str(tmp_path / "cache")))
+    cache = TokenCache(str(tmp_path / "cache"))
+    assert cache.read(0, cache.total).tolist() == _expected(lambda text: [*text.encode(), 256])
+    with pytest.raises(ValueError, match="no end-of-document token '<eos>'"):
+        load_tokenizer(_train_bpe(tmp_path / "tok.json"), "<eos>")
+    with pytest.raises(ValueError, match="give eod_token"):
+        load_tokenizer(str(tmp_path / "tok.json"))
+
+
+def test_a_record_without_text_fails_naming_the_record_and_field(tmp_path):
+    (tmp_path / "docs-0.jsonl").write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps({"body": "x"}) + "\n")
+    with pytest.raises(Exception, match=r"record 1: field 'text' must be a string") as caught:
+        tokenize_to_cache(TokenizeConfig(input=str(tmp_path / "docs-*.jsonl"), output_path=str(tmp_path / "cache")))
+    assert "docs-0.jsonl" in str(caught.value) or "shard 0" in str(caught.value)
+    assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").glob("part-*"))

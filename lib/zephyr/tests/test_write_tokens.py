@@ -1,0 +1,44 @@
+"""Dataset.write_tokens (issue 28): the shard layout, skip_existing resume, refused records."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from zephyr import Dataset, create_backend
+from zephyr.io.tokens import offsets_path, read_npy_header, write_token_ledger
+
+SHARDS = [[[1, 2, 3], [], [65535]], [[7] * 10], []]
+
+
+def _pipeline(root, seen: list):
+    def note(docs):
+        seen.append(len(docs))
+        return [{"input_ids": d} for d in docs]
+
+    return Dataset.from_list(SHARDS).flat_map(note).write_tokens(f"{root}/part-{{shard:05d}}.npy", dtype="uint16",
+                                                                 skip_existing=True)
+
+
+def test_write_tokens_layout_and_resume(tmp_path):
+    """Each shard's .npy holds its documents back to back and its offsets file their starts;
+    a rerun after one token file is lost rewrites only that shard."""
+    seen: list = []
+    paths = list(create_backend("sync").execute(_pipeline(tmp_path, seen)))
+    assert sorted(seen) == [0, 1, 3]
+    for path, docs in zip(paths, SHARDS):
+        assert np.load(path).tolist() == [t for d in docs for t in d]
+        assert np.load(offsets_path(path)).tolist() == [0, *np.cumsum([len(d) for d in docs]).tolist()]
+        assert read_npy_header(path)[0] == np.dtype("<u2")
+    ledger = write_token_ledger(paths, f"{tmp_path}/ledger.json")
+    assert [(s["tokens"], s["documents"]) for s in ledger["shards"]] == [(sum(map(len, d)), len(d)) for d in SHARDS]
+    (tmp_path / "part-00001.npy").unlink()
+    seen.clear()
+    assert list(create_backend("sync").execute(_pipeline(tmp_path, seen))) == paths
+    assert seen == [1]
+    assert np.load(paths[1]).tolist() == [7] * 10
+
+
+def test_write_tokens_refuses_a_bad_dtype_at_build_time():
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        Dataset.from_list([[1]]).write_tokens("x/part-{shard}.npy", dtype="int8")
