@@ -22,7 +22,7 @@ import os
 
 from marin.execution import ExecutorStep, executor_main, output_path_of, this_output_path, versioned
 from marin.tpu import simulated_host
-from marin.tpu.tiny_lm import TokenizeConfig, TrainConfig, tokenize_corpus, train
+from marin.tpu.tiny_lm import TokenizeConfig, TrainConfig, read_result, tokenize_corpus, train
 
 TPU_TYPE = "v4-8"
 
@@ -71,12 +71,27 @@ def _connect_or_simulate() -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init()
         return
+    from zephyr.backends.ray_local import start_local_ray
+
     logging.getLogger(__name__).info("no RAY_ADDRESS: simulating one %s host on this machine (JAX on CPU)", TPU_TYPE)
-    # a new Ray of our own (not one some other process started here); its workers' JAX sees
-    # one CPU device per chip of the host, so training runs data-parallel over 4 devices
-    ray.init(address="local", **simulated_host(TPU_TYPE))
+    # a new Ray of our own (not one some other process started here), its workers in this
+    # interpreter, quiet, on free ports; its workers' JAX sees one CPU device per chip of the
+    # host, so training runs data-parallel over 4 devices
+    print(f"train_tiny_lm: {start_local_ray(**simulated_host(TPU_TYPE))}", flush=True)
+
+
+def report(outcomes: dict[str, str]) -> str:
+    """One line on the training step: trained or skipped, final step and loss, checkpoints."""
+    path, outcome = next((p, o) for p, o in outcomes.items() if "tiny_lm/train" in p)
+    result = read_result(path)
+    if result is None:
+        return f"train_tiny_lm: {outcome.lower()}, but {path} holds no result.json (trained by an older version)"
+    verb = "trained" if outcome == "SUCCESS" else "already trained (skipped)"
+    loss = result["metrics"].get("loss")
+    return (f"train_tiny_lm: {verb} to step {result['step']}, loss {loss:.3f}; "
+            f"checkpoints in {result['checkpoint_path']}")
 
 
 if __name__ == "__main__":
     _connect_or_simulate()
-    executor_main([tokens, train_step], description="Tiny byte-level LM trained with marin.tpu.")
+    print(report(executor_main([tokens, train_step], description="Tiny byte-level LM trained with marin.tpu.")), flush=True)

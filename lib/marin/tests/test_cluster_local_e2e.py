@@ -401,3 +401,33 @@ def test_a_head_whose_port_was_taken_meanwhile_is_restarted_on_new_ports(tmp_pat
         local.stop(state)
     assert local.load(state) is None
 
+
+
+def test_stop_ends_a_cluster_process_still_listening_on_its_ports(tmp_path):
+    """Regression (issue 24, item 9): stop-cluster once left Ray's dashboard and runtime-env
+    agents running, holding the cluster's ports. A process of the cluster that the marker scan
+    misses but that listens on one of its ports (here a stand-in started from its session
+    directory, untagged) is found by its port and ended; the port is free afterwards."""
+    session = tmp_path / "session"
+    session.mkdir()
+    code = ("import socket, sys, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
+            "print(s.getsockname()[1], flush=True); time.sleep(600)")
+    env = {k: v for k, v in os.environ.items() if k != local.MARKER_ENV}
+    agent = subprocess.Popen([sys.executable, "-c", code, str(session)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        port = int(agent.stdout.readline())
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])  # a head pid that no longer runs
+        gone.wait()
+        # a marker no process has: only the port finds the stand-in agent
+        cluster = local.LocalCluster(directory=str(tmp_path / "state"), temp_dir=str(session), num_cpus=1,
+                                     head=local.LocalNode(pid=gone.pid, ports={"agent_http": port}, resources={}),
+                                     marker="stand-in-marker-nobody-has")
+        assert local._listeners({port}) == {port: [agent.pid]}  # the fault is in place
+        assert local._cleanup(cluster, grace=0.1) == {}
+        assert agent.wait(timeout=60) == -signal.SIGKILL
+        with socket.socket() as sock:
+            assert sock.connect_ex(("127.0.0.1", port)) != 0
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()

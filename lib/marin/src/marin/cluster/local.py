@@ -449,20 +449,73 @@ def _stragglers(cluster: LocalCluster) -> list[int]:
     return _members(cluster)
 
 
-def _cleanup(cluster: LocalCluster, grace: float = 3.0) -> None:
-    """SIGTERM every process of the cluster, SIGKILL what is left after `grace` seconds."""
+def _cleanup(cluster: LocalCluster, grace: float = 3.0, port_wait: float = 15.0) -> dict[int, list[int]]:
+    """SIGTERM every process of the cluster, SIGKILL what is left after `grace` seconds, then
+    make sure its ports are free: a process of the cluster still listening on one (Ray's
+    dashboard and runtime-env agents once outlived a stop for minutes) is killed too.
+    Returns {port: [pids]} of ports still held by processes that are not the cluster's."""
     _signal_all(_members(cluster), signal.SIGTERM)
     deadline = time.monotonic() + grace
     while (left := _members(cluster)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    for _ in range(3):
-        if not left:
+    held: dict[int, list[int]] = {}
+    deadline = time.monotonic() + port_wait
+    while True:
+        left = set(_members(cluster))
+        held = _listeners(_cluster_ports(cluster))
+        left |= {pid for pids in held.values() for pid in pids if _is_cluster_process(cluster, pid)}
+        if not left or time.monotonic() > deadline:  # what still holds a port is not ours
             break
-        _signal_all(left, signal.SIGKILL)
+        _signal_all(sorted(left), signal.SIGKILL)
         time.sleep(0.2)
-        left = _members(cluster)
     shutil.rmtree(cluster.temp_dir, ignore_errors=True)
     _state_file(Path(cluster.directory)).unlink(missing_ok=True)
+    return held
+
+
+def _cluster_ports(cluster: LocalCluster) -> set[int]:
+    """The fixed ports the cluster's nodes listen on (not the worker port range)."""
+    return {port for node in (cluster.head, *cluster.workers) for name, port in node.ports.items()
+            if name not in ("min_worker", "max_worker") and isinstance(port, int)}
+
+
+def _listeners(ports: set[int]) -> dict[int, list[int]]:
+    """{port: pids} of processes listening on these local TCP ports (Linux /proc; {} elsewhere)."""
+    inodes: dict[str, int] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            port = int(fields[1].rsplit(":", 1)[1], 16)
+            if fields[3] == "0A" and port in ports:  # 0A: LISTEN
+                inodes[f"socket:[{fields[9]}]"] = port
+    held: dict[int, list[int]] = {}
+    if not inodes:
+        return held
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            for fd in (entry / "fd").iterdir():
+                port = inodes.get(os.readlink(fd))
+                if port is not None:
+                    held.setdefault(port, []).append(int(entry.name))
+        except OSError:
+            continue
+    return held
+
+
+def _is_cluster_process(cluster: LocalCluster, pid: int) -> bool:
+    """Tagged with the cluster's marker, or running from its session directory."""
+    try:
+        if cluster.marker and f"{MARKER_ENV}={cluster.marker}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+            return True
+        return cluster.temp_dir.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def stop(directory: Path | None = None, *, dry_run: bool = False) -> bool:
@@ -474,5 +527,8 @@ def stop(directory: Path | None = None, *, dry_run: bool = False) -> bool:
         pids = " ".join(str(pid) for pid in _members(cluster))
         print(f"kill -TERM {pids}  # then -KILL after 3s: processes tagged {MARKER_ENV}={cluster.marker}")
         return True
-    _cleanup(cluster)
+    held = _cleanup(cluster)
+    for port, pids in sorted(held.items()):
+        print(f"warning: port {port} of the stopped local cluster is held by process(es) {pids}, which are not "
+              "the cluster's; the next start-cluster picks other ports", file=sys.stderr)
     return True

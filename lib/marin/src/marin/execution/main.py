@@ -91,8 +91,7 @@ def executor_main(
         raise TypeError("executor_main needs steps: executor_main(steps=[step, ...])")
     if config is None:
         config = draccus.parse(config_class=ExecutorMainConfig, args=args)
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _show_executor_lines()
     prefix = config.prefix or os.environ.get("MARIN_PREFIX")
     if not prefix:
         raise ValueError("No output prefix: pass --prefix /path/or/gs://bucket/dir or set MARIN_PREFIX")
@@ -130,3 +129,22 @@ def _start_dashboard(config: ExecutorMainConfig):
     dashboard = start_dashboard(config.dashboard_host, config.dashboard_port)
     print(f"marin: zephyr status page at {dashboard.url}", file=sys.stderr, flush=True)
     return dashboard
+
+
+_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def _show_executor_lines() -> None:
+    """INFO lines of `marin.*` (which step runs, succeeds, is skipped) reach the console unless
+    the program configured logging itself. A library may have put a WARNING-level handler on
+    the root logger (absl does when JAX is imported), which would hide them: then `marin` gets
+    its own handler."""
+    root, marin_logger = logging.getLogger(), logging.getLogger("marin")
+    if not root.handlers:
+        logging.basicConfig(level=logging.INFO, format=_FORMAT)
+    elif marin_logger.getEffectiveLevel() > logging.INFO and not marin_logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter(_FORMAT))
+        marin_logger.addHandler(handler)
+        marin_logger.setLevel(logging.INFO)
+        marin_logger.propagate = False

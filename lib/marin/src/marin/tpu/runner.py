@@ -442,6 +442,9 @@ def _show_marin_logs() -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     marin_logger.addHandler(handler)
     marin_logger.setLevel(logging.INFO)
+    # only through this handler: a library that configures the root logger later (absl does)
+    # would otherwise print every line a second time
+    marin_logger.propagate = False
 
 
 def _current_slice_name(node_id: str) -> str | None:

@@ -139,13 +139,37 @@ class TrainConfig:
     seed: int = 0
 
 
+RESULT_NAME = "result.json"
+
+
 def train(config: TrainConfig):
-    """An ``ExecutorStep`` function: ``train_on_tpu`` with this model; returns the TrainResult."""
+    """An ``ExecutorStep`` function: ``train_on_tpu`` with this model; returns the TrainResult
+    and writes its summary (final step, metrics, checkpoint path) to ``result.json`` in the
+    step's output, so a script can report it also when the step is skipped on a rerun."""
+    import json
+
+    from zephyr.io.files import atomic_write
+
     from marin.tpu.train import train_on_tpu
 
-    return train_on_tpu(
+    result = train_on_tpu(
         train_step, init_state, config.tokens,
         tpu_type=config.tpu_type, batch_size=config.batch_size, seq_len=config.seq_len,
         num_steps=config.num_steps, checkpoint_path=f"{config.output_path.rstrip('/')}/checkpoints",
         checkpoint_every=config.checkpoint_every, seed=config.seed,
     )
+    summary = {"step": result.step, "metrics": {k: float(v) for k, v in result.metrics.items()},
+               "checkpoint_path": result.checkpoint_path, "resumed_from": result.resumed_from}
+    with atomic_write(f"{config.output_path.rstrip('/')}/{RESULT_NAME}", "w") as f:
+        f.write(json.dumps(summary, indent=2))
+    return result
+
+
+def read_result(output_path: str) -> dict | None:
+    """The summary ``train`` wrote in ``output_path``, or None (not trained yet)."""
+    import json
+
+    from zephyr.io.files import url_to_fs
+
+    fs, path = url_to_fs(f"{output_path.rstrip('/')}/{RESULT_NAME}")
+    return json.loads(fs.cat_file(path)) if fs.exists(path) else None
