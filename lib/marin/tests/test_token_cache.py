@@ -241,3 +241,18 @@ def test_train_loop_on_a_mixture_resumes_to_the_same_params(tmp_path):
     assert got.data_position == want.data_position == MixturePosition((60, 20))  # 80 rows, weights 3:1
     for a, b in zip(jax.tree_util.tree_leaves(got.state["params"]), jax.tree_util.tree_leaves(want.state["params"])):
         assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_one_token_check_for_the_cache_writer_and_the_json_reader(tmp_path):
+    """The cache writer and the JSON/Parquet token reader share zephyr.io.tokens.token_array:
+    a bad token list names the file, record and field in both, and the bounds are each one's."""
+    from marin.tpu.data import _as_tokens
+    from zephyr.io.tokens import token_array
+
+    assert token_array([1, 2, 3], "f: record 0", 0, 3).tolist() == [1, 2, 3]
+    for bad, why in (([1, "x"], "is not a list of integers"), ([[1], [2]], "must be a flat list"), ([4], r"has token ids outside \[0, 3\]")):
+        with pytest.raises(ValueError, match=rf"^f: record 0 {why}"):
+            token_array(bad, "f: record 0", 0, 3)
+    assert _as_tokens([2**31 - 1], "p.jsonl", 5).dtype == np.int32
+    with pytest.raises(ValueError, match=r"^p.jsonl: record 5: token field has token ids outside"):
+        _as_tokens([2**31], "p.jsonl", 5)

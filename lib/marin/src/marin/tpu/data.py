@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from zephyr.io.tokens import token_array
 
 __all__ = ["DataPosition", "MixturePosition", "TokenBatches", "position_from_dict", "read_records", "resolve_shards"]
 
@@ -197,12 +198,5 @@ def _advance(position: DataPosition, tokens: int) -> DataPosition:
 
 
 def _as_tokens(tokens, path: str, record_index: int) -> np.ndarray:
-    try:
-        array = np.asarray(tokens, dtype=np.int64)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{path}: record {record_index}: token field is not a list of integers: {e}") from e
-    if array.ndim != 1:
-        raise ValueError(f"{path}: record {record_index}: token field must be a flat list, got shape {array.shape}")
-    if array.size and (array.min() < np.iinfo(np.int32).min or array.max() > np.iinfo(np.int32).max):
-        raise ValueError(f"{path}: record {record_index}: token ids do not fit in int32")
-    return array.astype(np.int32)
+    info = np.iinfo(np.int32)
+    return token_array(tokens, f"{path}: record {record_index}: token field", info.min, info.max).astype(np.int32)

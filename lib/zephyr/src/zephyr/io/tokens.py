@@ -30,11 +30,26 @@ import numpy as np
 
 from zephyr.io.files import atomic_write, open_input, url_to_fs
 
-__all__ = ["LEDGER_NAME", "TOKEN_DTYPES", "offsets_path", "read_npy_header", "write_token_ledger", "write_tokens_file"]
+__all__ = ["LEDGER_NAME", "TOKEN_DTYPES", "offsets_path", "read_npy_header", "token_array", "write_token_ledger", "write_tokens_file"]
 
 LEDGER_NAME = "ledger.json"
 TOKEN_DTYPES = ("uint16", "uint32")
 _COPY_CHUNK = 1 << 22
+
+
+def token_array(tokens, where: str, low: int, high: int) -> np.ndarray:
+    """`tokens` as a flat int64 array of ids within [low, high]; a ValueError starting with
+    `where` (file, record, field) otherwise. One check for the cache writer and the readers
+    of JSON/Parquet token shards."""
+    try:
+        array = np.asarray(tokens, dtype=np.int64)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where} is not a list of integers: {e}") from e
+    if array.ndim != 1:
+        raise ValueError(f"{where} must be a flat list, got shape {array.shape}")
+    if array.size and (array.min() < low or array.max() > high):
+        raise ValueError(f"{where} has token ids outside [{low}, {high}]")
+    return array
 
 
 def offsets_path(path: str) -> str:
@@ -61,14 +76,7 @@ def write_tokens_file(
             if tokens is None or isinstance(tokens, (str, bytes)):
                 what = sorted(record) if isinstance(record, dict) else type(record).__name__
                 raise ValueError(f"{path}: record {index} has no token list in field {field!r} (has {what})")
-            try:
-                array = np.asarray(tokens, dtype=np.int64)
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"{path}: record {index}: field {field!r} is not a list of integers: {e}") from e
-            if array.ndim != 1:
-                raise ValueError(f"{path}: record {index}: field {field!r} must be a flat list, got shape {array.shape}")
-            if array.size and (array.min() < 0 or array.max() > limit):
-                raise ValueError(f"{path}: record {index}: field {field!r} has token ids outside [0, {limit}] ({dtype})")
+            array = token_array(tokens, f"{path}: record {index}: field {field!r}", 0, limit)
             spool.write(array.astype("<" + np.dtype(dtype).str[1:]).tobytes())
             starts.append(starts[-1] + array.size)
         with atomic_write(offsets_path(path), remove_stale=remove_stale) as out:
