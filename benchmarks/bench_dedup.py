@@ -343,7 +343,7 @@ PEERS = ("raydata", "datatrove")
 def kept_ids(out_dir: str) -> set[str]:
     """The ids in every JSON-lines output file under `out_dir` (zephyr's, Ray Data's, datatrove's)."""
     from zephyr.io.jsonl import read_jsonl
-    from zephyr.readers import FileFormat, format_for
+    from zephyr.io.formats import FileFormat, format_for
 
     def is_jsonl(name: str) -> bool:  # by zephyr's one format detector
         try:

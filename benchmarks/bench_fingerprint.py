@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from zephyr import Dataset
-from zephyr import plan as plan_module
-from zephyr.fingerprint import Identity
+from zephyr.plan import compile as plan_module
+from zephyr.plan.fingerprint import Identity
 
 MIN_LEN = 3
 LOWER = True

@@ -38,8 +38,8 @@ def _rss_mib(field: str = "VmHWM") -> float:
 
 
 def _summaries(maps: int, partitions: int, legacy: bool) -> list:
-    from zephyr.run_index import pack
-    from zephyr.shard import ShardResult
+    from zephyr.shuffle.run_index import pack
+    from zephyr.tasks import ShardResult
 
     rng = np.random.default_rng(0)
     results = []
@@ -67,8 +67,8 @@ def _legacy_tasks(previous: list, partitions: int) -> list:
 
 
 def child(maps: int, partitions: int, legacy: bool) -> dict:
-    from zephyr.plan import Stage
-    from zephyr.shuffle import FirstPerKey, ShuffleReader
+    from zephyr.plan.compile import Stage
+    from zephyr.shuffle.reduce import FirstPerKey, ShuffleReader
 
     start_rss = _rss_mib("VmRSS")
     t0 = time.perf_counter()

@@ -38,7 +38,7 @@ from machine import load_average, machine, start_local_ray  # noqa: E402
 
 def hot_keys(count: int, partitions: int) -> list[str]:
     """`count` distinct keys that all land in partition 0."""
-    from zephyr.shuffle_keys import hash_key_bytes, key_bytes
+    from zephyr.shuffle.keys import hash_key_bytes, key_bytes
 
     found: list[str] = []
     start = 0

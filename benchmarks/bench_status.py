@@ -13,7 +13,7 @@ on the same warm local Ray and the same corpus:
 
 Part 2 isolates the per-shard and per-item costs that the end-to-end medians cannot resolve:
 2,000 one-item shards on a 2-thread threadpool (driver-side hooks per shard, off vs on), and
-the per-item counter of `items_in` (`zephyr.shard._counted`) against a bare iterator.
+the per-item counter of `items_in` (`zephyr.execution.shard._counted`) against a bare iterator.
 
     RAY_ENABLE_UV_RUN_RUNTIME_ENV=0 uv run python benchmarks/bench_status.py --json out.json
 """
@@ -52,7 +52,7 @@ class _Unpublished:
 @contextmanager
 def publishing_off():
     """The runner without its status hooks: what it was before issue 15."""
-    import zephyr.runner as runner
+    import zephyr.execution.runner as runner
 
     saved = runner.RunStatus, runner.ObservedBackend, runner.status_registry.publish
     runner.RunStatus = lambda *args, **kwargs: _Unpublished()
@@ -145,7 +145,7 @@ def per_shard_cost(num_shards: int, repeats: int) -> dict:
 
 def per_item_cost() -> dict:
     """ns per item of `_counted` (the items_in count) over a bare iterator."""
-    from zephyr.shard import _counted
+    from zephyr.execution.shard import _counted
 
     items = list(range(1_000_000))
     bare = min(timeit.repeat(lambda: sum(1 for _ in iter(items)), number=1, repeat=5))

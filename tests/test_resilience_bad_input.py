@@ -136,6 +136,6 @@ def test_dirty_corpus_policy_skips_and_counts_bad_records(tmp_path):
     execution = backend.execute(Dataset.from_files(str(inputs / "*.jsonl")).load_jsonl(on_bad_record="skip"))
     assert [r["id"] for r in execution] == [1, 3, 5]
     assert execution.counters["zephyr/bad_records"] == 2
-    from zephyr.progress import format_summary
+    from zephyr.execution.summary import format_summary
 
     assert "zephyr/bad_records" in format_summary(execution)  # never silently: it is in the summary

@@ -241,7 +241,7 @@ def test_parquet_shards(tmp_path):
     np.testing.assert_array_equal(next(batches), [[1, 2, 3, 4, 5, 6, 7]])
 
 
-# Every name zephyr's readers take (lib/zephyr/src/zephyr/readers.py), written by zephyr's own writers.
+# Every name zephyr's readers take (lib/zephyr/src/zephyr/io/formats.py), written by zephyr's own writers.
 ZEPHYR_SHARD_NAMES = ["a.jsonl", "a.ndjson", "a.json", "a.jsonl.gz", "a.jsonl.gzip", "a.ndjson.zst", "a.json.zstd",
                       "a.JSONL.ZST", "a.parquet", "a.parquet.zst"]
 

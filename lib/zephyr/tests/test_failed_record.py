@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zephyr import Dataset, ShardError, create_backend
-from zephyr.failed_record import PREVIEW_CHARS
+from zephyr.execution.failed_record import PREVIEW_CHARS
 
 
 def _run(ds, backend_name="sync", **options):

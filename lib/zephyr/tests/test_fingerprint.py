@@ -10,8 +10,8 @@ import textwrap
 import pytest
 
 from zephyr import Dataset
-from zephyr.fingerprint import fingerprint
-from zephyr.shuffle import key_bytes, partition_of
+from zephyr.plan.fingerprint import fingerprint
+from zephyr.shuffle.reduce import key_bytes, partition_of
 
 THRESHOLD = 3
 
@@ -65,7 +65,7 @@ def test_mutually_recursive_helpers_terminate():
 SCRIPT = textwrap.dedent(
     """
     from zephyr import Dataset
-    from zephyr.shuffle import key_bytes, partition_of
+    from zephyr.shuffle.reduce import key_bytes, partition_of
     STOP = frozenset({"the", "a", "of", "and", "to", "in"})
     ds = Dataset.from_list([1, 2]).filter(lambda w: w not in STOP).deduplicate(lambda x: x)
     print([s.fingerprint for s in ds.plan().stages], partition_of(key_bytes(frozenset({"x", "y", "z", "w"})), 1000))

@@ -1,4 +1,4 @@
-"""`zephyr.interrupts.ThreadInterrupter`: an interrupt lands inside the call and only there.
+"""`zephyr.execution.interrupts.ThreadInterrupter`: an interrupt lands inside the call and only there.
 
 The end-to-end behaviour (signals to the `zephyr` command and to `executor_main`) is tested in
 test_cli_interrupt.py and lib/marin/tests/test_executor_interrupt.py; these pin the contract
@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from zephyr.interrupts import Interrupted, ThreadInterrupter
+from zephyr.execution.interrupts import Interrupted, ThreadInterrupter
 
 
 class Stop(Interrupted):

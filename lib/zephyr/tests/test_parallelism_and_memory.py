@@ -88,7 +88,7 @@ def test_tasks_carry_small_descriptors_whatever_the_number_of_shards(tmp_path):
 
     import cloudpickle
 
-    from zephyr.runner import Execution
+    from zephyr.execution.runner import Execution
 
     for i in range(2000):
         (tmp_path / f"part-{i:05d}.jsonl").write_bytes(b'{"text": "' + b"x" * 2000 + b'"}\n')

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from zephyr import Dataset, PlanError, col
-from zephyr import ops as op
+from zephyr.plan import ops as op
 
 ROWS = 40_000
 ROWS_PER_GROUP = 2_000
@@ -213,7 +213,7 @@ def test_parquet_pushdown_agrees_with_python_on_edge_cases(local_backend, edge_p
 
 
 def test_only_provably_identical_filters_go_into_pyarrow(edge_parquet):
-    from zephyr.expr_arrow import to_arrow_filter
+    from zephyr.expr.arrow import to_arrow_filter
 
     schema = pq.read_schema(edge_parquet)
     for name, (expr, _) in EDGE_CASES.items():

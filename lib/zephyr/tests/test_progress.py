@@ -1,7 +1,7 @@
 """What a person watches: per-stage bars when asked for (or on a terminal) and the summary."""
 
 from zephyr import Dataset, counters, create_backend
-from zephyr.progress import format_summary
+from zephyr.execution.summary import format_summary
 
 
 def tagged(x):

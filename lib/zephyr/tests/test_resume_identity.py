@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zephyr import Dataset, create_backend
-from zephyr.fingerprint import fingerprint, identify
-from zephyr.progress import format_summary
-from zephyr.scratch import OWNER_NAME
+from zephyr.plan.fingerprint import fingerprint, identify
+from zephyr.execution.summary import format_summary
+from zephyr.execution.scratch import OWNER_NAME
 
 FAIL_FLAG = {"path": None}  # a file whose existence makes `flaky_sum` fail (after the scatter)
 FACTOR = 2
@@ -289,7 +289,7 @@ def test_across_processes_unchanged_code_resumes_and_changed_code_does_not(tmp_p
     assert not any(scratch.iterdir())  # the older run's scratch went too
 
 
-@pytest.mark.filterwarnings("ignore::zephyr.runner.NotPicklableWarning")
+@pytest.mark.filterwarnings("ignore::zephyr.NotPicklableWarning")
 def test_unidentifiable_capture_never_resumes_and_says_so(tmp_path, caplog):
     """A stage capturing a lock has no identity: the run works, warns naming the stage and
     where the lock was found, reports it in the summary, status and run record, removes its
@@ -386,7 +386,7 @@ def test_functions_of_a_script_without_a_file_count_by_their_code():
     redefined function with another body is other work."""
     script = textwrap.dedent(
         """
-        from zephyr.fingerprint import fingerprint
+        from zephyr.plan.fingerprint import fingerprint
         def f(x): return x + 1
         first = fingerprint(f)
         def f(x): return x + 2
@@ -426,8 +426,8 @@ def test_older_scratch_that_a_live_run_uses_is_left_alone(tmp_path):
     pipeline's output but shared, through an explicit scratch_dir, with another pipeline's live
     run was removed under that run. Now a root whose scratch lease is live stays, and a dead
     holder's lease files go with the root."""
-    from zephyr.run_lock import RunLocks
-    from zephyr.scratch import mark_root, remove_older_roots
+    from zephyr.execution.run_lock import RunLocks
+    from zephyr.execution.scratch import mark_root, remove_older_roots
 
     scratch = tmp_path / "scratch"
     root = str(scratch / "fp0")
@@ -441,7 +441,7 @@ def test_older_scratch_that_a_live_run_uses_is_left_alone(tmp_path):
     finally:
         other_run.release()
     # a holder that dies holding the lease (its files stay): its root is older scratch again
-    died = subprocess.run([sys.executable, "-c", f"import os; from zephyr.run_lock import RunLocks; "
+    died = subprocess.run([sys.executable, "-c", f"import os; from zephyr.execution.run_lock import RunLocks; "
                            f"RunLocks(None, [{root!r}]).acquire(); os._exit(0)"], capture_output=True, text=True, timeout=120)
     assert died.returncode == 0, died.stderr
     lease_dir = scratch / ".fp0.zephyr-lease"

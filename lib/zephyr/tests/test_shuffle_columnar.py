@@ -11,9 +11,9 @@ import textwrap
 import pytest
 
 from zephyr import Dataset, create_backend
-from zephyr.columnar import columns_of, key_column, records_of
-from zephyr.progress import format_summary
-from zephyr.shuffle_keys import key_bytes, partition_of
+from zephyr.shuffle.columnar import columns_of, key_column, records_of
+from zephyr.execution.summary import format_summary
+from zephyr.shuffle.keys import key_bytes, partition_of
 
 
 def typed(value):

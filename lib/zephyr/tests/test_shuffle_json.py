@@ -19,9 +19,9 @@ import pytest
 import zstandard
 
 from zephyr import Dataset, create_backend
-from zephyr.columnar import json_lines, records_of
-from zephyr.json_records import JsonLines
-from zephyr.plan import compile_plan
+from zephyr.shuffle.columnar import json_lines, records_of
+from zephyr.io.json_records import JsonLines
+from zephyr.plan.compile import compile_plan
 
 
 def typed(value):
@@ -282,8 +282,8 @@ RESUME_SCRIPT = textwrap.dedent(
             os._exit(9)  # the driver dies between scatter and reduce
         return real(items, path, **kw)
     jsonl.write_jsonl_file = dying
-    import zephyr.shard
-    zephyr.shard.write_jsonl_file = dying
+    import zephyr.execution.shard
+    zephyr.execution.shard.write_jsonl_file = dying
 
     backend = create_backend("sync", progress=False, scratch_dir=sys.argv[2])
     paths = sorted(os.path.join(sys.argv[3], p) for p in os.listdir(sys.argv[3]))

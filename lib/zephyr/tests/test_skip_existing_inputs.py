@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from zephyr import Dataset, create_backend
-from zephyr.provenance import SIDECAR_SUFFIX, StaleOutputsError
+from zephyr.execution.provenance import SIDECAR_SUFFIX, StaleOutputsError
 from zephyr.status import RECORD_NAME
 
 

@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zephyr import Dataset, create_backend
-from zephyr.plan import Stage
-from zephyr.progress import make_progress
+from zephyr.plan.compile import Stage
+from zephyr.execution.progress import make_progress
 from zephyr.resources import format_memory, parse_memory
-from zephyr.shard import ShardResult
+from zephyr.tasks import ShardResult
 
 
 @pytest.mark.parametrize("suffix", ["", "/"])

@@ -19,7 +19,7 @@ import pytest
 
 from zephyr import Dataset, ShardError, counters, create_backend
 from zephyr.cli import main as zephyr_main
-from zephyr.progress import format_summary
+from zephyr.execution.summary import format_summary
 from zephyr.status import RECORD_NAME, read_run_record, start_dashboard
 from zephyr.status.model import MAX_FAILURES, MAX_SAMPLES, RunStatus
 from zephyr.status.server import FileSource, is_loopback
@@ -177,7 +177,7 @@ def test_samples_and_failures_stay_bounded_on_long_runs():
     for t in range(5000):
         status._sample(stage, float(t), force=True)
     assert len(stage.samples) <= MAX_SAMPLES and stage.sample_every > 1.0
-    from zephyr.shard import ShardTask
+    from zephyr.tasks import ShardTask
 
     for shard in range(500):
         status.shard_failed(0, ShardTask(0, shard, 1000, f"item {shard}"), ValueError(f"e{shard}"), lost=shard % 2 == 0)

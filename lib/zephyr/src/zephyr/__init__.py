@@ -9,14 +9,14 @@
 from zephyr import counters
 from zephyr.backends import Backend, backend_names, create_backend, flow_backend, set_flow_backend
 from zephyr.backends.shared import get_shared
-from zephyr.dataset import Dataset, ShardInfo
+from zephyr.plan.dataset import Dataset, ShardInfo
 from zephyr.dedup.components import NotConvergedError
 from zephyr.errors import PlanError, ShardError
 from zephyr.expr import Expr, col, lit
 from zephyr.io import BadRecordError, CorruptInputError, TruncatedInputError, UnwritableRecordError
-from zephyr.provenance import StaleOutputsError
-from zephyr.run_lock import OutputBusyError
-from zephyr.runner import NotPicklableWarning
+from zephyr.execution.provenance import StaleOutputsError
+from zephyr.execution.run_lock import OutputBusyError
+from zephyr.execution.checks import NotPicklableWarning
 
 __all__ = [
     "BadRecordError",

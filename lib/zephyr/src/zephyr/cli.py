@@ -31,9 +31,13 @@ from collections.abc import Sequence
 
 from zephyr.backends import Backend, backend_names, create_backend, set_flow_backend
 from zephyr.errors import PlanError, ShardError
-from zephyr.interrupts import Interrupted, exit_after, handling_signals, signal_name
-from zephyr.progress import format_summary
+from zephyr.execution.interrupts import Interrupted, exit_after, handling_signals, signal_name
+from zephyr.execution.summary import format_summary
 from zephyr.resources import memory_argument
+from collections import Counter
+from zephyr.status import port_number
+from zephyr.status import start_dashboard
+import importlib.util
 
 __all__ = ["main"]
 
@@ -73,8 +77,6 @@ def _non_negative_float(text: str) -> float:
 
 
 def _port(text: str) -> int:
-    from zephyr.status import port_number
-
     try:
         return port_number(text)
     except ValueError as e:
@@ -209,8 +211,6 @@ class _NothingRun:
     """What a dry run's `execute` returns: no results, empty counters and stats, like a run."""
 
     def __init__(self):
-        from collections import Counter
-
         self.counters = Counter()
         self.stats: list = []
         self.finished = True
@@ -292,7 +292,7 @@ def make_backend(args: argparse.Namespace) -> Backend:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in _SUBCOMMANDS and not os.path.isfile(argv[0]):
-        from zephyr.status import commands
+        from zephyr.status import commands  # the status page server (aiohttp): only for these commands
 
         return getattr(commands, _SUBCOMMANDS[argv[0]])(argv[1:])
     parser = build_parser()
@@ -370,8 +370,6 @@ class _StopOnce:
 
 def _start_dashboard(parser: argparse.ArgumentParser, host: str, port: int):
     """Start the status page and print its URL, once (it holds the token off loopback)."""
-    from zephyr.status import start_dashboard
-
     try:
         dashboard = start_dashboard(host, port)
     except OSError as e:
@@ -382,8 +380,6 @@ def _start_dashboard(parser: argparse.ArgumentParser, host: str, port: int):
 
 
 def importlib_missing(name: str) -> bool:
-    import importlib.util
-
     return importlib.util.find_spec(name) is None
 
 

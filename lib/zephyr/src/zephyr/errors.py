@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from types import TracebackType
 
-__all__ = ["PlanError", "ShardError", "is_transient_storage_error"]
+__all__ = ["PlanError", "ShardError", "TaskLost", "is_transient_storage_error"]
 
 # Where an error was raised tells a storage call (our I/O layer or a filesystem client) from a
 # user function's own network call: the innermost frame outside the network stack must be one
@@ -55,7 +55,7 @@ class ShardError(RuntimeError):
         self.error_message = error_message
         self.traceback_text = traceback_text
         self.transient = transient
-        self.record = record  # which record a per-item function failed on (`zephyr.failed_record`)
+        self.record = record  # which record a per-item function failed on (`zephyr.execution.failed_record`)
         kind = " (a transient storage error)" if transient else ""
         where = f"\n  at {record}" if record else ""
         super().__init__(
@@ -69,6 +69,11 @@ class ShardError(RuntimeError):
             (self.stage, self.shard, self.source, self.error_type, self.error_message, self.traceback_text, self.transient,
              self.record),
         )
+
+
+class TaskLost(Exception):
+    """A task died for reasons outside the user's code (worker crash, node preempted): a
+    backend raises it, the runner resubmits the task without charging the user's retries."""
 
 
 def is_transient_storage_error(error: BaseException) -> bool:

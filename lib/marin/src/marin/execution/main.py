@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import draccus
-from zephyr.interrupts import exit_after
+from zephyr.execution.interrupts import exit_after
 
 from marin.execution.runner import Executor, ExecutorInterrupted
 from marin.execution.steps import ExecutorStep, InputName

@@ -20,7 +20,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Callable
 
-from zephyr.interrupts import ThreadInterrupter
+from zephyr.execution.interrupts import ThreadInterrupter
 
 __all__ = ["is_ray_remote", "optional_dependency_groups", "pip_runtime_env", "run_step_function"]
 

@@ -45,7 +45,7 @@ import threading
 import traceback
 from typing import Any, Callable, Iterable
 
-from zephyr.interrupts import handling_signals, signal_name
+from zephyr.execution.interrupts import handling_signals, signal_name
 from zephyr.status.labels import run_label
 
 from marin.execution import storage

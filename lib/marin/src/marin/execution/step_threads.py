@@ -2,7 +2,7 @@
 
 A step's function runs in the executor's process (or waits there for its Ray task). When the
 executor is interrupted (SIGINT/SIGTERM), `stop_steps` interrupts every running step: an
-exception raised inside its function (see `zephyr.interrupts.ThreadInterrupter`; a Ray step
+exception raised inside its function (see `zephyr.execution.interrupts.ThreadInterrupter`; a Ray step
 turns it into `ray.cancel` of its task, see `ray_env`), then waits a grace period for the threads
 to record the step INTERRUPTED and release its lease. A thread that is still busy after that
 (its function is blocked in C) is left behind: `abandon` records the step INTERRUPTED and
@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from zephyr.interrupts import Interrupted, ThreadInterrupter, signal_name
+from zephyr.execution.interrupts import Interrupted, ThreadInterrupter, signal_name
 
 from marin.execution.lease import Lease
 from marin.execution.planning import PlannedStep

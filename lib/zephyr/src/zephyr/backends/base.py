@@ -1,7 +1,7 @@
 """The narrow backend interface: submit a picklable call, wait for some to finish, fetch results.
 
 Everything else (fusion, bounded windows, retries, ordering, skip_existing, counters, progress)
-lives once in `zephyr.runner`. A backend maps its own failure kinds onto two exceptions:
+lives once in `zephyr.execution.runner`. A backend maps its own failure kinds onto two exceptions:
 `ShardError` (the user's code or input failed; counts against a small budget, unless the task
 marked it `transient`: a storage error, retried like a loss after a backoff) and `TaskLost`
 (the worker or node died; retried many times without counting).
@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from zephyr.backends.shared import call_with_shared
+from zephyr.errors import TaskLost
+from zephyr.execution.runner import Execution
 from zephyr.resources import TaskResources, format_memory
 
 __all__ = ["Backend", "TaskLost"]
-
-
-class TaskLost(Exception):
-    """A task died for reasons outside the user's code (worker crash, node preempted)."""
 
 
 class Backend(ABC):
@@ -104,7 +103,7 @@ class Backend(ABC):
         """Block until at least one handle is finished (or `timeout` passes); return the finished ones.
 
         May return none sooner (the runner waits again): a wait that blocks in C must wake
-        every `zephyr.interrupts.WAIT_SLICE` so that an interrupt sent to its thread lands."""
+        every `zephyr.execution.interrupts.WAIT_SLICE` so that an interrupt sent to its thread lands."""
 
     @abstractmethod
     def result(self, handle: Any) -> Any:
@@ -116,8 +115,6 @@ class Backend(ABC):
     def drain(self, handles: Sequence[Any], timeout: float = 120.0) -> None:
         """Wait (bounded) for calls to end after a fatal error, so that none keeps writing
         after the run has raised; their results are dropped."""
-        import time
-
         remaining = list(handles)
         deadline = time.monotonic() + timeout
         while remaining and time.monotonic() < deadline:
@@ -142,8 +139,6 @@ class Backend(ABC):
         such errors surface here; the tasks run as you iterate (e.g. `list(backend.execute(ds))`).
         The returned `Execution` also carries `.counters` and per-stage `.stats`.
         """
-        from zephyr.runner import Execution
-
         return Execution(self, dataset)
 
     def describe(self) -> str:

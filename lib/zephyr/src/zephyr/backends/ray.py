@@ -26,7 +26,8 @@ from zephyr.backends.base import Backend, TaskLost
 from zephyr.backends.ray_local import describe_ray, start_local_ray
 from zephyr.backends.ray_errors import lost_cause
 from zephyr.errors import ShardError
-from zephyr.interrupts import wait_slice
+from zephyr.execution.interrupts import wait_slice
+from zephyr.backends.shared import RemoteObject
 
 __all__ = ["RayBackend"]
 
@@ -105,8 +106,6 @@ class RayBackend(Backend):
         return self._ray().put(obj)
 
     def _store(self, name: str, obj: Any) -> Any:
-        from zephyr.backends.shared import RemoteObject
-
         ray = self._ray()
         try:
             return RemoteObject(ray.put(obj))

@@ -6,16 +6,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from zephyr.backends.base import Backend
+from zephyr.execution.pool import Finished, run_inline
 
 __all__ = ["SyncBackend"]
-
-
-class _Finished:
-    __slots__ = ("value", "error")
-
-    def __init__(self, value: Any = None, error: BaseException | None = None):
-        self.value = value
-        self.error = error
 
 
 class SyncBackend(Backend):
@@ -25,17 +18,11 @@ class SyncBackend(Backend):
     def default_parallelism(cls) -> int:
         return 1
 
-    def submit(self, fn: Callable, shared: Any, arg: Any) -> _Finished:
-        try:
-            return _Finished(value=self.bound(fn)(shared, arg))
-        except Exception as e:
-            return _Finished(error=e)
+    def submit(self, fn: Callable, shared: Any, arg: Any) -> Finished:
+        return run_inline(self.bound(fn), shared, arg)
 
-    def wait(self, handles: Sequence[_Finished], timeout: float | None = None) -> list[_Finished]:
+    def wait(self, handles: Sequence[Finished], timeout: float | None = None) -> list[Finished]:
         return list(handles)
 
-    def result(self, handle: _Finished) -> Any:
-        if handle.error is not None:
-            raise handle.error
-        return handle.value
-
+    def result(self, handle: Finished) -> Any:
+        return handle.get()

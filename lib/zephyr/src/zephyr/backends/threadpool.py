@@ -1,7 +1,7 @@
 """The threadpool backend: shards run on a bounded pool of threads in the driver process.
 
 Good for I/O-bound pipelines and tests; CPU-bound Python code is limited by the GIL (use `ray`).
-`cancel` stops a running shard by raising `zephyr.interrupts.Interrupted` inside it (its
+`cancel` stops a running shard by raising `zephyr.execution.interrupts.Interrupted` inside it (its
 atomic writes remove their temporaries); a shard blocked in a C call stops when that call returns.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from zephyr.backends.base import Backend
-from zephyr.interrupts import ThreadInterrupter, wait_slice
+from zephyr.execution.interrupts import ThreadInterrupter, wait_slice
 
 __all__ = ["ThreadpoolBackend"]
 

@@ -21,7 +21,8 @@ from typing import Any
 
 from zephyr.dedup import components as cc
 from zephyr.dedup.minhash import MinHasher
-from zephyr.ops import ShardInfo, callable_name
+from zephyr.naming import callable_name
+from zephyr.tasks import ShardInfo
 
 __all__ = ["DEFAULT_CC_ROUNDS", "DEFAULT_NUM_PERMS", "FuzzyParams", "apply"]
 

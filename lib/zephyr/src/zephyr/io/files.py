@@ -28,6 +28,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 from zephyr.counters import increment
 from zephyr.io.compression import codec_for, open_compressed_reader, open_compressed_writer
 from zephyr.io.temporaries import is_stale, make_temp_file, owner_tag
+from concurrent.futures import ThreadPoolExecutor
 
 __all__ = [
     "atomic_write",
@@ -108,8 +109,6 @@ def file_version(info: dict) -> str:
 def file_versions(paths: list[str]) -> dict[str, str]:
     """`file_version` of each path (one `info` request each, 16 at a time); a path that is
     not there maps to "missing", one that cannot be looked at to "unreadable:<error type>"."""
-    from concurrent.futures import ThreadPoolExecutor
-
     def version(path: str) -> str:
         fs, fs_path = url_to_fs(path)
         try:

@@ -19,11 +19,11 @@ from typing import Any
 
 import orjson
 
-from zephyr.columnar import json_exact
+from zephyr.io.json_records import JsonLines, json_exact
 from zephyr.io.compression import CorruptInputError, TruncatedInputError
 from zephyr.io.files import open_input, open_output
 from zephyr.io.records import UnwritableRecordError, field_path
-from zephyr.json_records import JsonLines
+from zephyr import counters
 
 __all__ = ["BadRecordError", "read_jsonl", "write_jsonl_file"]
 
@@ -66,7 +66,6 @@ def read_jsonl(path: str, on_bad_record: str = "raise") -> Iterator[dict]:
     """
     if on_bad_record not in ("raise", "skip"):
         raise ValueError(f"on_bad_record must be 'raise' or 'skip', got {on_bad_record!r}")
-    from zephyr import counters
 
     line_no = 0
     read = 0
@@ -100,8 +99,6 @@ def _long_digits(data: bytes) -> bool:
 def _decode_lines(lines: list[bytes], path: str, line_no: int, on_bad_record: str) -> list:
     """The slow path of a block: skip blank lines, decode long integers exactly, raise (or
     count) bad lines by number."""
-    from zephyr import counters
-
     values = []
     for line_no, line in enumerate(lines, start=line_no + 1):
         if not line.strip():

@@ -1,5 +1,5 @@
 """A heartbeat lease on a directory, so that executors sharing a prefix run a step once, and
-zephyr runs into one output directory never overlap (`zephyr.run_lock`).
+zephyr runs into one output directory never overlap (`zephyr.execution.run_lock`).
 
 The lease is a sequence of *epochs*. Each epoch has one owner, recorded in an immutable
 claim file, and the owner keeps a heartbeat file fresh while it holds the lease:
@@ -64,6 +64,7 @@ from typing import Any
 
 from zephyr.io import storage
 from zephyr.io.temporaries import HOST_ID, process_alive
+import socket
 
 __all__ = ["Lease", "default_owner"]
 
@@ -74,8 +75,6 @@ _CLAIM = re.compile(r"^claim-(\d{8})(?:-([0-9a-f]{32}))?\.json$")
 
 def default_owner() -> str:
     """A readable identity for this process: host and pid."""
-    import socket
-
     return f"{socket.gethostname()}:{os.getpid()}"
 
 

@@ -23,6 +23,9 @@ from zephyr.io.files import atomic_write, url_to_fs
 from zephyr.io.parquet_schema import SchemaConflict, arrow_schema, infer_records, unify
 from zephyr.io.records import UnwritableRecordError
 from zephyr.io.temporaries import make_temp_file
+from zephyr import counters
+from zephyr.expr import referenced_columns
+from zephyr.expr.arrow import to_arrow_filter
 
 __all__ = ["read_parquet", "write_parquet_file"]
 
@@ -73,16 +76,13 @@ def read_parquet(
         columns: the columns to keep, in this order; names the file lacks are skipped.
         filter: a `zephyr.expr.Expr`; rows for which it is not true are dropped. It runs
             inside pyarrow (row groups excluded by statistics are never read) where pyarrow
-            provably gives what Python gives for this file's schema (`zephyr.expr_arrow`);
+            provably gives what Python gives for this file's schema (`zephyr.expr.arrow`);
             otherwise (a column the file lacks, integer arithmetic, mixed types, ...) it
             is evaluated on the rows in Python.
         row_groups: read only these row groups (a slice made by `approx_shard_bytes`).
     """
     import pyarrow.dataset as pads
 
-    from zephyr import counters
-    from zephyr.expr import referenced_columns
-    from zephyr.expr_arrow import to_arrow_filter
 
     fs, fs_path = url_to_fs(path)
     # object stores: no read-ahead cache, so a skipped row group costs no bytes; pyarrow

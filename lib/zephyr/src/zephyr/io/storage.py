@@ -15,6 +15,7 @@ from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
+from zephyr.io.files import atomic_write
 
 __all__ = [
     "filesystem",
@@ -58,8 +59,6 @@ def read_json(path: str) -> Any | None:
 
 def write_text(path: str, text: str) -> None:
     """Replace `path` with `text` so that readers see the old or the new content, never half."""
-    from zephyr.io import atomic_write
-
     with atomic_write(path, "wb") as f:
         f.write(text.encode("utf-8"))
 

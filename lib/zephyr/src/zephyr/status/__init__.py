@@ -15,6 +15,7 @@ dashboard is started.
 from zephyr.status.model import RunStatus
 from zephyr.status.record import RECORD_NAME, read_run_record
 from zephyr.status.registry import latest, runs
+from zephyr.status.terminal import fetch_snapshot, format_snapshot
 
 __all__ = ["RECORD_NAME", "RunStatus", "fetch_snapshot", "format_snapshot", "latest", "port_number", "read_run_record",
            "runs", "start_dashboard"]
@@ -32,20 +33,8 @@ def port_number(text: str) -> int:
 
 
 def start_dashboard(host: str = "127.0.0.1", port: int = 0, source=None):
-    """Serve the status page of this process's runs; see `zephyr.status.server.start_dashboard`."""
+    """Serve the status page of this process's runs; see `zephyr.status.server.start_dashboard`.
+    The server (aiohttp) is imported only here, when a dashboard starts."""
     from zephyr.status.server import start_dashboard as start
 
     return start(host, port, source)
-
-
-def fetch_snapshot(location: str, token: str | None = None, run: str | None = None) -> dict:
-    """A snapshot from a status page URL or a run record; see `zephyr.status.terminal`."""
-    from zephyr.status.terminal import fetch_snapshot as fetch
-
-    return fetch(location, token=token, run=run)
-
-
-def format_snapshot(snapshot: dict) -> str:
-    from zephyr.status.terminal import format_snapshot as fmt
-
-    return fmt(snapshot)

@@ -24,8 +24,8 @@ from zephyr.errors import ShardError
 from zephyr.status.labels import current_label
 
 if TYPE_CHECKING:
-    from zephyr.plan import Plan, Stage
-    from zephyr.shard import ShardResult, ShardTask
+    from zephyr.plan.compile import Plan, Stage
+    from zephyr.tasks import ShardResult, ShardTask
 
 __all__ = ["SCHEMA", "RunState", "RunStatus", "StageState"]
 

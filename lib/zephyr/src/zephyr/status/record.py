@@ -12,7 +12,10 @@ import posixpath
 
 import orjson
 
-from zephyr.ops import WRITE_OPS
+from zephyr.plan.ops import WRITE_OPS
+from zephyr.io.files import atomic_write
+from zephyr.io.files import url_to_fs
+from zephyr.plan.compile import stage_output_path
 
 __all__ = ["RECORD_NAME", "final_output_dir", "read_run_record", "record_path_for", "write_run_record"]
 
@@ -23,8 +26,6 @@ logger = logging.getLogger("zephyr")
 def final_output_dir(plan) -> str | None:
     """The directory of the first output file of the plan's final writer, or None (no writer,
     or no shards). Scratch (`.zephyr-scratch`) and the run record go there."""
-    from zephyr.plan import stage_output_path
-
     final = plan.stages[-1]
     for record in reversed(final.ops):
         if isinstance(record, WRITE_OPS) and final.num_shards:
@@ -41,8 +42,6 @@ def record_path_for(plan) -> str | None:
 
 def write_run_record(snapshot: dict, path: str) -> bool:
     """Write `snapshot` to `path` atomically; a failure is logged, never raised (the run is done)."""
-    from zephyr.io.files import atomic_write
-
     try:
         with atomic_write(path, remove_stale=False) as f:
             f.write(orjson.dumps(snapshot, option=orjson.OPT_INDENT_2))
@@ -57,8 +56,6 @@ def read_run_record(location: str) -> dict:
 
     Raises FileNotFoundError naming the path, ValueError if it is not a run record.
     """
-    from zephyr.io.files import url_to_fs
-
     fs, path = url_to_fs(location)
     if fs.isdir(path):
         location = posixpath.join(location.rstrip("/"), RECORD_NAME)

@@ -37,13 +37,14 @@ import numpy as np
 import pyarrow as pa
 
 from zephyr import counters
-from zephyr import merge as columnar_merge
-from zephyr.columnar import batch_rows, conform, dumps, unify_schemas
+from zephyr.shuffle import merge as columnar_merge
+from zephyr.shuffle.columnar import batch_rows, conform, dumps, unify_schemas
 from zephyr.io.temporaries import make_temp_dir
-from zephyr.run_index import ReduceInput, ReduceTasks, RunIndex
-from zephyr.runs import read_arrow_range, read_pickle_range, write_pickle_frames
-from zephyr.scatter import DEFAULT_BUFFER, HashPartition, RoundRobin, ScatterSink, keep_first
-from zephyr.shuffle_keys import key_bytes, partition_of
+from zephyr.shuffle.run_index import ReduceInput, ReduceTasks, RunIndex
+from zephyr.shuffle.runs import read_arrow_range, read_pickle_range, write_pickle_frames
+from zephyr.shuffle.scatter import DEFAULT_BUFFER, HashPartition, RoundRobin, ScatterSink, keep_first
+from zephyr.shuffle.keys import key_bytes, partition_of
+from zephyr.tasks import ShardTask
 
 __all__ = [
     "Concatenate",
@@ -125,7 +126,6 @@ class ShuffleReader:
         return self.label
 
     def tasks(self, stage, previous) -> ReduceTasks:
-        from zephyr.shard import ShardTask
 
         summaries = [r.summary for r in previous or ()]  # None: upstream skipped, every output exists
         inputs = RunIndex(summaries, self.num_partitions).plan(split=self.mode.splittable)

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import math
-import operator
 import os
 import pickle
 from collections.abc import Iterator, Sequence
@@ -41,7 +39,8 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from zephyr.shuffle_keys import hash_key_bytes
+from zephyr.io.json_records import json_exact
+from zephyr.shuffle.keys import hash_key_bytes
 
 __all__ = [
     "batch_rows", "columns_of", "conform", "dumps", "is_json", "json_lines", "key_column", "key_of", "payload_columns", "payload_of",
@@ -51,11 +50,7 @@ __all__ = [
 FIELDS_META = b"zephyr.fields"
 JSON_COLUMN = "j"
 JSON_DESCRIPTION = {"json": True}
-_JSON_TYPES = frozenset({dict, list, str, int, float, bool, type(None)})
-_CONTAINERS = frozenset({dict, list})
-_STR = frozenset({str})
 _NO_DEFAULT = itertools.repeat(None)
-_FLOAT = itertools.repeat(float)
 _LINE_OPTION = itertools.repeat(orjson.OPT_APPEND_NEWLINE)
 _NATIVE = {str: pa.large_string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
 _PICKLE = "p"
@@ -110,29 +105,6 @@ def json_lines(items: Sequence[Any], checked: bool = True) -> pa.Array | None:
     offsets = np.zeros(len(ends) + 1, dtype=np.int64)
     offsets[1:] = ends + 1
     return pa.Array.from_buffers(pa.large_binary(), len(ends), [None, pa.py_buffer(offsets), pa.py_buffer(buffer)])
-
-
-def json_exact(items: Sequence[Any], check_keys: bool = True) -> bool:
-    """Whether `items` hold only what JSON gives back exactly. A level of nesting at a time,
-    types are gathered in bulk (`set(map(type, ...))` over the level's chained keys and
-    values), so flat records cost a few C-level passes. Only called on items orjson could
-    encode: no cycles, bounded depth (and so only str keys: `check_keys=False` accepts str
-    subclasses among them, for a writer to which they are plain str)."""
-    values = items
-    while values:
-        types = set(map(type, values))
-        if not types <= _JSON_TYPES:
-            return False
-        if float in types and not all(map(math.isfinite, itertools.compress(values, map(operator.is_, map(type, values), _FLOAT)))):
-            return False  # NaN and infinities would come back None
-        if types.isdisjoint(_CONTAINERS):
-            return True
-        dicts = values if types == {dict} else [v for v in values if type(v) is dict]
-        if check_keys and not set(map(type, itertools.chain.from_iterable(dicts))) <= _STR:
-            return False  # orjson writes only str keys, but a str subclass would come back a str
-        lists = [v for v in values if type(v) is list] if list in types else ()
-        values = list(itertools.chain(itertools.chain.from_iterable(map(dict.values, dicts)), itertools.chain.from_iterable(lists)))
-    return True
 
 
 def is_json(schema: pa.Schema) -> bool:

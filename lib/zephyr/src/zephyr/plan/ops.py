@@ -1,7 +1,7 @@
 """Op records: what a Dataset asks for, as frozen data. How they run lives in `shard.py`.
 
 Per-item ops (everything in `StreamOp`) transform one shard's stream and fuse into a single
-stage; shuffle ops (`ShuffleOp`, see `zephyr.shuffle_ops`) cut a stage boundary.
+stage; shuffle ops (`ShuffleOp`, see `zephyr.plan.shuffle_ops`) cut a stage boundary.
 """
 
 from __future__ import annotations
@@ -10,6 +10,10 @@ import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
+
+from zephyr.naming import callable_name
+from zephyr.tasks import ShardInfo
+from zephyr.io.compression import strip_compression_suffix
 
 __all__ = [
     "DEFAULT_FILE_PATH_COLUMN",
@@ -41,26 +45,6 @@ __all__ = [
 ]
 
 DEFAULT_FILE_PATH_COLUMN = "__file_path"
-
-
-@dataclass(frozen=True)
-class ShardInfo:
-    """What a two-parameter `map_shard` function receives besides the items."""
-
-    shard_idx: int
-    total_shards: int
-
-
-def callable_name(fn: Callable) -> str:
-    """A readable name for plans and errors: `normalize`, `<lambda at pipeline.py:12>`."""
-    if hasattr(fn, "name_for_plan"):
-        return fn.name_for_plan()
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
-    if name.endswith("<lambda>"):
-        code = getattr(fn, "__code__", None)
-        if code is not None:
-            return f"<lambda at {code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}>"
-    return name
 
 
 @dataclass(frozen=True)
@@ -287,8 +271,6 @@ def pattern_fields(pattern: str) -> list[str]:
 def input_basename(path: str) -> str:
     """`{basename}` of an input file: its name without directory, compression suffix and
     format extension (`gs://b/raw/CC-01.jsonl.zst` -> `CC-01`)."""
-    from zephyr.io.compression import strip_compression_suffix
-
     name = strip_compression_suffix(path.rstrip("/").rsplit("/", 1)[-1])
     stem, dot, _ = name.rpartition(".")
     return stem if dot and stem else name

@@ -35,10 +35,11 @@ import orjson
 from fsspec.implementations.local import LocalFileSystem
 
 from zephyr import counters
-from zephyr import ops as op
+from zephyr.plan import ops as op
 from zephyr.errors import PlanError
-from zephyr.fingerprint import fingerprint
+from zephyr.plan.fingerprint import fingerprint
 from zephyr.io.files import atomic_write, url_to_fs
+from zephyr.plan.compile import stage_output_paths
 
 __all__ = [
     "SIDECAR_SUFFIX",
@@ -204,8 +205,6 @@ def _survey(directories: set[str], fs) -> dict[str, _Survey]:
 
 def _planned(stage, record) -> tuple:
     """(filesystem, {output path in the filesystem's form: shard}) of one writer."""
-    from zephyr.plan import stage_output_paths
-
     paths = stage_output_paths(stage, record)
     fs, _ = url_to_fs(paths[0])
     return fs, {fs._strip_protocol(p): i for i, p in enumerate(paths)}

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from zephyr.ops import callable_name
+from zephyr.naming import callable_name
 
 __all__ = ["Deduplicate", "GroupBy", "Reshard", "ShuffleOp", "SortedMergeJoin"]
 

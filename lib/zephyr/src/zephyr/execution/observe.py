@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from zephyr.backends.base import TaskLost
+from zephyr.errors import TaskLost
 
 if TYPE_CHECKING:
-    from zephyr.backends.base import Backend
-    from zephyr.shard import ShardResult, ShardTask
+    from zephyr.execution.pool import TaskPool
+    from zephyr.tasks import ShardResult, ShardTask
     from zephyr.status.model import RunStatus
 
 __all__ = ["ObservedBackend"]
@@ -23,7 +23,7 @@ __all__ = ["ObservedBackend"]
 class ObservedBackend:
     """Delegates to `backend`; tells `status` about each task of stage `index`."""
 
-    def __init__(self, backend: Backend, status: RunStatus, index: int, resumed: Sequence[ShardResult] = ()):
+    def __init__(self, backend: TaskPool, status: RunStatus, index: int, resumed: Sequence[ShardResult] = ()):
         self._backend = backend
         self._status = status
         self._index = index

@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from zephyr import ops as op
+from zephyr.plan import ops as op
 
 __all__ = ["describe_record", "failed_record"]
 

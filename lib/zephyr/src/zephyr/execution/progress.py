@@ -1,4 +1,5 @@
-"""What a person watches: a tqdm bar per stage and an end-of-run summary.
+"""What a person watches while a run goes: a tqdm bar per stage (the summary at its end is
+`zephyr.execution.summary`).
 
 Bars show shards done/total with items/s, input MB/s and an ETA; they appear only on a
 terminal unless asked for (`progress=True`) and never with `progress=False` (`--quiet`).
@@ -11,11 +12,10 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from zephyr.plan import Stage
-    from zephyr.runner import Execution
-    from zephyr.shard import ShardResult
+    from zephyr.plan.compile import Stage
+    from zephyr.tasks import ShardResult
 
-__all__ = ["format_largest", "format_summary", "make_progress"]
+__all__ = ["format_largest", "make_progress"]
 
 
 class _NoProgress:
@@ -68,25 +68,3 @@ def _size(n: int) -> str:
         if n >= scale:
             return f"{n / scale:,.1f} {unit}"
     return f"{n} B"
-
-
-def format_summary(execution: Execution) -> str:
-    """Per-stage times and items, and the counters, as a short block of text."""
-    lines = [f"zephyr: finished in {execution.elapsed:.2f}s on {execution.backend.describe()}"]
-    for s in execution.stats:
-        retries = ""
-        if s.retries_user or s.retries_lost:
-            retries = f", retried {s.retries_user} failed / {s.retries_lost} lost"
-        lines.append(f"  stage {s.index}: {s.num_shards} shards, {s.items_out} items back, {s.elapsed:.2f}s{retries}")
-        if s.largest_partitions:
-            lines.append(f"    largest partitions: {format_largest(s.largest_partitions)}")
-    for item in execution.plan.not_resumable():
-        lines.append(f"  not resumable: stage {item['stage']} (a failed run would redo it): {item['reason']}")
-    if execution.counters:
-        lines.append("  counters:")
-        width = max(len(k) for k in execution.counters)
-        for name in sorted(execution.counters):
-            lines.append(f"    {name:<{width}}  {execution.counters[name]:,}")
-    if getattr(execution, "run_record", None):
-        lines.append(f"  run record: {execution.run_record} (zephyr status / zephyr dashboard DIR)")
-    return "\n".join(lines)

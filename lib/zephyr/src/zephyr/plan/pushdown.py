@@ -16,14 +16,14 @@ is the same as without pushdown; these are the conditions under which folding ke
 - a later projection narrows an earlier one (keeping the later order); a projection that
   leaves out the file path column turns `include_file_paths` off;
 - a folded filter goes into pyarrow only where it provably gives Python's result for that
-  file's schema (`zephyr.expr_arrow`); otherwise the reader evaluates it on the rows.
+  file's schema (`zephyr.expr.arrow`); otherwise the reader evaluates it on the rows.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from zephyr import ops as op
+from zephyr.plan import ops as op
 from zephyr.expr import referenced_columns
 
 __all__ = ["push_down"]

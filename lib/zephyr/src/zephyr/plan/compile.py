@@ -14,13 +14,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from zephyr import ops as op
-from zephyr import shuffle_ops as sop
+from zephyr.plan import ops as op
+from zephyr.plan import shuffle_ops as sop
 from zephyr.errors import PlanError
-from zephyr.fingerprint import Identity, identify
-from zephyr.pushdown import push_down
-from zephyr.shuffle import Concatenate, FirstPerKey, HashPartition, ReduceGroups, RoundRobin, ScatterSink, ShuffleReader, keep_first
-from zephyr.sources import SourceShard, resolve_source, split_parquet_shards, with_path_versions
+from zephyr.plan.fingerprint import Identity, identify
+from zephyr.plan.pushdown import push_down
+from zephyr.shuffle.reduce import Concatenate, FirstPerKey, HashPartition, ReduceGroups, RoundRobin, ScatterSink, ShuffleReader, keep_first
+from zephyr.plan.sources import SourceShard, resolve_source, split_parquet_shards, with_path_versions
+from zephyr.io.formats import format_for
+from zephyr.shuffle.join import BoundJoin
 
 __all__ = ["Plan", "Stage", "compile_plan", "shard_input_paths", "stage_output_path", "stage_output_paths"]
 
@@ -166,8 +168,6 @@ def _shuffle_for(record, num_shards: int) -> tuple[ScatterSink, ShuffleReader]:
 
 
 def _bind_join(record: sop.SortedMergeJoin, num_shards: int):
-    from zephyr.join import BoundJoin
-
     right = compile_plan(record.right)
     if len(right.stages) != 1:
         raise PlanError(
@@ -252,7 +252,6 @@ def _check_load_file_extensions(stage: Stage) -> None:
     """Fail before any task runs when `load_file()` reads paths straight from `from_files`."""
     if not stage.ops or not isinstance(stage.ops[0], op.LoadFile) or not isinstance(stage.input, tuple):
         return
-    from zephyr.readers import format_for
 
     for shard in stage.input:
         for path in shard.items:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Union
 
 from zephyr.io.files import expand_glob_versions, file_versions
+from zephyr.io.files import url_to_fs
+from zephyr.io.formats import FileFormat, format_for
 
 __all__ = ["FilesSource", "ListSource", "ParquetSlice", "Source", "SourceShard", "input_path_of", "resolve_source", "split_parquet_shards", "with_path_versions"]
 
@@ -58,8 +60,6 @@ class SourceShard:
 
 
 def _is_directory(path: str) -> bool:
-    from zephyr.io.files import url_to_fs
-
     try:
         fs, fs_path = url_to_fs(path)
         return fs.isdir(fs_path)
@@ -126,8 +126,6 @@ def split_parquet_shards(shards: Sequence[SourceShard], approx_bytes: int, parqu
     slice of its own: row groups are never split. With `parquet_only`, other files (by
     extension) stay one shard each.
     """
-    from zephyr.readers import FileFormat, format_for
-
     paths: list[tuple[str, bool]] = []  # (path, whether it came from from_files)
     for shard in shards:
         for item in shard.items:
@@ -152,7 +150,6 @@ def split_parquet_shards(shards: Sequence[SourceShard], approx_bytes: int, parqu
 def _row_group_sizes(path: str) -> list[int]:
     import pyarrow.parquet as pq
 
-    from zephyr.io.files import url_to_fs
 
     fs, fs_path = url_to_fs(path)
     try:

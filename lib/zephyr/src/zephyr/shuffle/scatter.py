@@ -27,13 +27,14 @@ import orjson
 import pyarrow as pa
 
 from zephyr import counters
-from zephyr.columnar import FIELDS_META, batch_rows, conform, dumps, is_json, key_column, payload_of, sort_value_column, unify_schemas
+from zephyr.shuffle.columnar import FIELDS_META, batch_rows, conform, dumps, is_json, key_column, payload_of, sort_value_column, unify_schemas
 from zephyr.io.files import atomic_write
-from zephyr.merge import group_starts, sort_order
-from zephyr.ops import callable_name
-from zephyr.run_index import BATCH_DTYPE, pack
-from zephyr.runs import ArrowRunWriter, write_pickle_frames
-from zephyr.shuffle_keys import hash_key_bytes, key_bytes
+from zephyr.shuffle.merge import group_starts, sort_order
+from zephyr.naming import callable_name
+from zephyr.shuffle.run_index import BATCH_DTYPE, pack
+from zephyr.shuffle.runs import ArrowRunWriter, write_pickle_frames
+from zephyr.shuffle.keys import hash_key_bytes, key_bytes
+import pickle
 
 __all__ = ["HashPartition", "RoundRobin", "ScatterSink", "keep_first"]
 
@@ -264,8 +265,6 @@ class _Buffer:
         return {"path": path, "format": "pickle", "offsets": pack(offsets), "batches": pack(batches) if index else ""}
 
     def _combine(self, records: list[tuple], combiner) -> Iterator[tuple]:
-        import pickle
-
         sort_by = self.part.sort_by
         for _, group in itertools.groupby(records, key=lambda r: (r[0], r[1], r[2])):
             first = next(group)

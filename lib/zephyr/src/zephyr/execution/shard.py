@@ -16,56 +16,21 @@ from functools import singledispatch
 from typing import Any
 
 from zephyr import counters
-from zephyr import ops as op
+from zephyr.plan import ops as op
 from zephyr.errors import ShardError, is_transient_storage_error
-from zephyr.failed_record import failed_record
+from zephyr.execution.failed_record import failed_record
 from zephyr.io.files import exists
 from zephyr.io.binary import write_binary_file
 from zephyr.io.jsonl import write_jsonl_file
 from zephyr.io.parquet import write_parquet_file
 from zephyr.io.tokens import write_tokens_file
-from zephyr.json_records import JsonLines
-from zephyr.provenance import claim_output, existing_output_kept
-from zephyr.join import BoundJoin, merge_join
-from zephyr.readers import read_path, select_columns
+from zephyr.io.json_records import JsonLines
+from zephyr.execution.provenance import claim_output, existing_output_kept
+from zephyr.shuffle.join import BoundJoin, merge_join
+from zephyr.execution.loaders import read_path, select_columns
+from zephyr.tasks import ShardResult, ShardTask, StageProgram
 
 __all__ = ["ShardResult", "ShardTask", "StageProgram", "run_shard"]
-
-
-@dataclass(frozen=True)
-class StageProgram:
-    """What every task of a stage shares (shipped once per stage): the ops, the reader, the sink."""
-
-    index: int
-    ops: tuple
-    reader: Any = None  # None: the task's own items are the input; else reader.read(task) -> iterator
-    sink: Any = None  # None: return items; else sink.write(stream, task) -> summary
-    codes: tuple = ()  # (op index, code fingerprint) of each skip_existing writer (zephyr.provenance)
-
-
-@dataclass(frozen=True)
-class ShardTask:
-    """What one task receives: small descriptors, never the data itself."""
-
-    stage: int
-    shard: int
-    num_shards: int
-    label: str
-    items: tuple = ()
-    memory: int | None = None  # the task's memory budget in bytes, for sizing buffers
-    input_path: str | None = None  # the from_files input file of a source shard, for {basename}
-    source: Any = None  # what the shard reads (provenance.ShardSource), for skip_existing writers
-
-
-@dataclass
-class ShardResult:
-    shard: int
-    items: list | None
-    counters: dict = field(default_factory=dict)
-    num_items: int = 0
-    elapsed: float = 0.0
-    summary: Any = None
-    items_in: int = 0  # records entering the stage's ops (after its loaders); 0 for resumed shards
 
 
 @dataclass(frozen=True)
@@ -159,7 +124,7 @@ _first = operator.itemgetter(0)
 
 def _resume_point(ops: tuple, ctx: _Context) -> tuple[int, Iterator | None]:
     """skip_existing: start after the last writer whose output already exists, made from this
-    shard's input (`zephyr.provenance`), skipping all upstream."""
+    shard's input (`zephyr.execution.provenance`), skipping all upstream."""
     for i in range(len(ops) - 1, -1, -1):
         record = ops[i]
         if isinstance(record, op.WRITE_OPS) and record.skip_existing:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from zephyr.shuffle_keys import split_points
+from zephyr.shuffle.keys import split_points
 
 __all__ = ["BATCH_DTYPE", "PartitionInfo", "ReduceInput", "RunIndex", "pack", "unpack"]
 

@@ -26,8 +26,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from zephyr.columnar import JSON_COLUMN, is_json, key_of, payload_columns, records_of
-from zephyr.json_records import JsonLines
+from zephyr.shuffle.columnar import JSON_COLUMN, is_json, key_of, payload_columns, records_of
+from zephyr.io.json_records import JsonLines
 
 _RECORD_SLICE = 4096
 

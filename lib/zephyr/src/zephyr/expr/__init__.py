@@ -6,8 +6,8 @@
 
 An expression is data, not a function: a plan prints it (`filter((col('score') > 0.5))`), and
 a filter right after `load_parquet()` is handed to pyarrow, which skips row groups whose
-statistics rule the predicate out (see `zephyr.pushdown`), wherever pyarrow provably gives
-the same result as Python (see `zephyr.expr_arrow`). Here it evaluates on Python dicts, with
+statistics rule the predicate out (see `zephyr.plan.pushdown`), wherever pyarrow provably gives
+the same result as Python (see `zephyr.expr.arrow`). Here it evaluates on Python dicts, with
 SQL null rules: a comparison or arithmetic with a missing value gives null, `&`/`|` follow
 three-valued logic, and `filter` keeps only rows where the predicate is true. Booleans are
 strict: `&`, `|`, `~` and `filter` need true, false or null and raise a TypeError on any other

@@ -1,0 +1,184 @@
+"""One stage's tasks on a task pool: a bounded window, retries by cause, results in shard order.
+
+At most `max_parallelism` tasks are in flight. A task whose worker was lost (`TaskLost`) is
+resubmitted without charging the user's retry budget; one that hit a transient storage error
+likewise, but after a backoff (`zephyr.execution.retry`); a user failure is retried at most
+`max_user_retries` times and then ends the stage with the shard's error (other tasks in
+flight are cancelled and drained, so none keeps writing after the run has raised). Results
+are handed on in shard order, each as soon as every earlier shard's is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+import time
+import traceback
+from collections import Counter, deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from zephyr.errors import ShardError, TaskLost
+from zephyr.execution.pool import TaskPool
+from zephyr.execution.retry import BackoffQueue, backoff_delay
+from zephyr.execution.shard import run_shard
+from zephyr.tasks import ShardResult, ShardTask, StageProgram
+
+__all__ = ["INTERRUPT_DRAIN", "StageLoop", "StageStats"]
+
+logger = logging.getLogger("zephyr")
+
+INTERRUPT_DRAIN = 10.0  # seconds an interrupted run waits for its cancelled tasks to end
+
+
+@dataclass
+class StageStats:
+    index: int
+    description: str
+    num_shards: int
+    items_out: int = 0
+    elapsed: float = 0.0
+    retries_user: int = 0
+    retries_lost: int = 0
+    resumed: int = 0
+    largest_partitions: list = dataclasses.field(default_factory=list)  # after a shuffle: the biggest inputs (run_index.PartitionInfo)
+
+
+class StageLoop:
+    """Iterate to run `tasks` of one stage on `pool`; yields `ShardResult`s in shard order.
+
+    `finished` holds results already there (map shards an earlier run completed); they are
+    handed on in their place without running. `counters` (the run's) gets each result's
+    counters once; `progress` is told of each result; `stats` is filled in as it goes.
+    """
+
+    def __init__(self, pool: TaskPool, program: StageProgram, tasks: list[ShardTask], finished: dict[int, ShardResult],
+                 stats: StageStats, counters: Counter, progress: Any):
+        self.pool = pool
+        self.index = program.index
+        self.num_shards = len(tasks)
+        self.stats = stats
+        self.counters = counters
+        self.progress = progress
+        self._shared = pool.share(program) if len(finished) < len(tasks) else None
+        self._finished = finished
+        self._pending: deque[ShardTask] = deque(t for t in tasks if t.shard not in finished)
+        self._in_flight: dict[Any, ShardTask] = {}
+        self._backing_off = BackoffQueue()
+        self._user_failures: Counter = Counter()
+        self._losses: Counter = Counter()
+        self._next_shard = 0
+        self._start = time.perf_counter()
+        self._closed = False
+
+    def __iter__(self) -> Iterator[ShardResult]:
+        try:
+            yield from self._in_order()
+            while self._pending or self._in_flight or self._backing_off:
+                self._submit_ready()
+                if not self._in_flight:  # only shards backing off after a storage error
+                    time.sleep(self._backing_off.seconds_to_next())
+                    continue
+                for handle in self.pool.wait(list(self._in_flight), timeout=self._backing_off.seconds_to_next()):
+                    self._collect(handle)
+                yield from self._in_order()
+        finally:
+            self._stop_in_flight()
+            self._close()
+
+    def _submit_ready(self) -> None:
+        self._pending.extendleft(reversed(self._backing_off.due()))
+        while self._pending and len(self._in_flight) < self.pool.max_parallelism:
+            task = self._pending.popleft()
+            self._in_flight[self.pool.submit(run_shard, self._shared, task)] = task
+
+    def _collect(self, handle: Any) -> None:
+        """Take one finished task's result, or decide what its failure means."""
+        task = self._in_flight.pop(handle)
+        try:
+            result = self.pool.result(handle)
+        except TaskLost as e:
+            self._lost(task, e)
+            return
+        except Exception as e:
+            self._failed(task, e)
+            return
+        self._finished[task.shard] = result
+        self.counters.update(result.counters)
+        self.stats.items_out += result.num_items
+        self.progress.update(result)
+
+    def _lost(self, task: ShardTask, error: TaskLost) -> None:
+        """The worker or node died: run the shard again, up to `max_infra_retries` times."""
+        self._count_loss(task)
+        if self._losses[task.shard] > self.pool.max_infra_retries:
+            raise RuntimeError(
+                f"stage {self.index}, shard {task.shard} (source: {task.label}) was lost "
+                f"{self._losses[task.shard]} times (workers or nodes died); giving up"
+            ) from error
+        logger.warning("stage %d shard %d lost (%s); resubmitting", self.index, task.shard, error)
+        self._pending.appendleft(task)
+
+    def _failed(self, task: ShardTask, raised: Exception) -> None:
+        """A failure in the task: storage trouble backs off and retries; the user's retries
+        a few times in case the worker was at fault, then ends the stage."""
+        error = raised if isinstance(raised, ShardError) else attribute(raised, task)
+        if error.transient:  # storage trouble, not the user's: a lost attempt, with backoff
+            self._count_loss(task)
+            self.counters["zephyr/storage_retries"] += 1
+            if self._losses[task.shard] > self.pool.max_infra_retries:
+                _reraise(error, raised)
+            delay = backoff_delay(self._losses[task.shard], self.pool.retry_backoff)
+            logger.warning("stage %d shard %d: transient storage error (%s: %s); retrying in %.1fs",
+                           self.index, task.shard, error.error_type, error.error_message[:200], delay)
+            self._backing_off.push(task, delay)
+            return
+        self._user_failures[task.shard] += 1
+        if self._user_failures[task.shard] > self.pool.max_user_retries:
+            _reraise(error, raised)
+        self.stats.retries_user += 1
+        logger.warning("stage %d shard %d failed with %s: %s%s; retrying (%d/%d) in case the worker, not "
+                       "the code, was at fault (max_user_retries=0 fails at once)", self.index, task.shard,
+                       error.error_type, error.error_message[:200], f" at {error.record}" if error.record else "",
+                       self._user_failures[task.shard], self.pool.max_user_retries)
+        self._pending.appendleft(task)
+
+    def _count_loss(self, task: ShardTask) -> None:
+        self._losses[task.shard] += 1
+        self.stats.retries_lost += 1
+
+    def _in_order(self) -> Iterator[ShardResult]:
+        """The finished results that are next in shard order."""
+        while self._next_shard in self._finished:
+            self._next_shard += 1
+            if self._next_shard == self.num_shards:
+                self._close()  # before the last result is handed on
+            yield self._finished.pop(self._next_shard - 1)
+
+    def _stop_in_flight(self) -> None:
+        """After a fatal error, an interrupt (SIGINT/SIGTERM) or a caller who stopped iterating."""
+        if self._in_flight:
+            handles = list(self._in_flight)
+            self.pool.cancel(handles)
+            interrupted = isinstance(sys.exc_info()[1], KeyboardInterrupt)
+            self.pool.drain(handles, **({"timeout": INTERRUPT_DRAIN} if interrupted else {}))
+
+    def _close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.stats.elapsed = time.perf_counter() - self._start
+            self.progress.close()
+
+
+def attribute(error: Exception, task: ShardTask) -> ShardError:
+    """A failure the shard function did not wrap itself (e.g. the worker ran out of memory)."""
+    text = "".join(traceback.format_exception(error))
+    return ShardError(task.stage, task.shard, task.label, type(error).__name__, str(error), text)
+
+
+def _reraise(error: ShardError, raised: Exception) -> None:
+    if error is raised:
+        raise raised
+    raise error from raised

@@ -1,0 +1,30 @@
+"""The end-of-run summary the `zephyr` command prints: per-stage times, items, retries, counters."""
+
+from __future__ import annotations
+
+from zephyr.execution.progress import format_largest
+from zephyr.execution.runner import Execution
+
+__all__ = ["format_summary"]
+
+
+def format_summary(execution: Execution) -> str:
+    """Per-stage times and items, and the counters, as a short block of text."""
+    lines = [f"zephyr: finished in {execution.elapsed:.2f}s on {execution.backend.describe()}"]
+    for s in execution.stats:
+        retries = ""
+        if s.retries_user or s.retries_lost:
+            retries = f", retried {s.retries_user} failed / {s.retries_lost} lost"
+        lines.append(f"  stage {s.index}: {s.num_shards} shards, {s.items_out} items back, {s.elapsed:.2f}s{retries}")
+        if s.largest_partitions:
+            lines.append(f"    largest partitions: {format_largest(s.largest_partitions)}")
+    for item in execution.plan.not_resumable():
+        lines.append(f"  not resumable: stage {item['stage']} (a failed run would redo it): {item['reason']}")
+    if execution.counters:
+        lines.append("  counters:")
+        width = max(len(k) for k in execution.counters)
+        for name in sorted(execution.counters):
+            lines.append(f"    {name:<{width}}  {execution.counters[name]:,}")
+    if getattr(execution, "run_record", None):
+        lines.append(f"  run record: {execution.run_record} (zephyr status / zephyr dashboard DIR)")
+    return "\n".join(lines)

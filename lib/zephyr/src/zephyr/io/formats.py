@@ -1,0 +1,37 @@
+"""File formats by name: the one detector that `load_file()`, the planner's checks and
+Marin's training reader share, so what one reads the others read."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from zephyr.io.compression import COMPRESSION_SUFFIXES, strip_compression_suffix
+
+__all__ = ["FileFormat", "format_for"]
+
+
+class FileFormat(Enum):
+    JSONL = "jsonl"
+    PARQUET = "parquet"
+
+
+_EXTENSIONS = {".jsonl": FileFormat.JSONL, ".ndjson": FileFormat.JSONL, ".json": FileFormat.JSONL, ".parquet": FileFormat.PARQUET}
+
+
+def format_for(path: str) -> FileFormat:
+    """The format a path's extension names, under any compression suffix, case-insensitive.
+
+    The one format detector: `load_file()`, the planner's checks and the training reader
+    (`marin.tpu.data`) all ask it, so what one reads the others read. `.parquet` under a
+    compression suffix is Parquet (its pages are compressed inside; zephyr writes such names
+    as plain Parquet).
+
+    Raises:
+        ValueError: naming the path and the known extensions.
+    """
+    base = strip_compression_suffix(path).lower()
+    for ext, fmt in _EXTENSIONS.items():
+        if base.endswith(ext):
+            return fmt
+    raise ValueError(f"Cannot tell the format of {path!r} from its extension; known: {', '.join(_EXTENSIONS)}, "
+                     f"each optionally compressed ({', '.join(COMPRESSION_SUFFIXES)})")

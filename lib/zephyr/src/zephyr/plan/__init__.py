@@ -1,0 +1,12 @@
+"""The plan: what a pipeline means, before anything runs.
+
+- `dataset`: the lazy `Dataset` builder users chain (public at `zephyr.dataset` too).
+- `ops`, `shuffle_ops`: the op records a chain is made of (data, not behaviour).
+- `sources`: where a pipeline's input shards come from (files, lists, Parquet row-group slices).
+- `compile`: the planner: fuses ops into stages, cut at each shuffle; `Plan`, `Stage`.
+- `pushdown`: the one optimizer rule: projections and filters folded into the loaders.
+- `fingerprint`: the identity of a stage's code and inputs, which resume and provenance key on.
+
+Imports only the layers below (core modules, `io`, `expr`, `shuffle`, `dedup`); nothing here
+starts a task.
+"""

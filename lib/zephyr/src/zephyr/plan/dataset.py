@@ -1,0 +1,471 @@
+"""The lazy `Dataset` builder: an immutable source plus a tuple of op records.
+
+Every method validates its arguments now and returns a new Dataset; nothing reads a file or
+calls a user function until a backend executes the dataset (`flow_backend().execute(ds)`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from zephyr.plan import ops as op
+from zephyr.plan import shuffle_ops as sop
+from zephyr.expr import Expr
+from zephyr.plan.ops import DEFAULT_FILE_PATH_COLUMN, ShardInfo
+from zephyr.plan.sources import FilesSource, ListSource, Source
+from zephyr.dedup import fuzzy
+from zephyr.dedup.minhash import choose_bands
+from zephyr.io.tokens import TOKEN_DTYPES
+from zephyr.plan.compile import compile_plan
+
+if TYPE_CHECKING:
+    from zephyr.plan.compile import Plan
+
+__all__ = ["Dataset", "ShardInfo"]
+
+
+def _check_callable(fn: Any, what: str) -> None:
+    if not callable(fn):
+        raise TypeError(f"{what} must be callable, got {type(fn).__name__}: {fn!r}")
+
+
+def _check_positive(n: Any, what: str) -> None:
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        raise ValueError(f"{what} must be a positive integer, got {n!r}")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A lazy, sharded collection. Build with `from_list`, `from_iterable` or `from_files`."""
+
+    source: Source
+    ops: tuple = ()
+
+    # ---- constructors -------------------------------------------------------------------
+
+    @staticmethod
+    def from_list(items: Sequence[Any]) -> Dataset:
+        """One shard per item. The items are held by the driver and shipped to their task.
+
+        >>> Dataset.from_list(["a.jsonl", "b.jsonl"])  # two shards
+        """
+        if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+            raise TypeError(f"from_list expects a list of items, got {type(items).__name__}")
+        return Dataset(ListSource(tuple((item,) for item in items)))
+
+    @staticmethod
+    def from_iterable(iterable: Iterable[Any]) -> Dataset:
+        """One shard holding every item of `iterable`, which is consumed now (held by the driver)."""
+        if not isinstance(iterable, Iterable):
+            raise TypeError(f"from_iterable expects an iterable, got {type(iterable).__name__}")
+        return Dataset(ListSource((tuple(iterable),), label="from_iterable"))
+
+    @staticmethod
+    def from_files(pattern_or_list: str | Sequence[str], empty_glob_ok: bool = False) -> Dataset:
+        """One shard per file matching an fsspec glob (or a list of paths/globs), sorted.
+
+        The glob is expanded when the pipeline is planned; a pattern that matches nothing raises
+        FileNotFoundError naming it, unless `empty_glob_ok`. Items are the file paths: follow with
+        `load_jsonl()`, `load_parquet()` or `load_file()` to read records.
+        """
+        patterns = (pattern_or_list,) if isinstance(pattern_or_list, str) else tuple(pattern_or_list)
+        if not patterns or not all(isinstance(p, str) and p for p in patterns):
+            raise ValueError(f"from_files expects a glob or a non-empty list of paths, got {pattern_or_list!r}")
+        return Dataset(FilesSource(patterns, empty_glob_ok))
+
+    # ---- per-item ops (fused into one stage) --------------------------------------------
+
+    def _then(self, record) -> Dataset:
+        return replace(self, ops=self.ops + (record,))
+
+    def map(self, fn: Callable[[Any], Any]) -> Dataset:
+        """Apply `fn` to every item."""
+        _check_callable(fn, "map fn")
+        return self._then(op.Map(fn))
+
+    def filter(self, predicate: Callable[[Any], bool] | Expr) -> Dataset:
+        """Keep the items for which `predicate(item)` is true.
+
+        `predicate` may be a column expression (`col("score") > 0.5`, see `zephyr.expr`):
+        plans print it, and right after `load_parquet()` it is read inside the Parquet
+        reader, which skips row groups whose statistics rule it out. Null counts as false.
+        """
+        if isinstance(predicate, Expr):
+            return self._then(op.FilterExpr(predicate))
+        _check_callable(predicate, "filter predicate")
+        return self._then(op.Filter(predicate))
+
+    def select(self, *columns: str) -> Dataset:
+        """Keep only the named keys of each dict item, in this order; missing keys are left out.
+
+        Right after a loader, the loader reads only these columns (Parquet: only their
+        column chunks). >>> ds.select("id", "text")
+        """
+        if not columns:
+            raise ValueError("select() needs at least one column name, e.g. select('id', 'text')")
+        if not all(isinstance(c, str) and c for c in columns):
+            raise TypeError(f"select() takes column names as strings, got {columns!r}")
+        if len(set(columns)) != len(columns):
+            raise ValueError(f"select() got a column twice: {columns!r}")
+        return self._then(op.Select(tuple(columns)))
+
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]]) -> Dataset:
+        """Replace every item by the items of the iterable `fn(item)` (streamed, not collected)."""
+        _check_callable(fn, "flat_map fn")
+        return self._then(op.FlatMap(fn))
+
+    def map_shard(self, fn: Callable[..., Iterable[Any]]) -> Dataset:
+        """Replace a shard's stream by `fn(iterator_over_the_shard)`; for per-shard setup or state.
+
+        A function with two required parameters is called as `fn(items, shard_info)`, where
+        `shard_info` is a `ShardInfo(shard_idx, total_shards)`.
+        """
+        _check_callable(fn, "map_shard fn")
+        return self._then(op.MapShard(fn, with_info=_required_positional(fn) >= 2))
+
+    def window(self, size: int) -> Dataset:
+        """Group consecutive items into lists of `size` (the last one of a shard may be shorter)."""
+        _check_positive(size, "window size")
+        return self._then(op.Window(size))
+
+    def window_by(self, folder_fn: Callable[[Any, Any], tuple[bool, Any]], initial_state: Any = None) -> Dataset:
+        """Group consecutive items into lists closed by a fold (per shard; one list at a time in memory).
+
+        `folder_fn(state, item) -> (stay_in_window, new_state)`, starting from `initial_state`.
+        When an item does not stay, the window so far is emitted and a new one starts with that
+        item, its state being `folder_fn(initial_state, item)[1]`.
+
+        >>> ds.window_by(lambda total, doc: (total + len(doc) <= 1_000, total + len(doc)), 0)
+        """
+        _check_callable(folder_fn, "window_by folder_fn")
+        return self._then(op.WindowBy(folder_fn, initial_state))
+
+    def take_per_shard(self, n: int) -> Dataset:
+        """Keep the first `n` items of each shard (and stop reading the shard after them)."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError(f"take_per_shard n must be a non-negative integer, got {n!r}")
+        return self._then(op.TakePerShard(n))
+
+    # ---- loading from a dataset of paths -------------------------------------------------
+
+    def load_jsonl(
+        self,
+        on_bad_record: str = "raise",
+        include_file_paths: bool = False,
+        file_path_column: str = DEFAULT_FILE_PATH_COLUMN,
+    ) -> Dataset:
+        """Read each path item as JSON Lines (compression by extension), one dict per line.
+
+        Every non-blank line must be a JSON object; numbers read exactly (integers beyond 64
+        bits too). A malformed line, or one that is not an object (an array, a string, a
+        number, null), raises BadRecordError naming file and line (the ShardError around it
+        names the shard); `on_bad_record="skip"` skips such lines and counts them in the
+        `zephyr/bad_records` counter instead. With
+        `include_file_paths`, each record gets its file's path under `file_path_column`.
+        """
+        _check_bad_record_policy(on_bad_record)
+        _check_path_column(file_path_column)
+        return self._then(op.LoadJsonl(bool(include_file_paths), file_path_column, on_bad_record=on_bad_record))
+
+    def load_parquet(
+        self,
+        columns: Sequence[str] | None = None,
+        approx_shard_bytes: int | None = None,
+        include_file_paths: bool = False,
+        file_path_column: str = DEFAULT_FILE_PATH_COLUMN,
+    ) -> Dataset:
+        """Read each path item as Parquet, one dict per row (optionally only `columns`).
+
+        `approx_shard_bytes` (right after `from_files`) splits each file into shards of about
+        that many bytes of whole row groups, when planning. A `select` or an expression
+        `filter` right after this is read inside the reader (see `zephyr.plan.pushdown`).
+        """
+        _check_approx_shard_bytes(approx_shard_bytes)
+        _check_path_column(file_path_column)
+        return self._then(op.LoadParquet(bool(include_file_paths), file_path_column, op.check_columns(columns), None, approx_shard_bytes))
+
+    def load_file(
+        self,
+        columns: Sequence[str] | None = None,
+        approx_shard_bytes: int | None = None,
+        include_file_paths: bool = False,
+        file_path_column: str = DEFAULT_FILE_PATH_COLUMN,
+        *,
+        on_bad_record: str = "raise",
+    ) -> Dataset:
+        """Read each path item by its extension: .jsonl/.ndjson/.json (+.gz/.zst) or .parquet.
+
+        Arguments as in `load_parquet` (`approx_shard_bytes` splits the Parquet files only)
+        and `load_jsonl`.
+        """
+        _check_bad_record_policy(on_bad_record)
+        _check_approx_shard_bytes(approx_shard_bytes)
+        _check_path_column(file_path_column)
+        return self._then(
+            op.LoadFile(bool(include_file_paths), file_path_column, op.check_columns(columns), None, on_bad_record, approx_shard_bytes)
+        )
+
+    # ---- writers --------------------------------------------------------------------------
+
+    def write_jsonl(self, pattern: op.OutputPattern, skip_existing: bool = False) -> Dataset:
+        """Write each shard as JSON Lines to its path; yields the paths.
+
+        `pattern` takes `{shard}` (e.g. `{shard:05d}`), `{total}` and `{basename}` (the name,
+        without extensions, of the `from_files` input file the shard reads), or is a function
+        `(shard, total) -> path`. When the plan is built, a pattern that gives two shards one
+        path (or `{basename}` without one input file per shard) raises `PlanError`.
+        Compression follows the extension (.gz, .zst/.zstd). With `skip_existing`, a shard
+        whose output exists is not recomputed at all (none of its upstream work runs).
+
+        Items read back unchanged: a tuple reads back as a list, a dataclass as a dict, a str
+        or dict subclass as str or dict; anything else JSON would change (NaN, infinities,
+        bytes, non-str keys, lone surrogates, other objects) fails the shard with
+        UnwritableRecordError naming the record, the field and the value, and no file appears.
+        """
+        return self._then(op.WriteJsonl(op.validate_output_pattern(pattern), bool(skip_existing)))
+
+    def write_parquet(self, pattern: op.OutputPattern, schema: Any = None, skip_existing: bool = False) -> Dataset:
+        """Write each shard's dict items as Parquet to its path (`pattern` as in `write_jsonl`); yields the paths.
+
+        Without `schema`, the file covers every field of every record (nested too), widening a
+        type only where exact (null + T -> T; int -> float while every int is within +-2**53;
+        struct fields unioned; list elements unified); a field a record lacks is written as
+        null. A value no such schema holds exactly (str and int in one field, bool and int, an
+        int beyond int64, ...), or one a given `schema` would change (2.7 into int64), fails the
+        shard with UnwritableRecordError naming the record, the field and both types; no file
+        appears. See `zephyr.io.parquet.write_parquet_file` and docs/zephyr.md ("Files").
+        """
+        if schema is not None:
+            import pyarrow as pa
+
+            if not isinstance(schema, pa.Schema):
+                raise TypeError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
+        return self._then(op.WriteParquet(op.validate_output_pattern(pattern), schema, bool(skip_existing)))
+
+    def write_binary(self, pattern: op.OutputPattern, skip_existing: bool = False) -> Dataset:
+        """Write each shard's bytes items back to back, unframed, to its path; yields the paths.
+
+        `pattern` as in `write_jsonl` (compression by extension too); an item that is not
+        bytes fails the shard with an error naming the record and the path.
+        """
+        return self._then(op.WriteBinary(op.validate_output_pattern(pattern), bool(skip_existing)))
+
+    def write_tokens(
+        self, pattern: op.OutputPattern, field: str = "input_ids", dtype: str = "uint32", skip_existing: bool = False,
+    ) -> Dataset:
+        """Write each shard's token lists (records' `field`, or bare lists) as a token cache
+        shard: a flat `.npy` of `dtype` ids plus `<name>.offsets.npy` document starts
+        (`zephyr.io.tokens`); yields the token file paths. `zephyr.io.tokens.write_token_ledger`
+        indexes the shards for random access.
+        """
+        if dtype not in TOKEN_DTYPES:
+            raise ValueError(f"write_tokens dtype must be one of {TOKEN_DTYPES}, got {dtype!r}")
+        return self._then(op.WriteTokens(op.validate_output_pattern(pattern), field, dtype, bool(skip_existing)))
+
+    # ---- shuffles and aggregations (stage boundaries) ------------------------------------------
+
+    def group_by(
+        self,
+        key: Callable[[Any], Any],
+        reducer: Callable[..., Any],
+        *,
+        sort_by: Callable[[Any], Any] | None = None,
+        num_output_shards: int | None = None,
+        combiner: Callable[..., Any] | None = None,
+    ) -> Dataset:
+        """Group items by `key(item)` and emit `reducer(key, items_iterator)` per group.
+
+        A reducer that is a generator function may yield several items; otherwise its return
+        value is the one item of the group. Keys are equal when their types and values are
+        (`1`, `1.0` and `True` are three groups; NaN is one). Items reach the reducer ordered by `sort_by(item)`
+        (if given), then by input shard and position. `combiner(key, items)` (associative,
+        returning one item like those it combines) pre-aggregates on the map side. Output has
+        `num_output_shards` shards (default: as many as the input). Memory: neither side holds a
+        shard or a group; map-side buffers spill sorted runs to the scratch directory.
+        """
+        _check_callable(key, "group_by key")
+        _check_callable(reducer, "group_by reducer")
+        for fn, what in ((sort_by, "sort_by"), (combiner, "combiner")):
+            if fn is not None:
+                _check_callable(fn, f"group_by {what}")
+        if num_output_shards is not None:
+            _check_positive(num_output_shards, "num_output_shards")
+        return self._then(sop.GroupBy(key, reducer, sort_by, num_output_shards, combiner))
+
+    def deduplicate(self, key: Callable[[Any], Any], num_output_shards: int | None = None) -> Dataset:
+        """Keep the first item per `key(item)`; "first" is by input shard, then position.
+
+        Keys are equal when their types and values are, as in `group_by`: `1`, `1.0` and `True`
+        are three keys, a tuple is not a list, NaN equals NaN (see docs/zephyr.md, Keys).
+        """
+        _check_callable(key, "deduplicate key")
+        if num_output_shards is not None:
+            _check_positive(num_output_shards, "num_output_shards")
+        return self._then(sop.Deduplicate(key, num_output_shards))
+
+    def deduplicate_fuzzy(
+        self,
+        text: Callable[[Any], str],
+        *,
+        threshold: float = 0.8,
+        ngram: int = 5,
+        num_perms: int | None = None,
+        bands: int | None = None,
+        seed: int = 0,
+        annotate: bool = False,
+        cluster_field: str = "fuzzy_cluster",
+        kept_field: str = "fuzzy_kept",
+        cc_rounds: int | None = None,
+        num_output_shards: int | None = None,
+    ) -> Dataset:
+        """Keep one item per cluster of near duplicates; every other item passes unchanged.
+
+        Two items are near duplicates when their word `ngram`-gram shingle sets (of
+        `text(item)`, lower-cased, split on whitespace) share an LSH bucket of their MinHash
+        signatures: `num_perms` (default 220) permutations in `bands` bands of
+        `num_perms // bands` rows, chosen by default so that a pair at Jaccard
+        `threshold + 0.1` is found with probability >= 0.999 and a pair at `threshold - 0.3`
+        rarely (0.8: 20x11; 0.9 -> 0.9995, 0.5 -> 0.01; see docs/zephyr.md for the S-curve).
+        Clusters are transitive (A~B and B~C: one cluster) and the item kept is the first by
+        (input shard, position). Items whose text has no words never match. With
+        `annotate=True` nothing is dropped: each dict item gets `cluster_field` (the cluster's
+        id) and `kept_field` ([input shard, position] of the item kept).
+
+        Lazy; runs as 2 + `cc_rounds` shuffles (7 stages with the default 4 rounds) in which
+        each task streams its groups; the output is hash-partitioned (as `deduplicate`) into
+        `num_output_shards`. Raises NotConvergedError (naming the item) if the component
+        rounds were too few for the data: rerun with more, the earlier stages are reused.
+        """
+        _check_callable(text, "deduplicate_fuzzy text")
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold < 1:
+            raise ValueError(f"threshold must be a Jaccard similarity strictly between 0 and 1, got {threshold!r}")
+        _check_positive(ngram, "ngram")
+        num_perms = fuzzy.DEFAULT_NUM_PERMS if num_perms is None else num_perms
+        _check_positive(num_perms, "num_perms")
+        bands = choose_bands(float(threshold), num_perms) if bands is None else bands
+        _check_positive(bands, "bands")
+        if bands > num_perms:
+            raise ValueError(f"bands ({bands}) cannot exceed num_perms ({num_perms}): each band needs at least one row")
+        cc_rounds = fuzzy.DEFAULT_CC_ROUNDS if cc_rounds is None else cc_rounds
+        if not isinstance(cc_rounds, int) or isinstance(cc_rounds, bool) or cc_rounds < 0:
+            raise ValueError(f"cc_rounds must be a non-negative integer, got {cc_rounds!r}")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise TypeError(f"seed must be an integer, got {seed!r}")
+        for name, value in (("cluster_field", cluster_field), ("kept_field", kept_field)):
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{name} must be a non-empty field name, got {value!r}")
+        if num_output_shards is not None:
+            _check_positive(num_output_shards, "num_output_shards")
+        params = fuzzy.FuzzyParams(
+            ngram, bands, num_perms // bands, seed, cc_rounds, bool(annotate), cluster_field, kept_field, num_output_shards
+        )
+        return fuzzy.apply(self, text, params)
+
+    def reshard(self, num_shards: int | None) -> Dataset:
+        """Redistribute items into `num_shards` shards, keeping their order (None: no-op).
+
+        Raises ValueError("num_shards must be positive ...") for 0 or a negative number.
+        """
+        if num_shards is None:
+            return self
+        if not isinstance(num_shards, int) or isinstance(num_shards, bool):
+            raise ValueError(f"num_shards must be a positive integer or None, got {num_shards!r}")
+        if num_shards <= 0:
+            raise ValueError(f"num_shards must be positive, got {num_shards} (reshard(None) keeps the current shards)")
+        return self._then(sop.Reshard(num_shards))
+
+    def reduce(self, local_reducer: Callable[[Iterable[Any]], Any], global_reducer: Callable[[Iterable[Any]], Any] | None = None) -> Dataset:
+        """One value: `global_reducer(local_reducer(shard) for each shard)` (global defaults to local).
+
+        >>> Dataset.from_list([1, 2, 3]).reduce(sum)  # a one-shard dataset yielding 6
+        """
+        _check_callable(local_reducer, "local_reducer")
+        final = global_reducer if global_reducer is not None else local_reducer
+        _check_callable(final, "global_reducer")
+        return self.map_shard(_Local(local_reducer)).reshard(1).map_shard(_Local(final))
+
+    def count(self) -> Dataset:
+        """A one-shard dataset yielding the number of items."""
+        return self.reduce(_count_items, sum)
+
+    def sorted_merge_join(
+        self,
+        right: Dataset,
+        left_key: Callable[[Any], Any],
+        right_key: Callable[[Any], Any],
+        combiner: Callable[[Any, Any], Any] | None = None,
+        how: str = "inner",
+    ) -> Dataset:
+        """Join shard i of this dataset with shard i of `right`, both sorted by their keys.
+
+        Every pair of items with equal keys yields `combiner(left_item, right_item)`; with
+        how="left" an unmatched left item yields `combiner(left_item, None)`. The default
+        combiner merges dicts, `{**left, **right}`, and passes an unmatched left item through
+        unchanged. Streams both sides. Shard counts must match (checked when planning); keys
+        that go backwards raise an error naming the shard. `right` must be a single-stage
+        pipeline (write it out first if it shuffles).
+        """
+        if not isinstance(right, Dataset):
+            raise TypeError(f"sorted_merge_join right must be a Dataset, got {type(right).__name__}")
+        _check_callable(left_key, "left_key")
+        _check_callable(right_key, "right_key")
+        if combiner is not None and not callable(combiner):
+            raise TypeError(f"sorted_merge_join combiner must be callable (left, right) -> item, got {combiner!r}; pass how= by name")
+        if how not in ("inner", "left"):
+            raise ValueError(f"how must be 'inner' or 'left', got {how!r}")
+        return self._then(sop.SortedMergeJoin(right, left_key, right_key, how, combiner))
+
+    # ---- planning ---------------------------------------------------------------------------
+
+    def plan(self) -> Plan:
+        """Compile into stages (expands globs; runs no user code)."""
+        return compile_plan(self)
+
+    def describe(self) -> str:
+        """The plan as text: stages, shard counts and fused ops."""
+        return self.plan().describe()
+
+
+def _count_items(items: Iterable[Any]) -> int:
+    return sum(1 for _ in items)
+
+
+@dataclass(frozen=True)
+class _Local:
+    """Wraps a reducer of an iterable so that a shard yields its single result."""
+
+    reducer: Callable[[Iterable[Any]], Any]
+
+    def __call__(self, items: Iterable[Any]) -> list[Any]:
+        return [self.reducer(items)]
+
+    def name_for_plan(self) -> str:
+        return op.callable_name(self.reducer)
+
+
+def _required_positional(fn: Callable) -> int:
+    """How many positional parameters `fn` requires (0 when its signature is unknown)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 0
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for p in params if p.kind in kinds and p.default is inspect.Parameter.empty)
+
+
+def _check_approx_shard_bytes(n: Any) -> None:
+    if n is not None:
+        _check_positive(n, "approx_shard_bytes")
+
+
+def _check_path_column(name: Any) -> None:
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"file_path_column must be a non-empty column name, got {name!r}")
+
+
+def _check_bad_record_policy(policy: str) -> None:
+    if policy not in ("raise", "skip"):
+        raise ValueError(f"on_bad_record must be 'raise' or 'skip', got {policy!r}")

@@ -1,0 +1,146 @@
+"""The layout keeps its promises: layers import downwards only, no import circles, and imports
+inside functions only for heavy optional dependencies (docs/architecture.md draws the map)."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+import zephyr
+
+ROOT = pathlib.Path(zephyr.__file__).parent
+
+# bottom to top; a module may import its own layer and the layers below it
+LAYERS = [
+    ("core", {"zephyr.errors", "zephyr.counters", "zephyr.resources", "zephyr.tasks", "zephyr.naming"}),
+    ("expr", {"zephyr.expr"}),
+    ("io", {"zephyr.io"}),
+    ("shuffle", {"zephyr.shuffle", "zephyr.dedup"}),
+    ("plan", {"zephyr.plan"}),
+    ("status", {"zephyr.status"}),
+    ("execution", {"zephyr.execution"}),
+    ("backends", {"zephyr.backends"}),
+    ("entry points", {"zephyr", "zephyr.cli", "zephyr.__main__", "zephyr.dataset", "zephyr.readers", "zephyr.writers",
+                      "zephyr.context"}),
+]
+# what may be imported inside a function: heavy or optional, where a path must not need it
+LAZY_OK = ("pyarrow", "ray", "rensa", "tqdm", "fsspec", "gcsfs", "vortex", "zephyr.status.server", "zephyr.status.commands")
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    found = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _imports(name: str, path: pathlib.Path, modules: dict) -> list[tuple[str, bool, str]]:
+    """(imported zephyr module or other top name, inside a function?, statement) per import."""
+    tree = ast.parse(path.read_text())
+    in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+        else:
+            continue
+        for target in targets:
+            found.append((target, id(node) in in_function, ast.unparse(node)))
+    return found
+
+
+def _layer_of(module: str) -> int:
+    best = None
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if module == prefix or module.startswith(prefix + ".") and prefix != "zephyr":
+                if best is None or len(prefix) > best[1]:
+                    best = (i, len(prefix))
+    assert best is not None, f"{module} is in no layer: add it to LAYERS and docs/architecture.md"
+    return best[0]
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {m: {t for t, _, _ in _imports(m, p, modules) if t in modules and t != m} for m, p in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_cycle_finder_finds_a_planted_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_no_import_circles():
+    """Every import counts, TYPE_CHECKING and function-level ones too."""
+    assert _cycles(_graph()) == []
+
+
+def test_layers_import_downwards_only():
+    graph = _graph()
+    upward = [f"{m} ({LAYERS[_layer_of(m)][0]}) imports {t} ({LAYERS[_layer_of(t)][0]})"
+              for m, targets in graph.items() for t in targets if _layer_of(t) > _layer_of(m)]
+    assert upward == []
+
+
+def test_imports_inside_functions_only_for_heavy_dependencies():
+    modules = _modules()
+    lazy = [f"{m}: {statement}" for m, p in modules.items() for target, inside, statement in _imports(m, p, modules)
+            if inside and not target.startswith(LAZY_OK)]
+    assert lazy == []
+
+
+@pytest.mark.parametrize("module", ["zephyr.dataset", "zephyr.readers", "zephyr.expr", "zephyr.counters", "zephyr.execution"])
+def test_public_paths_import(module):
+    """The reference project's module paths stay importable."""
+    __import__(module)
+
+
+def test_architecture_map_names_every_folder():
+    """docs/architecture.md lists each package folder, so the map matches the tree."""
+    doc = (ROOT.parents[3] / "docs" / "architecture.md").read_text()
+    folders = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
+    missing = [f for f in folders if f"zephyr/{f}/" not in doc]
+    assert missing == []
