@@ -27,11 +27,13 @@ class RunReport:
         status_registry.publish(self.status)
 
     def succeeded(self) -> None:
+        self._list_outputs()
         self.status.succeeded()
         self.write_record()
 
     def ended_early(self, error: BaseException | None, write: bool = True) -> None:
         """The run failed (`error`) or its caller stopped iterating (None)."""
+        self._list_outputs()
         self.status.ended_early(error)
         if write:
             self.write_record()
@@ -39,12 +41,14 @@ class RunReport:
     def write_record(self) -> None:
         """The final snapshot beside the outputs (`.zephyr-run.json`), for `zephyr status DIR`."""
         path = self.status.record_path
-        if path is None:
-            return
-        snapshot = self.status.snapshot()
-        snapshot["outputs"] = outputs_section(self.status.outputs(), path.rsplit("/", 1)[0], _earlier_record(path))
-        if write_run_record(snapshot, path):
+        if path is not None and write_run_record(self.status.snapshot(), path):
             self.record = path
+
+    def _list_outputs(self) -> None:
+        """Before the run ends: its outputs, for the final snapshot and the record (`zephyr verify`)."""
+        path = self.status.record_path
+        if path is not None:
+            self.status.outputs_written(outputs_section(self.status.outputs(), path.rsplit("/", 1)[0], _earlier_record(path)))
 
 
 def _earlier_record(path: str) -> dict | None:

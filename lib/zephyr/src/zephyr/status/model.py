@@ -130,6 +130,7 @@ class RunStatus:
         self._failures_total = 0
         self.quarantined: list[dict] = []  # zephyr.execution.quarantine: shards set aside, with their errors
         self._outputs: dict[str, dict] = {}  # output path -> {"bytes", "records"} (ShardResult.outputs), for the record
+        self._outputs_section: list[dict] | None = None  # the record's `outputs`, once the run has ended
         self._lock = threading.Lock()
 
     # ---- reports from the runner -------------------------------------------------------------
@@ -188,6 +189,11 @@ class RunStatus:
         """The files the run's writers made so far: path -> {"bytes", "records"} (records None: kept, not counted)."""
         with self._lock:
             return dict(self._outputs)
+
+    def outputs_written(self, section: list[dict]) -> None:
+        """The run's outputs as its record lists them (`zephyr.status.outputs`): final snapshots carry them."""
+        with self._lock:
+            self._outputs_section = section
 
     def shard_failed(self, index: int, task: ShardTask, error: BaseException, *, lost: bool) -> None:
         """An attempt failed; whether it is retried shows when (if) the shard is resubmitted."""
@@ -281,6 +287,7 @@ class RunStatus:
                 "failures_total": self._failures_total,
                 "not_resumable": [dict(item) for item in self.not_resumable],
                 "quarantined": [dict(item) for item in self.quarantined],
+                **({"outputs": list(self._outputs_section)} if self._outputs_section is not None else {}),
             }
 
     def summary(self) -> dict[str, Any]:
