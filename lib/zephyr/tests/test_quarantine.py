@@ -84,6 +84,25 @@ def test_one_poison_shard_among_100_finishes_the_other_99_and_reports_it(quarant
     assert execution.stats[0].quarantined == 1
 
 
+def die_on_poison(x):
+    """Kills its worker process for x == POISON, every time (a shard that takes its worker down)."""
+    if x == POISON:
+        os._exit(1)
+    return {"x": x}
+
+
+@pytest.mark.ray
+def test_a_shard_that_kills_its_worker_every_time_is_quarantined_on_ray(ray_shared, tmp_path):
+    backend = create_backend("ray", max_parallelism=4, progress=False, on_shard_failure="quarantine",
+                             ray_task_retries=0, max_infra_retries=1)
+    ds = Dataset.from_list([POISON - 1, POISON, POISON + 1]).map(die_on_poison).write_jsonl(str(tmp_path / "out" / "p-{shard}.jsonl"))
+    with pytest.raises(QuarantinedShardsError) as raised:
+        list(backend.execute(ds))
+    (entry,) = raised.value.shards
+    assert (entry["shard"], entry["error_type"], entry["attempts"]) == (1, "TaskLost", 2)
+    assert sorted(p.name for p in (tmp_path / "out").glob("p-*")) == ["p-0.jsonl", "p-2.jsonl"]
+
+
 def test_default_stays_fail_fast(tmp_path):
     fixed = str(tmp_path / "fixed")
     backend = create_backend("sync", progress=False)
