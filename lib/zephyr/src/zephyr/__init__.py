@@ -15,6 +15,7 @@ from zephyr.errors import PlanError, ShardError
 from zephyr.expr import Expr, col, lit
 from zephyr.io import BadRecordError, CorruptInputError, TruncatedInputError, UnwritableRecordError
 from zephyr.execution.provenance import StaleOutputsError
+from zephyr.execution.quarantine import QuarantinedShardsError
 from zephyr.execution.run_lock import OutputBusyError
 from zephyr.execution.checks import NotPicklableWarning
 
@@ -28,6 +29,7 @@ __all__ = [
     "NotPicklableWarning",
     "OutputBusyError",
     "PlanError",
+    "QuarantinedShardsError",
     "ShardError",
     "ShardInfo",
     "StaleOutputsError",

@@ -14,6 +14,7 @@ pipeline cancels its in-flight tasks and the command exits with 130 or 143 (see 
 
     zephyr status URL_OR_RECORD [--json]     print a run's state (see zephyr.status.commands)
     zephyr dashboard RECORD [--html FILE]    serve (or save) a finished run's page again
+    zephyr verify DIR                        check DIR's outputs against its run record
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from collections.abc import Sequence
 
 from zephyr.backends import Backend, backend_names, create_backend, set_flow_backend
 from zephyr.errors import PlanError, ShardError
+from zephyr.execution.quarantine import ON_SHARD_FAILURE, QuarantinedShardsError
 from zephyr.execution.interrupts import Interrupted, exit_after, handling_signals, signal_name
 from zephyr.execution.summary import format_summary
 from zephyr.resources import memory_argument
@@ -49,11 +51,14 @@ EPILOG = """examples:
   zephyr --backend=ray --dashboard script.py              # live status page; prints its URL
   zephyr status http://127.0.0.1:8270/                    # that page's state, in the terminal
   zephyr status gs://bucket/clean/                        # a finished run, from its .zephyr-run.json
+  zephyr --on-shard-failure=quarantine script.py          # set poison shards aside; exit 3 listing them
+  zephyr verify gs://bucket/clean/                        # every recorded output there, whole, and nothing else
 """
 
+EXIT_QUARANTINED = 3  # the run finished, except the shards it quarantined
 EXIT_DEADLINE = 30.0  # seconds after SIGINT/SIGTERM: cancel, drain (at most 10 s), close the backend, exit
 
-_SUBCOMMANDS = {"status": "status_main", "dashboard": "dashboard_main"}
+_SUBCOMMANDS = {"status": "status_main", "dashboard": "dashboard_main", "verify": "verify_main"}
 
 
 def _positive_int(text: str) -> int:
@@ -109,7 +114,7 @@ def _bare_dashboard(argv: list[str], parser: argparse.ArgumentParser) -> list[st
 # Options of ours that a script rarely takes and that change where or how it runs: after the script
 # they are refused with the corrected command (a script that does take one gets it after `--`).
 _MISPLACED = ("--backend", "--max-parallelism", "--memory", "--num-cpus", "--num-gpus", "--resources", "--address",
-              "--scratch-dir", "--cluster", "--dry-run", "--entry-point", "--dashboard", "--dashboard-host")
+              "--scratch-dir", "--on-shard-failure", "--cluster", "--dry-run", "--entry-point", "--dashboard", "--dashboard-host")
 
 
 def _misplaced_options(script_args: list[str]) -> list[int]:
@@ -160,6 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--scratch-dir", default=None,
         help="where shuffles spill (default: $ZEPHYR_SCRATCH_DIR, else .zephyr-scratch beside the output); "
         "on a multi-node cluster, storage every worker sees, e.g. gs://bucket/scratch",
+    )
+    parser.add_argument(
+        "--on-shard-failure", choices=ON_SHARD_FAILURE, default="fail",
+        help="what a shard that fails on every attempt does: 'fail' ends the run (default); 'quarantine' sets it "
+        f"aside with its error, runs everything else, and exits {EXIT_QUARANTINED} with the list",
     )
     parser.add_argument("--cluster", default=None, help="submit to this Marin cluster (name or config yaml) as a Ray job")
     parser.add_argument("--dry-run", action="store_true", help="print the plan of every pipeline the script executes; run nothing")
@@ -280,6 +290,7 @@ def make_backend(args: argparse.Namespace) -> Backend:
         resources=args.resources,
         progress=False if args.quiet else None,
         scratch_dir=args.scratch_dir,
+        on_shard_failure=args.on_shard_failure,
     )
     if args.backend == "ray":
         options["address"] = args.address
@@ -335,6 +346,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with handling_signals(stop):
         try:
             _run_script(args.script, args.script_args, args.entry_point)
+        except QuarantinedShardsError as e:
+            print(f"zephyr: error: {type(e).__name__}: {e}", file=sys.stderr)
+            return EXIT_QUARANTINED
         except (ShardError, PlanError, FileNotFoundError) as e:
             print(f"zephyr: error: {type(e).__name__}: {e}", file=sys.stderr)
             return 1

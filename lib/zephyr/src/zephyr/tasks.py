@@ -55,3 +55,4 @@ class ShardResult:
     elapsed: float = 0.0
     summary: Any = None
     items_in: int = 0  # records entering the stage's ops (after its loaders); 0 for resumed shards
+    outputs: dict = field(default_factory=dict)  # files its writers made: path -> {"bytes", "records"} (None: kept, not counted)

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from zephyr.backends.shared import call_with_shared
 from zephyr.errors import TaskLost
+from zephyr.execution.quarantine import check_on_shard_failure
 from zephyr.execution.runner import Execution
 from zephyr.resources import TaskResources, format_memory
 
@@ -44,6 +45,7 @@ class Backend(ABC):
         retry_backoff: float = 1.0,
         progress: bool | None = None,
         scratch_dir: str | None = None,
+        on_shard_failure: str = "fail",
     ):
         if max_parallelism is None:
             max_parallelism = self.default_parallelism()
@@ -60,6 +62,7 @@ class Backend(ABC):
         self.retry_backoff = float(retry_backoff)
         self.progress = progress
         self.scratch_dir = scratch_dir
+        self.on_shard_failure = check_on_shard_failure(on_shard_failure)  # "fail" fast, or "quarantine" and go on
         self.on_finish: list[Callable] = []
         self._shared: dict[str, Any] = {}
 

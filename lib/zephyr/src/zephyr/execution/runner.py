@@ -22,6 +22,7 @@ from zephyr.execution.observe import ObservedBackend
 from zephyr.execution.pool import ExecutionBackend, InlinePool
 from zephyr.execution.progress import make_progress
 from zephyr.execution.provenance import outputs_current, refuse_stale_outputs, report_kept, shard_source
+from zephyr.execution.quarantine import Quarantine, without_missing
 from zephyr.execution.report import RunReport
 from zephyr.execution.run_lock import OutputBusyError, RunLocks
 from zephyr.execution.scratch import ScratchSpace
@@ -67,6 +68,9 @@ class Execution:
         self._started = time.perf_counter()
         self.report = RunReport(self.plan, backend.describe(), self.counters)
         self.status = self.report.status  # the live state the status page and the run record show
+        # shards set aside after failing every attempt (on_shard_failure="quarantine"), else None: fail fast
+        quarantining = getattr(backend, "on_shard_failure", "fail") == "quarantine"
+        self.quarantine = Quarantine(self.status.shard_quarantined) if quarantining else None
         self._locks = RunLocks(None, [])  # taken when the run starts (_hold_outputs)
         self._results = self._published(self._run())
 
@@ -109,11 +113,14 @@ class Execution:
             self.counters["zephyr/stages_skipped_outputs_exist"] += first
         self._started = started
         for stage, program in list(zip(self.plan.stages, self.programs))[first:]:
-            self.scratch.mark(stage)
             tasks = self._tasks(stage, previous)
             previous = None  # the map summaries are in the reduce tasks now; free them
             if len(tasks) != stage.num_shards:  # a skewed partition was cut into key ranges
                 stage = self._resize(stage, len(tasks))
+            if self.quarantine:  # its input lacks the quarantined shards: keep its work apart
+                stage, tasks = without_missing(stage, tasks, self.quarantine.before(stage.index))
+                stage, program = self._replace_stage(stage), replace(program, sink=stage.sink)
+            self.scratch.mark(stage)
             final = stage.index == len(self.plan.stages) - 1
             # nothing to run but the existence checks: do them here, starting no workers (or Ray)
             in_process = final and current and _ends_in_skip_writer(stage)
@@ -129,20 +136,28 @@ class Execution:
                     self._finish()
                 yield from result.items or ()
         self._finish()
+        if self.quarantine:
+            raise self.quarantine.error()
 
     def _resize(self, stage: Stage, num_shards: int) -> Stage:
-        resized = replace(stage, num_shards=num_shards)
-        self.plan = replace(self.plan, stages=tuple(resized if s.index == stage.index else s for s in self.plan.stages))
-        return resized
+        return self._replace_stage(replace(stage, num_shards=num_shards))
+
+    def _replace_stage(self, stage: Stage) -> Stage:
+        self.plan = replace(self.plan, stages=tuple(stage if s.index == stage.index else s for s in self.plan.stages))
+        return stage
 
     def _finish(self) -> None:
         if self.finished:
             return
         self.finished = True
         _remove_write_temporaries(self.plan.stages[-1])
-        self.scratch.remove(self.plan)
+        if self.quarantine:  # a rerun resumes from the finished map shards: keep their scratch
+            self.scratch.remove_unresumable(self.plan)
+        else:
+            self.scratch.remove(self.plan)
         self.elapsed = time.perf_counter() - self._started
-        self.report.succeeded()
+        if not self.quarantine:  # else the run fails with QuarantinedShardsError, which the record says
+            self.report.succeeded()
         report_kept(self.counters)
         self._locks.release()
         for callback in self.backend.on_finish:
@@ -201,7 +216,7 @@ class Execution:
                 self.counters.update(result.counters)
                 progress.update(result)
         pool = ObservedBackend(InlinePool() if in_process else self.backend, self.status, stage.index, list(finished.values()))
-        return iter(StageLoop(pool, program, tasks, finished, stats, self.counters, progress))
+        return iter(StageLoop(pool, program, tasks, finished, stats, self.counters, progress, self.quarantine))
 
 
 def _remove_write_temporaries(stage: Stage) -> None:

@@ -19,7 +19,7 @@ from zephyr import counters
 from zephyr.plan import ops as op
 from zephyr.errors import ShardError, is_transient_storage_error
 from zephyr.execution.failed_record import failed_record
-from zephyr.io.files import exists
+from zephyr.io.files import exists, file_size
 from zephyr.io.binary import write_binary_file
 from zephyr.io.jsonl import write_jsonl_file
 from zephyr.io.parquet import write_parquet_file
@@ -40,6 +40,7 @@ class _Context:
     input_path: str | None = None  # the one input file of a source shard, for {basename}
     source: Any = None  # provenance.ShardSource: what skip_existing outputs are made from
     codes: dict = field(default_factory=dict)  # op index -> code fingerprint of skip_existing writers
+    outputs: dict = field(default_factory=dict)  # what the writers made: path -> {"bytes", "records"}
 
 
 def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
@@ -82,6 +83,7 @@ def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
         elapsed=time.perf_counter() - start,
         summary=summary,
         items_in=next(counted) if counted is not None else 0,
+        outputs=ctx.outputs,
     )
 
 
@@ -132,6 +134,7 @@ def _resume_point(ops: tuple, ctx: _Context) -> tuple[int, Iterator | None]:
             kept = existing_output_kept(path, ctx.source, ctx.codes.get(i, "")) if ctx.source is not None else exists(path)
             if kept:
                 counters.increment("zephyr/shards_skipped_existing")
+                ctx.outputs[path] = {"bytes": file_size(path), "records": None}  # kept: counted by the run that wrote it
                 return i + 1, iter([path])
     return 0, None
 
@@ -199,26 +202,26 @@ def _(record, stream, ctx):
 @_apply.register
 def _(record: op.WriteJsonl, stream, ctx):
     path = _output_path(record, ctx)
-    return _written(path, lambda: write_jsonl_file(stream, path, remove_stale=False))
+    return _written(path, lambda: write_jsonl_file(stream, path, remove_stale=False), ctx)
 
 
 @_apply.register
 def _(record: op.WriteParquet, stream, ctx):
     path = _output_path(record, ctx)
-    return _written(path, lambda: write_parquet_file(stream, path, record.schema, remove_stale=False))
+    return _written(path, lambda: write_parquet_file(stream, path, record.schema, remove_stale=False), ctx)
 
 
 @_apply.register
 def _(record: op.WriteBinary, stream, ctx):
     path = _output_path(record, ctx)
-    return _written(path, lambda: write_binary_file(stream, path, remove_stale=False))
+    return _written(path, lambda: write_binary_file(stream, path, remove_stale=False), ctx)
 
 
 @_apply.register
 def _(record: op.WriteTokens, stream, ctx):
     path = _output_path(record, ctx)
     return _written(path, lambda: write_tokens_file(stream, path, field=record.field, dtype=record.dtype,
-                                                    remove_stale=False))
+                                                    remove_stale=False), ctx)
 
 
 def _output_path(record, ctx: _Context) -> str:
@@ -258,7 +261,9 @@ def _fold_windows(stream: Iterator, folder_fn, initial_state) -> Iterator[list]:
         yield window
 
 
-def _written(path: str, write) -> Iterator[str]:
+def _written(path: str, write, ctx: _Context) -> Iterator[str]:
+    """Write, count, and note the output's size and records for the run record (`zephyr verify`)."""
     count = write()
     counters.increment("zephyr/records_written", count)
+    ctx.outputs[path] = {"bytes": file_size(path), "records": count}
     yield path

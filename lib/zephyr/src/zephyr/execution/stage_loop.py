@@ -4,8 +4,10 @@ At most `max_parallelism` tasks are in flight. A task whose worker was lost (`Ta
 resubmitted without charging the user's retry budget; one that hit a transient storage error
 likewise, but after a backoff (`zephyr.execution.retry`); a user failure is retried at most
 `max_user_retries` times and then ends the stage with the shard's error (other tasks in
-flight are cancelled and drained, so none keeps writing after the run has raised). Results
-are handed on in shard order, each as soon as every earlier shard's is.
+flight are cancelled and drained, so none keeps writing after the run has raised), unless the
+run quarantines such shards (`zephyr.execution.quarantine`): then the shard is set aside and the
+stage goes on without it. Results are handed on in shard order, each as soon as every earlier
+shard's is (a quarantined shard has none).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from zephyr.errors import ShardError, TaskLost
 from zephyr.execution.pool import TaskPool
+from zephyr.execution.quarantine import Quarantine
 from zephyr.execution.retry import BackoffQueue, backoff_delay
 from zephyr.execution.shard import run_shard
 from zephyr.tasks import ShardResult, ShardTask, StageProgram
@@ -44,6 +47,7 @@ class StageStats:
     retries_lost: int = 0
     resumed: int = 0
     largest_partitions: list = dataclasses.field(default_factory=list)  # after a shuffle: the biggest inputs (run_index.PartitionInfo)
+    quarantined: int = 0  # shards set aside after failing every attempt (on_shard_failure="quarantine")
 
 
 class StageLoop:
@@ -52,10 +56,11 @@ class StageLoop:
     `finished` holds results already there (map shards an earlier run completed); they are
     handed on in their place without running. `counters` (the run's) gets each result's
     counters once; `progress` is told of each result; `stats` is filled in as it goes.
+    With a `quarantine`, a shard out of retries is set aside there instead of ending the stage.
     """
 
     def __init__(self, pool: TaskPool, program: StageProgram, tasks: list[ShardTask], finished: dict[int, ShardResult],
-                 stats: StageStats, counters: Counter, progress: Any):
+                 stats: StageStats, counters: Counter, progress: Any, quarantine: Quarantine | None = None):
         self.pool = pool
         self.index = program.index
         self.num_shards = len(tasks)
@@ -63,7 +68,8 @@ class StageLoop:
         self.counters = counters
         self.progress = progress
         self._shared = pool.share(program) if len(finished) < len(tasks) else None
-        self._finished = finished
+        self._finished: dict[int, ShardResult | None] = finished  # None: quarantined
+        self._quarantine = quarantine
         self._pending: deque[ShardTask] = deque(t for t in tasks if t.shard not in finished)
         self._in_flight: dict[Any, ShardTask] = {}
         self._backing_off = BackoffQueue()
@@ -114,10 +120,12 @@ class StageLoop:
         """The worker or node died: run the shard again, up to `max_infra_retries` times."""
         self._count_loss(task)
         if self._losses[task.shard] > self.pool.max_infra_retries:
-            raise RuntimeError(
-                f"stage {self.index}, shard {task.shard} (source: {task.label}) was lost "
-                f"{self._losses[task.shard]} times (workers or nodes died); giving up"
-            ) from error
+            message = f"was lost {self._losses[task.shard]} times (workers or nodes died)"
+            if self._quarantine is not None:  # e.g. a shard that kills its worker every time
+                self._set_aside(task, ShardError(self.index, task.shard, task.label, "TaskLost", f"{message}: {error}", ""),
+                                self._losses[task.shard])
+                return
+            raise RuntimeError(f"stage {self.index}, shard {task.shard} (source: {task.label}) {message}; giving up") from error
         logger.warning("stage %d shard %d lost (%s); resubmitting", self.index, task.shard, error)
         self._pending.appendleft(task)
 
@@ -137,6 +145,9 @@ class StageLoop:
             return
         self._user_failures[task.shard] += 1
         if self._user_failures[task.shard] > self.pool.max_user_retries:
+            if self._quarantine is not None:
+                self._set_aside(task, error, self._user_failures[task.shard])
+                return
             _reraise(error, raised)
         self.stats.retries_user += 1
         logger.warning("stage %d shard %d failed with %s: %s%s; retrying (%d/%d) in case the worker, not "
@@ -144,6 +155,12 @@ class StageLoop:
                        error.error_type, error.error_message[:200], f" at {error.record}" if error.record else "",
                        self._user_failures[task.shard], self.pool.max_user_retries)
         self._pending.appendleft(task)
+
+    def _set_aside(self, task: ShardTask, error: ShardError, attempts: int) -> None:
+        """Quarantine the shard: it is done, with nothing to hand on."""
+        self._quarantine.add(task, error, attempts)
+        self.stats.quarantined += 1
+        self._finished[task.shard] = None
 
     def _count_loss(self, task: ShardTask) -> None:
         self._losses[task.shard] += 1
@@ -155,7 +172,9 @@ class StageLoop:
             self._next_shard += 1
             if self._next_shard == self.num_shards:
                 self._close()  # before the last result is handed on
-            yield self._finished.pop(self._next_shard - 1)
+            result = self._finished.pop(self._next_shard - 1)
+            if result is not None:
+                yield result
 
     def _stop_in_flight(self) -> None:
         """After a fatal error, an interrupt (SIGINT/SIGTERM) or a caller who stopped iterating."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from zephyr.execution.progress import format_largest
 from zephyr.execution.runner import Execution
 
-__all__ = ["format_summary"]
+__all__ = ["format_summary", "quarantine_lines"]
 
 
 def format_summary(execution: Execution) -> str:
@@ -15,7 +15,8 @@ def format_summary(execution: Execution) -> str:
         retries = ""
         if s.retries_user or s.retries_lost:
             retries = f", retried {s.retries_user} failed / {s.retries_lost} lost"
-        lines.append(f"  stage {s.index}: {s.num_shards} shards, {s.items_out} items back, {s.elapsed:.2f}s{retries}")
+        quarantined = f", {s.quarantined} QUARANTINED" if getattr(s, "quarantined", 0) else ""
+        lines.append(f"  stage {s.index}: {s.num_shards} shards, {s.items_out} items back, {s.elapsed:.2f}s{retries}{quarantined}")
         if s.largest_partitions:
             lines.append(f"    largest partitions: {format_largest(s.largest_partitions)}")
     for item in execution.plan.not_resumable():
@@ -25,6 +26,18 @@ def format_summary(execution: Execution) -> str:
         width = max(len(k) for k in execution.counters)
         for name in sorted(execution.counters):
             lines.append(f"    {name:<{width}}  {execution.counters[name]:,}")
+    lines.extend(quarantine_lines(getattr(execution, "quarantine", None)))
     if getattr(execution, "run_record", None):
         lines.append(f"  run record: {execution.run_record} (zephyr status / zephyr dashboard DIR)")
     return "\n".join(lines)
+
+
+def quarantine_lines(quarantine) -> list[str]:
+    """The quarantine report: each shard set aside, its source and its error (none: no lines)."""
+    if not quarantine:
+        return []
+    lines = [f"  QUARANTINED {len(quarantine.shards)} shard(s) (failed on every attempt; the run exits non-zero; "
+             "rerun to retry only them):"]
+    for q in sorted(quarantine.shards, key=lambda q: (q.stage, q.shard)):
+        lines.append(f"    {q.describe()}")
+    return lines

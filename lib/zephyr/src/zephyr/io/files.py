@@ -35,6 +35,7 @@ __all__ = [
     "exists",
     "expand_glob",
     "expand_glob_versions",
+    "file_size",
     "file_version",
     "file_versions",
     "open_input",
@@ -58,6 +59,12 @@ def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
 def exists(path: str) -> bool:
     fs, fs_path = url_to_fs(path)
     return fs.exists(fs_path)
+
+
+def file_size(path: str) -> int:
+    """The size in bytes of the file at `path` (any fsspec URL)."""
+    fs, fs_path = url_to_fs(path)
+    return int(fs.size(fs_path))
 
 
 def expand_glob(pattern: str) -> list[str]:

@@ -4,6 +4,7 @@
     zephyr status gs://bucket/clean/                a finished run, from its .zephyr-run.json
     zephyr dashboard gs://bucket/clean/ --port 8270  serve that record's page again
     zephyr dashboard out/.zephyr-run.json --html run.html   a self-contained page, no server
+    zephyr verify gs://bucket/clean/                every recorded output there with its size, nothing else
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from collections.abc import Sequence
 import orjson
 
 from zephyr.status import port_number
+from zephyr.status.outputs import verify_directory
 from zephyr.status.record import read_run_record
 from zephyr.status.server import FileSource, page_html, start_dashboard
 from zephyr.status.terminal import fetch_snapshot, format_snapshot
 
-__all__ = ["dashboard_main", "status_main"]
+__all__ = ["dashboard_main", "status_main", "verify_main"]
 
 
 def _port(text: str) -> int:
@@ -98,22 +100,19 @@ def _final_state(last: dict, wait: float = RECORD_WAIT) -> dict | None:
 
 
 def dashboard_main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="zephyr dashboard",
-        description="Serve the status page of a finished run from its record (.zephyr-run.json), or write it as one HTML file.",
-        epilog="examples:\n  zephyr dashboard gs://bucket/clean/\n  zephyr dashboard out/.zephyr-run.json --port 8270\n"
-        "  zephyr dashboard out/ --html run.html",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = _parser(
+        "zephyr dashboard",
+        "Serve the status page of a finished run from its record (.zephyr-run.json), or write it as one HTML file.",
+        ["zephyr dashboard gs://bucket/clean/", "zephyr dashboard out/.zephyr-run.json --port 8270",
+         "zephyr dashboard out/ --html run.html"],
     )
     parser.add_argument("record", help="a run record, or the output directory holding .zephyr-run.json (local or gs://...)")
     parser.add_argument("--port", type=_port, default=0, help="port to serve on (default: a free one)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other address requires a printed token)")
     parser.add_argument("--html", default=None, metavar="FILE", help="write a self-contained page to FILE instead of serving")
     args = parser.parse_args(list(argv))
-    try:
-        snapshot = read_run_record(args.record)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"zephyr dashboard: error: {e}", file=sys.stderr)
+    snapshot = _loaded("zephyr dashboard", read_run_record, args.record)
+    if snapshot is None:
         return 1
     if args.html:
         with open(args.html, "w", encoding="utf-8") as f:
@@ -133,3 +132,39 @@ def dashboard_main(argv: Sequence[str]) -> int:
         return 0
     finally:
         dashboard.stop()
+
+
+def verify_main(argv: Sequence[str]) -> int:
+    parser = _parser(
+        "zephyr verify",
+        "Check an output directory against its run record (.zephyr-run.json): name every recorded output that is "
+        "missing or whose size differs (truncated), and every file the record does not list (extra). Exit 0 when all "
+        "match and the recorded run succeeded, 1 otherwise.",
+        ["zephyr verify out/", "zephyr verify gs://bucket/clean/", "zephyr verify --json out/"],
+    )
+    parser.add_argument("directory", help="the output directory holding .zephyr-run.json (local or gs://...), or the record")
+    parser.add_argument("--json", action="store_true", help="print the findings as JSON (for scripts)")
+    args = parser.parse_args(list(argv))
+    found = _loaded("zephyr verify", verify_directory, args.directory)
+    if found is None:
+        return 1
+    if args.json:
+        sys.stdout.write(orjson.dumps({**found.__dict__, "ok": found.ok}, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print(f"zephyr verify: {found.describe()}", file=sys.stdout if found.ok else sys.stderr)
+    return 0 if found.ok else 1
+
+
+def _parser(prog: str, description: str, examples: list[str]) -> argparse.ArgumentParser:
+    epilog = "examples:\n" + "\n".join(f"  {line}" for line in examples)
+    return argparse.ArgumentParser(prog=prog, description=description, epilog=epilog,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _loaded(prog: str, load, location: str):
+    """`load(location)`, or None once a missing or unreadable record has been reported."""
+    try:
+        return load(location)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return None

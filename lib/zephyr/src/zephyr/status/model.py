@@ -66,7 +66,7 @@ class _Failure:
     message: str
     traceback: str
     at: float
-    outcome: str | None = None  # "retried", "fatal", or "abandoned" (the run ended first)
+    outcome: str | None = None  # "retried", "fatal", "quarantined", or "abandoned" (the run ended first)
     exc: Any = field(default=None, repr=False)  # until the outcome is known: to recognise the fatal one
 
     def to_dict(self) -> dict:
@@ -86,6 +86,7 @@ class _Stage:
     done: int = 0
     resumed: int = 0
     failed: int = 0  # shards given up on (the run failed with them)
+    quarantined: int = 0  # shards set aside after failing every attempt (on_shard_failure="quarantine")
     lost: int = 0  # attempts lost to dead workers or nodes
     user_errors: int = 0  # attempts that raised
     retried_lost: int = 0
@@ -127,6 +128,9 @@ class RunStatus:
         self._failures: list[_Failure] = []  # the first MAX_FAILURES // 2
         self._recent: deque[_Failure] = deque(maxlen=MAX_FAILURES // 2)
         self._failures_total = 0
+        self.quarantined: list[dict] = []  # zephyr.execution.quarantine: shards set aside, with their errors
+        self._outputs: dict[str, dict] = {}  # output path -> {"bytes", "records"} (ShardResult.outputs), for the record
+        self._outputs_section: list[dict] | None = None  # the record's `outputs`, once the run has ended
         self._lock = threading.Lock()
 
     # ---- reports from the runner -------------------------------------------------------------
@@ -162,15 +166,34 @@ class RunStatus:
             st.running.pop(task.shard, None)
             st.done += 1
             st.counters.update(result.counters)
+            self._outputs.update(getattr(result, "outputs", None) or {})
             c = result.counters
             st.items_in += getattr(result, "items_in", 0)
             st.items_out += _items_out(result)
             st.bytes_in += c.get("zephyr/bytes_read", 0)
             st.bytes_out += c.get("zephyr/bytes_written", 0)
-            now = time.monotonic()
-            if st.done == st.num_shards:
-                st.state, st.ended = StageState.DONE, now
-            self._sample(st, now, force=st.done == st.num_shards)
+            self._stage_progressed(st)
+
+    def shard_quarantined(self, index: int, entry: dict) -> None:
+        """A shard out of attempts was set aside (`zephyr.execution.quarantine`); the stage goes on."""
+        with self._lock:
+            st = self._stages[index]
+            failure = st.pending_failure.pop(entry["shard"], None)
+            if failure is not None:
+                failure.outcome, failure.exc = "quarantined", None
+            st.quarantined += 1
+            self.quarantined.append(dict(entry))
+            self._stage_progressed(st)
+
+    def outputs(self) -> dict[str, dict]:
+        """The files the run's writers made so far: path -> {"bytes", "records"} (records None: kept, not counted)."""
+        with self._lock:
+            return dict(self._outputs)
+
+    def outputs_written(self, section: list[dict]) -> None:
+        """The run's outputs as its record lists them (`zephyr.status.outputs`): final snapshots carry them."""
+        with self._lock:
+            self._outputs_section = section
 
     def shard_failed(self, index: int, task: ShardTask, error: BaseException, *, lost: bool) -> None:
         """An attempt failed; whether it is retried shows when (if) the shard is resubmitted."""
@@ -263,6 +286,8 @@ class RunStatus:
                 "failures": [f.to_dict() for f in failures],
                 "failures_total": self._failures_total,
                 "not_resumable": [dict(item) for item in self.not_resumable],
+                "quarantined": [dict(item) for item in self.quarantined],
+                **({"outputs": list(self._outputs_section)} if self._outputs_section is not None else {}),
             }
 
     def summary(self) -> dict[str, Any]:
@@ -275,6 +300,14 @@ class RunStatus:
                     "title": self._stages[-1].description if self._stages else ""}
 
     # ---- helpers (lock held) -----------------------------------------------------------------
+
+    def _stage_progressed(self, st: _Stage) -> None:
+        """A shard of `st` finished or was quarantined: the stage is done when no shard is left."""
+        now = time.monotonic()
+        ended = st.done + st.quarantined == st.num_shards
+        if ended:
+            st.state, st.ended = StageState.DONE, now
+        self._sample(st, now, force=ended)
 
     def _keep(self, failure: _Failure) -> None:
         self._failures_total += 1
@@ -314,13 +347,14 @@ def _stage_snapshot(st: _Stage, now: float, t0: float) -> dict[str, Any]:
         "shards": {
             "done": st.done,
             "running": len(st.running),
-            "queued": max(0, st.num_shards - st.done - len(st.running) - st.failed),
+            "queued": max(0, st.num_shards - st.done - len(st.running) - st.failed - st.quarantined),
             "resumed": st.resumed,
             "failed": st.failed,
             "lost": st.lost,
             "user_errors": st.user_errors,
             "retried_lost": st.retried_lost,
             "retried_user": st.retried_user,
+            "quarantined": st.quarantined,
         },
         "items_in": st.items_in,
         "items_out": st.items_out,

@@ -66,6 +66,11 @@ def format_snapshot(s: dict, width: int = 100) -> str:
             lines.append(f"  stage {f['stage']} shard {f['shard']} attempt {f['attempt']} ({kind}, {f['outcome'] or 'retrying'}) "
                          f"source {f['source']}")
             lines.append(f"    {f['error_type']}: {f['message'].splitlines()[0][:width] if f['message'] else ''}")
+    if s.get("quarantined"):
+        lines.append(f"quarantined shards ({len(s['quarantined'])}; failed on every attempt, set aside; a rerun retries them):")
+        for q in s["quarantined"]:
+            lines.append(f"  stage {q['stage']} shard {q['shard']} source {q['source']}: {q['error_type']}: "
+                         f"{(q['message'].splitlines() or [''])[0][:width]}")
     if s.get("counters"):
         lines.append("counters:")
         name_width = max(len(k) for k in s["counters"])

@@ -1,0 +1,255 @@
+"""Quarantine (`on_shard_failure="quarantine"`): a poison shard is set aside, everything else finishes.
+
+Oracles are plain Python over the inputs minus the quarantined shard; a rerun with the poison
+fixed must equal a clean run's output, recomputing only what the quarantined shard touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zephyr import Dataset, QuarantinedShardsError, ShardError, create_backend
+from zephyr.status import read_run_record
+
+POISON = 37
+
+
+def poisoned(item):
+    """`item` is (x, fixed_marker): x == POISON raises until the marker file exists (the fix)."""
+    x, fixed = item
+    if x == POISON and not os.path.exists(fixed):
+        raise ValueError(f"poison record {x}")
+    return {"x": x, "key": x % 7}
+
+
+def spread(item):
+    """Shard `item` = (x, fixed) becomes 50 records; shard POISON fails at its 41st (mid-write)."""
+    x, fixed = item
+    for j in range(50):
+        if x == POISON and j == 40 and not os.path.exists(fixed):
+            raise ValueError(f"poison at record {j} of shard {x}")
+        yield {"x": x, "j": j}
+
+
+def visible_and_hidden(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def read_jsonl_dir(directory: Path) -> list[dict]:
+    return [json.loads(line) for p in sorted(directory.glob("*.jsonl")) for line in p.read_text().splitlines()]
+
+
+@pytest.fixture(params=["sync", "threadpool", pytest.param("ray", marks=pytest.mark.ray)])
+def quarantining(request):
+    """A backend of each kind that quarantines shards out of retries."""
+    if request.param == "ray":
+        request.getfixturevalue("ray_shared")
+    b = create_backend(request.param, max_parallelism=4, progress=False, on_shard_failure="quarantine")
+    yield b
+    b.close()
+
+
+def test_one_poison_shard_among_100_finishes_the_other_99_and_reports_it(quarantining, tmp_path):
+    fixed = str(tmp_path / "fixed")
+    out = tmp_path / "out"
+    ds = Dataset.from_list([(x, fixed) for x in range(100)]).map(poisoned).write_jsonl(str(out / "part-{shard:05d}.jsonl"))
+    execution = quarantining.execute(ds)
+    with pytest.raises(QuarantinedShardsError) as raised:
+        list(execution)
+    (entry,) = raised.value.shards
+    assert (entry["stage"], entry["shard"], entry["error_type"]) == (0, POISON, "ValueError")
+    assert entry["message"] == f"poison record {POISON}" and "poison record" in entry["traceback"]
+    assert entry["attempts"] == quarantining.max_user_retries + 1
+    assert "stage 0, shard 37" in str(raised.value)
+    # the other 99 finished, exactly; the poison shard left nothing, not even a temporary
+    assert sorted(r["x"] for r in read_jsonl_dir(out)) == [x for x in range(100) if x != POISON]
+    assert visible_and_hidden(out) == sorted([f"part-{x:05d}.jsonl" for x in range(100) if x != POISON] + [".zephyr-run.json"])
+    # the report: the status snapshot and the run record
+    snapshot = execution.status.snapshot()
+    assert [(q["stage"], q["shard"]) for q in snapshot["quarantined"]] == [(0, POISON)]
+    assert snapshot["stages"][0]["shards"]["quarantined"] == 1 and snapshot["stages"][0]["shards"]["done"] == 99
+    record = read_run_record(str(out))
+    assert record["state"] == "failed" and record["error"]["type"] == "QuarantinedShardsError"
+    assert [(q["shard"], q["error_type"]) for q in record["quarantined"]] == [(POISON, "ValueError")]
+    assert execution.stats[0].quarantined == 1
+
+
+def die_on_poison(x):
+    """Kills its worker process for x == POISON, every time (a shard that takes its worker down)."""
+    if x == POISON:
+        os._exit(1)
+    return {"x": x}
+
+
+@pytest.mark.ray
+def test_a_shard_that_kills_its_worker_every_time_is_quarantined_on_ray(ray_shared, tmp_path):
+    backend = create_backend("ray", max_parallelism=4, progress=False, on_shard_failure="quarantine",
+                             ray_task_retries=0, max_infra_retries=1)
+    ds = Dataset.from_list([POISON - 1, POISON, POISON + 1]).map(die_on_poison).write_jsonl(str(tmp_path / "out" / "p-{shard}.jsonl"))
+    with pytest.raises(QuarantinedShardsError) as raised:
+        list(backend.execute(ds))
+    (entry,) = raised.value.shards
+    assert (entry["shard"], entry["error_type"], entry["attempts"]) == (1, "TaskLost", 2)
+    assert sorted(p.name for p in (tmp_path / "out").glob("p-*")) == ["p-0.jsonl", "p-2.jsonl"]
+
+
+def test_default_stays_fail_fast(tmp_path):
+    fixed = str(tmp_path / "fixed")
+    backend = create_backend("sync", progress=False)
+    ds = Dataset.from_list([(x, fixed) for x in range(100)]).map(poisoned).write_jsonl(str(tmp_path / "out" / "p-{shard:05d}.jsonl"))
+    with pytest.raises(ShardError) as raised:
+        list(backend.execute(ds))
+    assert not isinstance(raised.value, QuarantinedShardsError)
+    assert len(list((tmp_path / "out").glob("p-*.jsonl"))) == POISON  # sync: stopped at the poison shard
+    assert read_run_record(str(tmp_path / "out"))["quarantined"] == []
+
+
+def test_bad_on_shard_failure_is_refused_naming_the_choices():
+    with pytest.raises(ValueError, match="on_shard_failure must be one of 'fail', 'quarantine', got 'skip'"):
+        create_backend("sync", on_shard_failure="skip")
+
+
+def test_quarantined_writer_shard_leaves_no_partial_file_and_a_rerun_completes_it(tmp_path):
+    fixed = tmp_path / "fixed"
+    out = tmp_path / "out"
+    ds = (Dataset.from_list([(x, str(fixed)) for x in range(40, 30, -1)]).flat_map(spread)
+          .write_jsonl(str(out / "part-{shard:05d}.jsonl"), skip_existing=True))
+    backend = create_backend("threadpool", max_parallelism=3, progress=False, on_shard_failure="quarantine")
+    with pytest.raises(QuarantinedShardsError) as raised:
+        list(backend.execute(ds))
+    (entry,) = raised.value.shards
+    assert entry["shard"] == 3 and entry["message"] == "poison at record 40 of shard 37"  # failed mid-write
+    names = visible_and_hidden(out)
+    assert "part-00003.jsonl" not in names and not any(n.startswith(".part-00003.jsonl") and "tmp" in n for n in names)
+    fixed.touch()
+    execution = backend.execute(ds)
+    list(execution)
+    assert execution.counters["zephyr/shards_skipped_existing"] == 9  # only the quarantined shard ran again
+    oracle = sorted((x, j) for x in range(40, 30, -1) for j in range(50))
+    assert sorted((r["x"], r["j"]) for r in read_jsonl_dir(out)) == oracle
+    assert read_run_record(str(out))["state"] == "succeeded"
+
+
+def count_by_key(key, records):
+    return {"key": key, "n": sum(1 for _ in records), "xs": sorted(r["x"] for r in records)}
+
+
+def _counts(records) -> dict:
+    return {r["key"]: (r["n"], r["xs"]) for r in records}
+
+
+def _oracle(xs) -> dict:
+    groups: dict = {}
+    for x in xs:
+        groups.setdefault(x % 7, []).append(x)
+    return {k: (len(v), sorted(v)) for k, v in groups.items()}
+
+
+@pytest.mark.parametrize("skip_existing", [False, True])
+def test_shuffle_with_a_quarantined_map_shard_is_the_oracle_over_the_others_and_a_fixed_rerun_the_whole(tmp_path, skip_existing):
+    fixed = tmp_path / "fixed"
+    out = tmp_path / "out"
+    xs = list(range(30, 50))
+    ds = (Dataset.from_list([(x, str(fixed)) for x in xs]).map(poisoned)
+          .group_by(lambda r: r["key"], lambda k, rs: count_by_key(k, list(rs)), num_output_shards=3)
+          .write_jsonl(str(out / "part-{shard:05d}.jsonl"), skip_existing=skip_existing))
+    backend = create_backend("threadpool", max_parallelism=4, progress=False, on_shard_failure="quarantine")
+    with pytest.raises(QuarantinedShardsError):
+        list(backend.execute(ds))
+    assert _counts(read_jsonl_dir(out)) == _oracle([x for x in xs if x != POISON])
+    fixed.touch()
+    execution = backend.execute(ds)
+    list(execution)
+    assert execution.counters["zephyr/map_shards_resumed"] == len(xs) - 1  # only the quarantined map shard ran again
+    # the reduce outputs made without shard 37 are not taken for complete ones (skip_existing provenance)
+    assert _counts(read_jsonl_dir(out)) == _oracle(xs)
+
+
+def total_by_parity(parity, records):
+    return {"parity": parity, "n": sum(r["n"] for r in records)}
+
+
+def test_a_later_shuffle_after_a_quarantine_is_not_resumed_by_the_fixed_rerun(tmp_path):
+    """Stage 1's map output was made without the quarantined shard: a rerun must not reuse it."""
+    fixed = tmp_path / "fixed"
+    xs = list(range(30, 50))
+    ds = (Dataset.from_list([(x, str(fixed)) for x in xs]).map(poisoned)
+          .group_by(lambda r: r["key"], lambda k, rs: count_by_key(k, list(rs)), num_output_shards=3)
+          .group_by(lambda r: r["key"] % 2, total_by_parity, num_output_shards=2)
+          .write_jsonl(str(tmp_path / "out" / "part-{shard:05d}.jsonl")))
+    backend = create_backend("sync", progress=False, on_shard_failure="quarantine")
+    with pytest.raises(QuarantinedShardsError):
+        list(backend.execute(ds))
+    partial = {r["parity"]: r["n"] for r in read_jsonl_dir(tmp_path / "out")}
+    assert partial == dict(Counter((x % 7) % 2 for x in xs if x != POISON))
+    fixed.touch()
+    list(backend.execute(ds))
+    assert {r["parity"]: r["n"] for r in read_jsonl_dir(tmp_path / "out")} == dict(Counter((x % 7) % 2 for x in xs))
+
+
+@settings(max_examples=10, deadline=None)
+@given(values=st.lists(st.integers(0, 60), min_size=1, max_size=12), poison=st.integers(0, 11), partitions=st.integers(1, 4))
+def test_property_group_by_with_one_quarantined_map_shard_equals_the_oracle_over_the_other_shards(values, poison, partitions):
+    """Map shard `poison` (if it exists) raises; the reduce sees exactly the other shards' records."""
+    shards = [[(i, v) for v in values[i::3]] for i in range(min(3, len(values)))]
+    ds = (Dataset.from_list(shards).flat_map(lambda shard: [_raise_in(shard, poison) for _ in (0,)][0])
+          .group_by(lambda r: r["v"] % 5, lambda k, rs: {"k": k, "vs": sorted(r["v"] for r in rs)}, num_output_shards=partitions))
+    backend = create_backend("sync", progress=False, on_shard_failure="quarantine")
+    results: list = []
+    execution = backend.execute(ds)
+    try:
+        results.extend(execution)
+    except QuarantinedShardsError as e:
+        assert [q["shard"] for q in e.shards] == [poison]
+    kept = [v for i, shard in enumerate(shards) if i != poison for _, v in shard]
+    oracle: dict = {}
+    for v in kept:
+        oracle.setdefault(v % 5, []).append(v)
+    assert {r["k"]: r["vs"] for r in results} == {k: sorted(vs) for k, vs in oracle.items()}
+
+
+def _raise_in(shard, poison):
+    if shard and shard[0][0] == poison:
+        raise ValueError(f"poison shard {poison}")
+    return [{"v": v} for _, v in shard]
+
+
+QUARANTINE_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from zephyr import Dataset, flow_backend
+    def check(x):
+        if x == 3:
+            raise ValueError(f"bad value {x}")
+        return {"x": x}
+    if __name__ == "__main__":
+        out = sys.argv[1]
+        list(flow_backend().execute(Dataset.from_list(list(range(6))).map(check).write_jsonl(out + "/p-{shard}.jsonl")))
+    """
+)
+
+
+@pytest.mark.parametrize("option, code", [(["--on-shard-failure=quarantine"], 3), ([], 1)])
+def test_command_line_quarantine_exits_non_zero_with_the_report(tmp_path, option, code):
+    path = tmp_path / "script.py"
+    path.write_text(QUARANTINE_SCRIPT)
+    result = subprocess.run([sys.executable, "-m", "zephyr", "--backend=sync", *option, str(path), str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[3])
+    assert result.returncode == code, result.stderr
+    if option:
+        assert "QuarantinedShardsError: 1 shard(s) quarantined" in result.stderr
+        assert "stage 0, shard 3 (source: 3): ValueError: bad value 3" in result.stderr
+        assert "QUARANTINED 1 shard(s)" in result.stderr  # the summary's report
+        assert sorted(p.name for p in (tmp_path / "out").glob("p-*")) == [f"p-{i}.jsonl" for i in (0, 1, 2, 4, 5)]
+    else:
+        assert "ShardError: stage 0, shard 3" in result.stderr
