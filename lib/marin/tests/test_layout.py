@@ -1,0 +1,42 @@
+"""Marin's layout: imports flow one way (no circles), read from the source with ast.
+
+Uses the project's own graph builder (scripts/import_cycles.py), which counts every import:
+module top, inside functions and under ``if TYPE_CHECKING:``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import marin
+
+ROOT = Path(__file__).resolve().parents[3]
+MARIN_DIR = Path(marin.__file__).resolve().parent
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("import_cycles", ROOT / "scripts" / "import_cycles.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_graph_builder_finds_a_planted_circle(tmp_path):
+    """The check can fail: two modules that import each other (one inside a function) are a circle."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg.b import f\n")
+    (package / "b.py").write_text("def f():\n    from pkg import a\n")
+    (package / "c.py").write_text("import pkg.a\n")
+    tool = _tool()
+    assert tool.import_cycles(tool.import_graph([package])) == [["pkg.a", "pkg.b"]]
+
+
+def test_marin_has_no_import_circles():
+    """Regression (issue 22): marin.run.ray_run <-> marin.cluster.local / marin.cluster.target."""
+    tool = _tool()
+    graph = tool.import_graph([MARIN_DIR])
+    assert "marin.run.ray_run" in graph and graph["marin.cluster.cli"], "the graph builder found no modules"
+    assert tool.import_cycles(graph) == []
