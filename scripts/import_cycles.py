@@ -5,9 +5,11 @@
 
 Every import counts: at module top, inside functions and under ``if TYPE_CHECKING:``. An
 edge goes to the module a statement names: ``from pkg import sub`` to ``pkg.sub`` when
-``sub`` is a module, ``from pkg import name`` to ``pkg`` (its ``__init__``) otherwise. Parent
-packages a dotted import runs first are not edges, so a package ``__init__`` that re-exports
-its submodules is no circle; a submodule that imports a sibling through that ``__init__`` is.
+``sub`` is a module, ``from pkg import name`` to ``pkg`` (its ``__init__``) otherwise. Importing
+``a.b.c`` also runs the ``__init__`` of ``a`` and ``a.b`` first: an edge to each of those too,
+except to the importer's own enclosing packages (they are already running when it is imported),
+so a package ``__init__`` that re-exports its submodules is no circle, while a submodule that
+imports a sibling through that ``__init__`` (``from pkg import name``) is.
 Prints each strongly connected component of more than one module (or a module importing
 itself) and exits 1 when there is one.
 """
@@ -34,6 +36,12 @@ def _modules(package_dir: Path) -> dict[str, Path]:
             parts.pop()
         found[".".join(parts)] = path
     return found
+
+
+def _ancestors(module: str) -> set[str]:
+    """The enclosing packages of a dotted module name: "a.b.c" -> {"a", "a.b"}."""
+    parts = module.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
 
 
 def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known: set[str]) -> list[str]:
@@ -69,6 +77,8 @@ def import_graph(package_dirs=DEFAULT_PACKAGES) -> dict[str, set[str]]:
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 edges.update(_targets(node, module, is_package, known))
+        own = _ancestors(module) | ({module} if is_package else set())
+        edges |= {parent for target in edges for parent in _ancestors(target) if parent in known} - own
         graph[module] = edges
     return graph
 

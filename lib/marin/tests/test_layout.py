@@ -34,6 +34,22 @@ def test_graph_builder_finds_a_planted_circle(tmp_path):
     assert tool.import_cycles(tool.import_graph([package])) == [["pkg.a", "pkg.b"]]
 
 
+def test_graph_builder_counts_the_package_init_an_import_runs(tmp_path):
+    """`import facade.impl` runs facade/__init__ first: a circle when that __init__ imports the importer."""
+    for name, files in {
+        "facade": {"__init__.py": "from user.step import run\n", "impl.py": "X = 1\n"},
+        "user": {"__init__.py": "", "step.py": "from facade.impl import X\n"},
+    }.items():
+        (tmp_path / name).mkdir()
+        for file, text in files.items():
+            (tmp_path / name / file).write_text(text)
+    tool = _tool()
+    graph = tool.import_graph([tmp_path / "facade", tmp_path / "user"])
+    assert graph["user.step"] == {"facade", "facade.impl"}
+    assert graph["facade.impl"] == set()  # its own package's __init__ is no edge
+    assert tool.import_cycles(graph) == [["facade", "user.step"]]
+
+
 def test_marin_has_no_import_circles():
     """Regression (issue 22): marin.run.ray_run <-> marin.cluster.local / marin.cluster.target."""
     tool = _tool()
