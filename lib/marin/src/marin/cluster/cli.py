@@ -52,6 +52,7 @@ from marin.cluster.target import (
     record_forward,
     resolve_target,
 )
+from marin.run import ray_run
 
 __all__ = ["build_parser", "main"]
 
@@ -204,8 +205,6 @@ def cmd_list_jobs(target: Target, args: argparse.Namespace) -> int:
 
 
 def cmd_submit_job(target: Target, args: argparse.Namespace) -> int:
-    from marin.run import ray_run
-
     return ray_run.main(["--cluster", target.name, *args.ray_run_args])
 
 

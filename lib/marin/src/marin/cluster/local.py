@@ -41,6 +41,7 @@ from zephyr.io.temporaries import process_alive  # zombie-aware; shared with Zep
 
 from marin.cluster.auth import auth_headers, read_token, redact
 from marin.cluster.commands import format_command, local_generate_token, local_ray_start
+from marin.tpu.slices import tpu_head_resource
 
 __all__ = [
     "HEAD_RESOURCES",
@@ -366,8 +367,6 @@ def add_worker(
     tpu_type: str, directory: Path | None = None, *, num_cpus: int = 1, dry_run: bool = False
 ) -> LocalNode | None:
     """Join a node with `num_cpus` CPUs that looks like a `tpu_type` slice host."""
-    from marin.run.ray_run import tpu_head_resource
-
     directory = directory or state_dir()
     cluster = load(directory)
     if cluster is None and not dry_run:

@@ -20,6 +20,7 @@ from typing import Sequence
 
 import draccus
 from zephyr.interrupts import exit_after
+from zephyr.status import start_dashboard
 
 from marin.execution.runner import Executor, ExecutorInterrupted
 from marin.execution.steps import ExecutorStep, InputName
@@ -124,8 +125,6 @@ def executor_main(
 
 def _start_dashboard(config: ExecutorMainConfig):
     """Zephyr's status page for this run; its URL (with the token, off loopback) is printed once."""
-    from zephyr.status import start_dashboard
-
     dashboard = start_dashboard(config.dashboard_host, config.dashboard_port)
     print(f"marin: zephyr status page at {dashboard.url}", file=sys.stderr, flush=True)
     return dashboard

@@ -13,7 +13,7 @@ For every planned step, in dependency order and at most `max_concurrent` at a ti
    thread, or as a Ray task: see `ray_env`), writes SUCCESS or FAILED, and releases the
    lease with the outcome and error (the status file holds only the token).
    A Ray task that died with its node or worker (`NodeDiedError`, `WorkerCrashedError`, ...
-   after Ray's own retries; see `marin.tpu.runner.is_preemption`) is recorded PREEMPTED,
+   after Ray's own retries; see `marin.tpu.errors.is_preemption`) is recorded PREEMPTED,
    not FAILED: the run still reports the step as failed, but a rerun runs it again without
    `force_run_failed`. A step that lost its lease while running does not write SUCCESS (the
    executor that took it over records the outcome) and fails in this run.
@@ -34,6 +34,7 @@ ends with `ExecutorError`, which names every failed step.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -64,6 +65,7 @@ from marin.execution.status import (
 )
 from marin.execution.step_threads import ExecutorInterrupted, StepInterrupted, StepRun, describe, stop_steps
 from marin.execution.steps import ExecutorStep, InputName
+from marin.tpu.errors import TpuPreemptedError, is_preemption
 
 __all__ = ["Executor", "ExecutorError", "ExecutorInterrupted", "StepFailedError", "SKIPPED"]
 
@@ -487,8 +489,6 @@ def _is_preemption(error: BaseException) -> bool:
         return False
     from ray.exceptions import RayTaskError
 
-    from marin.tpu.runner import TpuPreemptedError, is_preemption
-
     # depth 0: the step's own task died (a Ray error inside the step's function is its own bug);
     # a run_on_tpu inside the step that ran out of preemption retries counts too.
     if isinstance(error, TpuPreemptedError) or (
@@ -517,8 +517,6 @@ def _info(planned: PlannedStep, resolved_config: Any) -> dict[str, Any]:
 
 
 def _jsonable(obj: Any) -> Any:
-    import dataclasses
-
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {"__type__": type(obj).__qualname__, **{f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}}
     if isinstance(obj, dict):

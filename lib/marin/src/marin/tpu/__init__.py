@@ -12,52 +12,44 @@ hygiene, a preemption-tolerant runner and a resumable training loop.
   the device mesh and shardings; sharded asynchronous orbax checkpoints; the loop).
 - :mod:`marin.tpu.tiny_lm`: a tiny byte-level model (imports JAX; not imported here).
 
-JAX is imported only when the training adapter is used (install ``marin[tpu]``).
+Names load on first use: JAX only when the training adapter is used (install ``marin[tpu]``),
+Ray only when a slice is run.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
 
-from marin.tpu.data import DataPosition, MixturePosition, TokenBatches, resolve_shards
-from marin.tpu.lockfile import remove_tpu_lockfile, remove_tpu_lockfile_on_exit
-from marin.tpu.runner import PREEMPTION_ERRORS, TpuPreemptedError, TpuSetupError, is_preemption, run_on_tpu
-from marin.tpu.slices import (
-    GENERATIONS,
-    TpuGeneration,
-    TpuSlice,
-    host_resources,
-    parse_tpu_type,
-    simulated_host,
-    tpu_resources,
-    valid_tpu_types,
-)
-from marin.tpu.preemption import PREEMPTED_EXIT_CODE, TrainingPreempted
-from marin.tpu.token_cache import CacheBatches, MixtureBatches, TokenCache
-from marin.tpu.train import TrainResult, train_loop, train_on_tpu
-
-if TYPE_CHECKING:
-    from marin.tpu.checkpoint import Checkpoint, Checkpointer, latest_step, load_checkpoint, save_checkpoint
-    from marin.tpu.mesh import fsdp_sharding, make_mesh
-
-# Names whose modules import JAX: loaded on first use, so `import marin.tpu` stays light
-# (the driver that only schedules slices needs no JAX).
+# Every name is loaded from its module on first use, so `import marin.tpu.slices` (the cluster
+# tooling, the job launcher) imports neither Ray, numpy nor JAX, and no module of this package
+# imports another through this facade.
 _LAZY = {
-    "Checkpoint": "marin.tpu.checkpoint",
-    "Checkpointer": "marin.tpu.checkpoint",
-    "latest_step": "marin.tpu.checkpoint",
-    "load_checkpoint": "marin.tpu.checkpoint",
-    "save_checkpoint": "marin.tpu.checkpoint",
-    "fsdp_sharding": "marin.tpu.mesh",
-    "make_mesh": "marin.tpu.mesh",
+    **dict.fromkeys(("GENERATIONS", "TpuGeneration", "TpuSlice", "host_resources", "parse_tpu_type",
+                     "simulated_host", "tpu_head_resource", "tpu_resources", "valid_tpu_types"), "marin.tpu.slices"),
+    **dict.fromkeys(("remove_tpu_lockfile", "remove_tpu_lockfile_on_exit"), "marin.tpu.lockfile"),
+    **dict.fromkeys(("TpuPreemptedError", "TpuSetupError", "is_preemption"), "marin.tpu.errors"),
+    **dict.fromkeys(("PREEMPTION_ERRORS", "run_on_tpu"), "marin.tpu.runner"),
+    **dict.fromkeys(("DataPosition", "MixturePosition", "TokenBatches", "resolve_shards"), "marin.tpu.data"),
+    **dict.fromkeys(("CacheBatches", "MixtureBatches", "TokenCache"), "marin.tpu.token_cache"),
+    **dict.fromkeys(("PREEMPTED_EXIT_CODE", "TrainingPreempted"), "marin.tpu.preemption"),
+    **dict.fromkeys(("TrainResult", "train_loop", "train_on_tpu"), "marin.tpu.train"),
+    **dict.fromkeys(("Checkpoint", "Checkpointer", "latest_step", "load_checkpoint", "save_checkpoint"),
+                    "marin.tpu.checkpoint"),
+    **dict.fromkeys(("fsdp_sharding", "make_mesh"), "marin.tpu.mesh"),
 }
 
 
 def __getattr__(name: str):
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'marin.tpu' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "GENERATIONS",
@@ -90,6 +82,7 @@ __all__ = [
     "run_on_tpu",
     "save_checkpoint",
     "simulated_host",
+    "tpu_head_resource",
     "tpu_resources",
     "train_loop",
     "train_on_tpu",

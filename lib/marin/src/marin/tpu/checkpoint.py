@@ -35,7 +35,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import fsspec
 import jax
+import numpy as np
 
 from marin.tpu.data import DataPosition, position_from_dict
 
@@ -270,8 +272,6 @@ def _stored_form(leaf: Any) -> tuple[tuple[int, ...], Any]:
 
 
 def _same_kind(a: Any, b: Any) -> bool:
-    import numpy as np
-
     try:
         return np.dtype(a).kind == np.dtype(b).kind
     except TypeError:
@@ -279,8 +279,6 @@ def _same_kind(a: Any, b: Any) -> bool:
 
 
 def _dtype_name(dtype: Any) -> str:
-    import numpy as np
-
     try:
         return np.dtype(dtype).name
     except TypeError:
@@ -291,8 +289,6 @@ def _forget_listings(directory: str) -> None:
     """Drop cached directory listings of object stores (gcsfs caches them per instance, and
     orbax reaches gs:// through etils' own instance): a long-lived process must see the
     checkpoints other processes wrote, and the leftovers they did not finish."""
-    import fsspec
-
     protocol = fsspec.core.split_protocol(directory)[0]
     if protocol in (None, "file", "local"):
         return
@@ -305,8 +301,6 @@ def _forget_listings(directory: str) -> None:
 
 def _refuse_legacy(directory: str) -> None:
     """A directory of the earlier single-file (.npz) format cannot be resumed: say so."""
-    import fsspec
-
     fs, fs_path = fsspec.core.url_to_fs(directory)
     if fs.exists(f"{fs_path}/{_LEGACY_MARKER}") and latest_step(directory) is None:
         raise ValueError(

@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from zephyr.io.tokens import token_array
+from zephyr.io import expand_glob, read_jsonl, read_parquet
+from zephyr.readers import FileFormat, format_for
 
 __all__ = ["DataPosition", "MixturePosition", "TokenBatches", "position_from_dict", "read_records", "resolve_shards"]
 
@@ -75,9 +77,6 @@ def resolve_shards(source: str | Sequence[str]) -> list[str]:
         FileNotFoundError: if nothing matches.
         ValueError: if a path is neither JSONL nor Parquet by its extension.
     """
-    from zephyr.io import expand_glob
-    from zephyr.readers import format_for
-
     patterns = [source] if isinstance(source, str) else list(source)
     if not patterns:
         raise ValueError("data source is empty: give a glob such as 'gs://b/tokens/*.jsonl.zst' or a list of paths")
@@ -91,9 +90,6 @@ def resolve_shards(source: str | Sequence[str]) -> list[str]:
 
 def read_records(path: str, field: str) -> Iterator[list[int]]:
     """Yield the token list in ``field`` of each record of one shard (via ``zephyr.io``)."""
-    from zephyr.io import read_jsonl, read_parquet
-    from zephyr.readers import FileFormat, format_for
-
     records = read_parquet(path, columns=[field]) if format_for(path) is FileFormat.PARQUET else read_jsonl(path)
     for index, record in enumerate(records):
         if not isinstance(record, dict) or field not in record:

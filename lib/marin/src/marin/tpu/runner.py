@@ -50,9 +50,11 @@ from ray.exceptions import RayTaskError
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-from zephyr.backends.ray_errors import is_lost, lost_error_types
+from zephyr.backends.ray_errors import lost_error_types
 
+from marin.tpu import distributed
 from marin.tpu.distributed import INIT_TIMEOUT_S, DistributedConfig
+from marin.tpu.errors import TpuPreemptedError, TpuSetupError, is_preemption
 from marin.tpu.lockfile import remove_tpu_lockfile_on_exit
 from marin.tpu.slices import TPU_RESOURCE, TpuSlice, parse_tpu_type
 
@@ -83,28 +85,6 @@ MEGASCALE_PORT = 8081
 HOST_ID_ENV = "MARIN_TPU_HOST_ID"
 NUM_HOSTS_ENV = "MARIN_TPU_NUM_HOSTS"
 SLICE_ID_ENV = "MARIN_TPU_SLICE_ID"
-
-
-class TpuPreemptedError(RuntimeError):
-    """The slice was lost more often than ``max_retries_preemption`` allows."""
-
-
-class TpuSetupError(RuntimeError):
-    """The cluster cannot run this slice type as asked (not retried)."""
-
-
-def is_preemption(error: BaseException, *, max_depth: int = 1) -> bool:
-    """Whether ``error`` says that one of *our* nodes, workers or actors was lost.
-
-    ``zephyr.backends.ray_errors.is_lost``, the classification Zephyr's Ray backend uses too
-    (its docstring lists which Ray errors count, and why an OOM kill or a cancel does not).
-    Only Ray errors near the top of the ``RayTaskError`` cause chain count: at depth 0 (the
-    slice actor, or a Ray task the caller waited on, died) or, with the default
-    ``max_depth=1``, depth 1 (a host task died, reported through the slice actor's method).
-    A lost actor or object *inside* the user's own task error (``fn`` used actors of its own
-    and one died: depth 2 under ``run_on_tpu``) is the user's failure, not a preemption.
-    """
-    return is_lost(error, max_depth=max_depth)
 
 
 def _cause_chain(error: BaseException):
@@ -400,8 +380,6 @@ class _Rendezvous:
 
 def _join_jax(join: DistributedConfig, rendezvous: Any) -> None:
     """Join the multi-host JAX program: process 0 picks the coordinator address, others wait for it."""
-    from marin.tpu import distributed
-
     process_id = _process_id(join.process_id)
     if process_id == 0:
         address = f"{ray.util.get_node_ip_address()}:{distributed.free_port()}"
@@ -472,8 +450,6 @@ def _run_on_host(fn: Callable[[], Any], env: dict[str, str], join: DistributedCo
             # Leave together after success. After a failure, skip the shutdown barrier (it
             # would wait for hosts that are still busy): the driver cancels them, and this
             # fresh process exits, which ends its membership.
-            from marin.tpu import distributed
-
             distributed.shutdown()
             return result
     finally:

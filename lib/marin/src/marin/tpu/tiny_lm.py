@@ -15,11 +15,17 @@ optax optimizer state, a jitted step, and a typed PRNG key in the state.
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
 import optax
+from zephyr import Dataset, create_backend
+from zephyr.io.files import atomic_write, url_to_fs
+
+from marin.tokenize import finish_token_cache, tokenize_dataset
+from marin.tpu.train import train_on_tpu
 
 __all__ = [
     "TinyLMConfig",
@@ -111,10 +117,6 @@ class TokenizeConfig:
 def tokenize_corpus(config: TokenizeConfig) -> dict:
     """A Zephyr pipeline writing a token cache (``part-NNNNN.npy`` + ``ledger.json``, see
     :mod:`marin.tokenize`): each text's bytes then a newline as end-of-document."""
-    from zephyr import Dataset, create_backend
-
-    from marin.tokenize import finish_token_cache, tokenize_dataset
-
     if config.input:
         dataset = Dataset.from_files(config.input).load_jsonl()
     else:
@@ -146,12 +148,6 @@ def train(config: TrainConfig):
     """An ``ExecutorStep`` function: ``train_on_tpu`` with this model; returns the TrainResult
     and writes its summary (final step, metrics, checkpoint path) to ``result.json`` in the
     step's output, so a script can report it also when the step is skipped on a rerun."""
-    import json
-
-    from zephyr.io.files import atomic_write
-
-    from marin.tpu.train import train_on_tpu
-
     result = train_on_tpu(
         train_step, init_state, config.tokens,
         tpu_type=config.tpu_type, batch_size=config.batch_size, seq_len=config.seq_len,
@@ -167,9 +163,5 @@ def train(config: TrainConfig):
 
 def read_result(output_path: str) -> dict | None:
     """The summary ``train`` wrote in ``output_path``, or None (not trained yet)."""
-    import json
-
-    from zephyr.io.files import url_to_fs
-
     fs, path = url_to_fs(f"{output_path.rstrip('/')}/{RESULT_NAME}")
     return json.loads(fs.cat_file(path)) if fs.exists(path) else None

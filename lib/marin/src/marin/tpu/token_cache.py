@@ -28,6 +28,8 @@ import json
 from collections.abc import Sequence
 
 import numpy as np
+from zephyr.io import exists
+from zephyr.io.files import url_to_fs
 
 from marin.tpu.data import DataPosition, MixturePosition, batch_rows
 
@@ -43,8 +45,6 @@ def ledger_path(source: str) -> str:
 
 def is_token_cache(source: str | Sequence[str]) -> bool:
     """Whether ``source`` names one token cache (a folder holding ``ledger.json``, or the ledger)."""
-    from zephyr.io import exists
-
     if not isinstance(source, str) or any(c in source for c in "*?["):
         return False
     return source.endswith(LEDGER_NAME) or exists(ledger_path(source))
@@ -54,8 +54,6 @@ class TokenCache:
     """Random access to a token cache's global token stream; counts the bytes it reads."""
 
     def __init__(self, source: str):
-        from zephyr.io.files import url_to_fs
-
         self.ledger_path = ledger_path(source)
         fs, path = url_to_fs(self.ledger_path)
         try:

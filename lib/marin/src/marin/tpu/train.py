@@ -26,6 +26,7 @@ checkpoint. With a deterministic ``train_step`` the result equals an uninterrupt
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 import queue
@@ -35,10 +36,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from marin.tpu.data import DataPosition, TokenBatches, resolve_shards
 from marin.tpu.preemption import PreemptionWatch, TrainingPreempted
 from marin.tpu.token_cache import CacheBatches, MixtureBatches, is_token_cache, ledger_path
-from marin.tpu.mesh import DATA_AXIS, StateSharding
+from marin.tpu.mesh import (
+    DATA_AXIS,
+    StateSharding,
+    batch_sharding,
+    check_batch_size,
+    make_mesh,
+    process_rows,
+    state_shardings,
+)
 from marin.tpu.runner import HOST_ID_ENV, run_on_tpu
 
 __all__ = ["TrainResult", "train_loop", "train_on_tpu"]
@@ -129,7 +140,6 @@ def train_loop(
     import jax
 
     from marin.tpu.checkpoint import Checkpointer
-    from marin.tpu.mesh import batch_sharding, check_batch_size, make_mesh, process_rows, state_shardings
 
     for name, value in (("batch_size", batch_size), ("seq_len", seq_len), ("checkpoint_every", checkpoint_every),
                         ("log_every", log_every), ("keep_checkpoints", keep_checkpoints)):
@@ -210,8 +220,6 @@ def train_loop(
 
 def _data_facts(shards: Sequence[str], batch_size: int, seq_len: int, field: str) -> dict:
     """What a saved data position means: which shards (by name, in order) and how they are cut."""
-    import hashlib
-
     names = "\n".join(path.rstrip("/").rsplit("/", 1)[-1] for path in shards)
     return {"num_shards": len(shards), "shard_names_sha256": hashlib.sha256(names.encode()).hexdigest(),
             "batch_size": batch_size, "seq_len": seq_len, "field": field}
@@ -278,7 +286,6 @@ class _ReaderError:
 def _host_scalars(metrics: dict) -> dict[str, float]:
     """Metrics as Python floats on every host (replicated scalars need no communication)."""
     import jax
-    import numpy as np
 
     def to_float(value: Any) -> float:
         if isinstance(value, jax.Array) and not value.is_fully_addressable:
