@@ -7,6 +7,8 @@ module top, inside functions and under ``if TYPE_CHECKING:``.
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import marin
@@ -56,3 +58,21 @@ def test_marin_has_no_import_circles():
     graph = tool.import_graph([MARIN_DIR])
     assert "marin.run.ray_run" in graph and graph["marin.cluster.cli"], "the graph builder found no modules"
     assert tool.import_cycles(graph) == []
+
+
+def test_slice_table_imports_neither_ray_nor_jax():
+    """The cluster tooling and the job launcher import marin.tpu.slices: no Ray or JAX for that."""
+    probe = "import sys, marin.cluster.local, marin.run.ray_run, marin.tpu.slices; print(sorted({'ray', 'jax'} & set(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_facades_resolve_every_name():
+    """marin.tpu (the earlier home of the training names) and marin.training export what they list."""
+    import marin.tpu
+    import marin.training
+
+    for facade in (marin.tpu, marin.training):
+        missing = [name for name in facade.__all__ if not hasattr(facade, name)]
+        assert missing == [], f"{facade.__name__} lists names it cannot load: {missing}"
+    assert marin.tpu.train_loop is marin.training.train_loop

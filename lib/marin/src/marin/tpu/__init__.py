@@ -1,55 +1,36 @@
-"""Run JAX work on TPU slices of a Ray cluster: slice types, head resources, lockfile
-hygiene, a preemption-tolerant runner and a resumable training loop.
+"""Run JAX work on the TPU slices of a Ray cluster: slice types, head resources, lockfile
+hygiene and a preemption-tolerant runner (the slice adapter; the training loop on top of it
+is :mod:`marin.training`, whose names this facade re-exports too).
 
     from marin.tpu import run_on_tpu, tpu_resources, train_on_tpu
 
 - :mod:`marin.tpu.slices`: the table of v4/v5e/v5p/v6e slice types and their Ray resources.
 - :mod:`marin.tpu.lockfile`: ``remove_tpu_lockfile_on_exit``.
+- :mod:`marin.tpu.errors`: ``TpuPreemptedError``, ``TpuSetupError``, ``is_preemption`` (no Ray at import).
 - :mod:`marin.tpu.runner`: ``run_on_tpu`` (reserve a slice, run on every host, retry).
 - :mod:`marin.tpu.distributed`: joining the hosts of a slice into one multi-host JAX program.
-- :mod:`marin.tpu.data`, :mod:`marin.tpu.mesh`, :mod:`marin.tpu.checkpoint`, :mod:`marin.tpu.train`:
-  the training adapter (packed token batches from Zephyr shards, each host reading its rows;
-  the device mesh and shardings; sharded asynchronous orbax checkpoints; the loop).
-- :mod:`marin.tpu.tiny_lm`: a tiny byte-level model (imports JAX; not imported here).
 
-Names load on first use: JAX only when the training adapter is used (install ``marin[tpu]``),
-Ray only when a slice is run.
+Names load on first use (:mod:`marin._lazy`): ``import marin.tpu.slices`` needs neither Ray
+nor JAX; Ray loads when a slice is run, JAX when the training adapter is used (install
+``marin[tpu]``). ``marin.tpu.train``, ``.data``, ``.mesh``, ``.checkpoint``, ``.token_cache``,
+``.tiny_lm`` and ``.preemption`` are the old paths of :mod:`marin.training`'s modules.
 """
 
 from __future__ import annotations
 
-import importlib
+from marin._lazy import lazy_names
 
-# Every name is loaded from its module on first use, so `import marin.tpu.slices` (the cluster
-# tooling, the job launcher) imports neither Ray, numpy nor JAX, and no module of this package
-# imports another through this facade.
-_LAZY = {
-    **dict.fromkeys(("GENERATIONS", "TpuGeneration", "TpuSlice", "host_resources", "parse_tpu_type",
-                     "simulated_host", "tpu_head_resource", "tpu_resources", "valid_tpu_types"), "marin.tpu.slices"),
-    **dict.fromkeys(("remove_tpu_lockfile", "remove_tpu_lockfile_on_exit"), "marin.tpu.lockfile"),
-    **dict.fromkeys(("TpuPreemptedError", "TpuSetupError", "is_preemption"), "marin.tpu.errors"),
-    **dict.fromkeys(("PREEMPTION_ERRORS", "run_on_tpu"), "marin.tpu.runner"),
-    **dict.fromkeys(("DataPosition", "MixturePosition", "TokenBatches", "resolve_shards"), "marin.tpu.data"),
-    **dict.fromkeys(("CacheBatches", "MixtureBatches", "TokenCache"), "marin.tpu.token_cache"),
-    **dict.fromkeys(("PREEMPTED_EXIT_CODE", "TrainingPreempted"), "marin.tpu.preemption"),
-    **dict.fromkeys(("TrainResult", "train_loop", "train_on_tpu"), "marin.tpu.train"),
-    **dict.fromkeys(("Checkpoint", "Checkpointer", "latest_step", "load_checkpoint", "save_checkpoint"),
-                    "marin.tpu.checkpoint"),
-    **dict.fromkeys(("fsdp_sharding", "make_mesh"), "marin.tpu.mesh"),
-}
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'marin.tpu' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
-
+__getattr__, __dir__ = lazy_names(__name__, {
+    "marin.tpu.slices": ("GENERATIONS", "TpuGeneration", "TpuSlice", "host_resources", "parse_tpu_type",
+                         "simulated_host", "tpu_head_resource", "tpu_resources", "valid_tpu_types"),
+    "marin.tpu.lockfile": ("remove_tpu_lockfile", "remove_tpu_lockfile_on_exit"),
+    "marin.tpu.errors": ("TpuPreemptedError", "TpuSetupError", "is_preemption"),
+    "marin.tpu.runner": ("PREEMPTION_ERRORS", "run_on_tpu"),
+    "marin.training": ("CacheBatches", "Checkpoint", "Checkpointer", "DataPosition", "MixtureBatches",
+                       "MixturePosition", "PREEMPTED_EXIT_CODE", "TokenBatches", "TokenCache", "TrainResult",
+                       "TrainingPreempted", "fsdp_sharding", "latest_step", "load_checkpoint", "make_mesh",
+                       "resolve_shards", "save_checkpoint", "train_loop", "train_on_tpu"),
+})
 
 __all__ = [
     "GENERATIONS",

@@ -12,11 +12,11 @@ The user supplies the model as two functions:
   on every device (GSPMD inserts the gradient all-reduce). ``metrics`` is a dict of scalars.
 
 :func:`train_loop` runs in every process of the run (one per host): it builds a mesh over
-all devices (:mod:`marin.tpu.mesh`), puts the state on it (replicated, or as
+all devices (:mod:`marin.training.mesh`), puts the state on it (replicated, or as
 ``state_sharding`` says), restores the latest complete checkpoint or initialises, and per
 step reads this host's rows of the global batch (a background thread reads ahead),
 assembles the global batch with ``jax.make_array_from_process_local_data``, and calls
-``train_step``. Checkpoints (:mod:`marin.tpu.checkpoint`, orbax) are asynchronous: training
+``train_step``. Checkpoints (:mod:`marin.training.checkpoint`, orbax) are asynchronous: training
 continues while one is written. :func:`train_on_tpu` runs the loop on every host of a slice
 through :func:`~marin.tpu.runner.run_on_tpu`, which joins the hosts into one multi-host JAX
 program, so a preempted run restarts on a fresh slice and continues from its last
@@ -38,10 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from marin.tpu.data import DataPosition, TokenBatches, resolve_shards
-from marin.tpu.preemption import PreemptionWatch, TrainingPreempted
-from marin.tpu.token_cache import CacheBatches, MixtureBatches, is_token_cache, ledger_path
-from marin.tpu.mesh import (
+from marin.training.data import DataPosition, TokenBatches, resolve_shards
+from marin.training.preemption import PreemptionWatch, TrainingPreempted
+from marin.training.token_cache import CacheBatches, MixtureBatches, is_token_cache, ledger_path
+from marin.training.mesh import (
     DATA_AXIS,
     StateSharding,
     batch_sharding,
@@ -103,9 +103,9 @@ def train_loop(
         train_step: ``(state, batch) -> (state, metrics)``, jitted by you.
         init_state: ``key -> state``, called (jitted) with ``jax.random.key(seed)``.
         data: a token cache (its folder or ``ledger.json``; each host reads only its rows'
-            bytes, see :mod:`marin.tpu.token_cache`), or a glob or a list of paths/globs of
+            bytes, see :mod:`marin.training.token_cache`), or a glob or a list of paths/globs of
             tokenized JSONL or Parquet shards, or a mixture ``{cache: weight, ...}`` of token
-            caches (:class:`~marin.tpu.token_cache.MixtureBatches`).
+            caches (:class:`~marin.training.token_cache.MixtureBatches`).
         batch_size, seq_len: the shape of each global batch; ``batch_size`` must divide
             evenly over the mesh's ``"data"`` axis.
         num_steps: the total number of steps of the run (not of this attempt).
@@ -113,13 +113,13 @@ def train_loop(
         checkpoint_every: steps between checkpoints; one is also written at the end.
         seed: the PRNG seed for ``init_state``.
         field: the record field that holds the token ids.
-        log_every: steps between metric log lines (``logging`` at INFO on ``marin.tpu.train``).
+        log_every: steps between metric log lines (``logging`` at INFO on ``marin.training.train``).
         keep_checkpoints: how many complete checkpoints to keep.
         mesh_shape, axis_names: the device mesh (default: every device on ``("data",)``;
             e.g. ``(4, 2), ("data", "model")``). The product must equal the device count.
         state_sharding: ``None`` (replicated), a pytree of ``PartitionSpec`` matching the state
             (or a prefix of it), or a function of the abstract state returning one, e.g.
-            :func:`marin.tpu.mesh.fsdp_sharding`.
+            :func:`marin.training.mesh.fsdp_sharding`.
         async_checkpoints: write checkpoints in the background (default).
         mesh: a ready ``jax.sharding.Mesh`` with a ``"data"`` axis, instead of ``mesh_shape``
             and ``axis_names`` (e.g. from ``jax.make_mesh`` for a topology-aware layout, or
@@ -127,8 +127,8 @@ def train_loop(
 
     On a preemption notice (SIGTERM; orbax's synced check on several hosts) it saves the
     step just finished, waits for the save and raises
-    :class:`~marin.tpu.preemption.TrainingPreempted` (a ``SystemExit``, code 143); calling
-    again resumes from that step (:mod:`marin.tpu.preemption`).
+    :class:`~marin.training.preemption.TrainingPreempted` (a ``SystemExit``, code 143); calling
+    again resumes from that step (:mod:`marin.training.preemption`).
 
     Raises:
         ValueError: bad counts, ``batch_size`` not divisible by the data axis, a mesh that
@@ -139,7 +139,7 @@ def train_loop(
     """
     import jax
 
-    from marin.tpu.checkpoint import Checkpointer
+    from marin.training.checkpoint import Checkpointer
 
     for name, value in (("batch_size", batch_size), ("seq_len", seq_len), ("checkpoint_every", checkpoint_every),
                         ("log_every", log_every), ("keep_checkpoints", keep_checkpoints)):

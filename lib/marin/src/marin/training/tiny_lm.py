@@ -5,7 +5,7 @@ layer, logits over the vocabulary (a neural bigram model). It is small enough to
 seconds on a CPU and exercises everything the training adapter needs: a params pytree,
 optax optimizer state, a jitted step, and a typed PRNG key in the state.
 
-    from marin.tpu import tiny_lm, train_on_tpu
+    from marin.training import tiny_lm, train_on_tpu
     train_on_tpu(tiny_lm.train_step, tiny_lm.init_state, "gs://b/tokens",  # a token cache
                  tpu_type="v4-8", batch_size=8, seq_len=64, num_steps=200, checkpoint_path="gs://b/ckpt")
 
@@ -25,7 +25,7 @@ from zephyr import Dataset, create_backend
 from zephyr.io.files import atomic_write, url_to_fs
 
 from marin.tokenize import finish_token_cache, tokenize_dataset
-from marin.tpu.train import train_on_tpu
+from marin.training.train import train_on_tpu
 
 __all__ = [
     "TinyLMConfig",

@@ -4,21 +4,21 @@ A cache is what ``Dataset.write_tokens`` plus ``zephyr.io.tokens.write_token_led
 flat ``.npy`` token shards and a ``ledger.json`` with each shard's token count, dtype and
 data offset. The global token stream is the shards' tokens in ledger order (documents back
 to back, each ending with the end-of-document token the tokenizer put there); it is the
-same stream :class:`marin.tpu.data.TokenBatches` cuts from JSON shards, so the same data
+same stream :class:`marin.training.data.TokenBatches` cuts from JSON shards, so the same data
 gives the same batches either way.
 
 :class:`TokenCache` maps a global position to ``(shard, offset)`` by a binary search over the
 ledger's cumulative counts (no scan) and reads ``[start, stop)`` with one ranged
 ``cat_file`` per shard touched. :class:`CacheBatches` cuts the stream into
 ``[batch_size, seq_len]`` batches (wrapping into the next epoch) and reads only ``rows``,
-so on H hosts each reads about 1/H of the bytes. Its :class:`~marin.tpu.data.DataPosition`
+so on H hosts each reads about 1/H of the bytes. Its :class:`~marin.training.data.DataPosition`
 is ``(epoch, shard, 0, offset in shard)``, saved with checkpoints like the JSON reader's.
 
 :class:`MixtureBatches` draws each row of ``seq_len`` tokens from one of several caches by
 weight: smooth weighted round robin over the global row sequence (row ``r`` goes to the
 source furthest behind its share ``weight * (r + 1)``; ties to the first), so it needs no
 seed, keeps every prefix within one row of the weights, and its position is just the rows
-each source has given (:class:`~marin.tpu.data.MixturePosition`): a resumed reader continues
+each source has given (:class:`~marin.training.data.MixturePosition`): a resumed reader continues
 every source at its exact token.
 """
 
@@ -31,7 +31,7 @@ import numpy as np
 from zephyr.io import exists
 from zephyr.io.files import url_to_fs
 
-from marin.tpu.data import DataPosition, MixturePosition, batch_rows
+from marin.training.data import DataPosition, MixturePosition, batch_rows
 
 __all__ = ["CacheBatches", "MixtureBatches", "TokenCache", "is_token_cache", "ledger_path"]
 

@@ -39,7 +39,7 @@ import fsspec
 import jax
 import numpy as np
 
-from marin.tpu.data import DataPosition, position_from_dict
+from marin.training.data import DataPosition, position_from_dict
 
 __all__ = ["FORMAT", "Checkpoint", "Checkpointer", "latest_step", "load_checkpoint", "save_checkpoint"]
 
