@@ -24,6 +24,7 @@ from zephyr.status import start_dashboard
 
 from marin.execution.runner import Executor, ExecutorInterrupted
 from marin.execution.steps import ExecutorStep, InputName
+from marin.logs import LOG_FORMAT, show_marin_lines
 
 __all__ = ["ExecutorMainConfig", "executor_main"]
 
@@ -130,20 +131,12 @@ def _start_dashboard(config: ExecutorMainConfig):
     return dashboard
 
 
-_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-
-
 def _show_executor_lines() -> None:
     """INFO lines of `marin.*` (which step runs, succeeds, is skipped) reach the console unless
     the program configured logging itself. A library may have put a WARNING-level handler on
     the root logger (absl does when JAX is imported), which would hide them: then `marin` gets
     its own handler."""
-    root, marin_logger = logging.getLogger(), logging.getLogger("marin")
-    if not root.handlers:
-        logging.basicConfig(level=logging.INFO, format=_FORMAT)
-    elif marin_logger.getEffectiveLevel() > logging.INFO and not marin_logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter(_FORMAT))
-        marin_logger.addHandler(handler)
-        marin_logger.setLevel(logging.INFO)
-        marin_logger.propagate = False
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    elif logging.getLogger("marin").getEffectiveLevel() > logging.INFO:
+        show_marin_lines()

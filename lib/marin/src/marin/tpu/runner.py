@@ -39,7 +39,6 @@ import asyncio
 import glob
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -56,6 +55,7 @@ from marin.tpu import distributed
 from marin.tpu.distributed import INIT_TIMEOUT_S, DistributedConfig
 from marin.tpu.errors import TpuPreemptedError, TpuSetupError, is_preemption
 from marin.tpu.lockfile import remove_tpu_lockfile_on_exit
+from marin.logs import show_marin_lines
 from marin.tpu.slices import TPU_RESOURCE, TpuSlice, parse_tpu_type
 
 __all__ = [
@@ -413,16 +413,8 @@ def _tpu_worker_id() -> int | None:
 def _show_marin_logs() -> None:
     """Let INFO lines of ``marin.*`` (training metrics) reach the worker's stderr, which Ray
     forwards to the driver, unless the process already configured logging."""
-    marin_logger = logging.getLogger("marin")
-    if marin_logger.handlers or logging.getLogger().handlers:
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    marin_logger.addHandler(handler)
-    marin_logger.setLevel(logging.INFO)
-    # only through this handler: a library that configures the root logger later (absl does)
-    # would otherwise print every line a second time
-    marin_logger.propagate = False
+    if not logging.getLogger().handlers:
+        show_marin_lines()
 
 
 def _current_slice_name(node_id: str) -> str | None:
