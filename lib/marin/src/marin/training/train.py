@@ -141,81 +141,165 @@ def train_loop(
 
     from marin.training.checkpoint import Checkpointer
 
-    for name, value in (("batch_size", batch_size), ("seq_len", seq_len), ("checkpoint_every", checkpoint_every),
-                        ("log_every", log_every), ("keep_checkpoints", keep_checkpoints)):
+    _check_counts(batch_size=batch_size, seq_len=seq_len, checkpoint_every=checkpoint_every, log_every=log_every,
+                  keep_checkpoints=keep_checkpoints, num_steps=num_steps)
+    source = _resolve_data(data)
+    mesh = _resolve_mesh(mesh, mesh_shape, axis_names)
+    check_batch_size(batch_size, mesh)
+    rows_sharding, global_shape = batch_sharding(mesh), (batch_size, seq_len)
+    key = jax.random.key(seed)
+    abstract, shardings = _abstract_state(init_state, key, state_sharding, mesh)
+    data_facts = _data_facts(source.shards, batch_size, seq_len, field)
+    with Checkpointer(checkpoint_path, keep=keep_checkpoints, async_save=async_checkpoints) as checkpoints, \
+            jax.set_mesh(mesh):
+        run = _restore_or_start(checkpoints, abstract, lambda: jax.jit(init_state, out_shardings=shardings)(key),
+                                data_facts, mesh, len(source.shards))
+        batches = source.batches(batch_size, seq_len, field, run.position, process_rows(rows_sharding, global_shape))
+        run.position = batches.position
+        schedule = _Schedule(num_steps, log_every, checkpoint_every)
+        _run_steps(train_step, batches, run, schedule,
+                   lambda rows: jax.make_array_from_process_local_data(rows_sharding, rows, global_shape),
+                   checkpoint_path)
+        if run.last_saved != run.step:  # num_steps == 0 on a fresh run
+            run.save()
+        checkpoints.wait()
+    return TrainResult(step=run.step, checkpoint_path=checkpoint_path, metrics=run.metrics,
+                       resumed_from=run.resumed_from, history=run.history, mesh=dict(mesh.shape),
+                       num_processes=jax.process_count())
+
+
+def _check_counts(*, num_steps: int, **positive: int) -> None:
+    for name, value in positive.items():
         if value < 1:
             raise ValueError(f"{name} must be positive, got {value}")
     if num_steps < 0:
         raise ValueError(f"num_steps must be >= 0, got {num_steps}")
-    mixture = [(source, float(weight)) for source, weight in data.items()] if isinstance(data, Mapping) else None
-    cache = ledger_path(data) if mixture is None and is_token_cache(data) else None
-    shards = [f"{ledger_path(s)}*{w!r}" for s, w in mixture] if mixture else [cache] if cache else resolve_shards(data)
+
+
+@dataclass(frozen=True)
+class _Data:
+    """Where the batches come from: a weighted mixture of token caches, one cache, or shards."""
+
+    shards: list[str]  # what a saved data position refers to (their names go into the checkpoint)
+    mixture: list[tuple[str, float]] | None = None
+    cache: str | None = None
+
+    def batches(self, batch_size: int, seq_len: int, field: str, position: Any, rows: Any):
+        """This host's reader of its ``rows`` of every global batch, from ``position`` on."""
+        shape = {"batch_size": batch_size, "seq_len": seq_len, "position": position, "rows": rows}
+        if self.mixture:
+            return MixtureBatches(self.mixture, **shape)
+        if self.cache:
+            return CacheBatches(self.cache, **shape)
+        return TokenBatches(self.shards, field=field, **shape)
+
+
+def _resolve_data(data: str | Sequence[str] | Mapping[str, float]) -> _Data:
+    if isinstance(data, Mapping):
+        mixture = [(source, float(weight)) for source, weight in data.items()]
+        return _Data([f"{ledger_path(s)}*{w!r}" for s, w in mixture], mixture=mixture)
+    if is_token_cache(data):
+        cache = ledger_path(data)
+        return _Data([cache], cache=cache)
+    return _Data(resolve_shards(data))
+
+
+def _resolve_mesh(mesh: Any, mesh_shape: Sequence[int] | None, axis_names: Sequence[str]) -> Any:
     if mesh is None:
-        mesh = make_mesh(mesh_shape, axis_names)
-    elif DATA_AXIS not in mesh.axis_names:
+        return make_mesh(mesh_shape, axis_names)
+    if DATA_AXIS not in mesh.axis_names:
         raise ValueError(f"mesh must have a {DATA_AXIS!r} axis (the batch axis), got axes {mesh.axis_names}")
-    check_batch_size(batch_size, mesh)
-    rows_sharding, global_shape = batch_sharding(mesh), (batch_size, seq_len)
-    key = jax.random.key(seed)
+    return mesh
+
+
+def _abstract_state(init_state: InitState, key: Any, state_sharding: StateSharding, mesh: Any) -> tuple[Any, Any]:
+    """The state's structure (shapes, dtypes, shardings), traced without computing it, and its shardings."""
+    import jax
+
     abstract = jax.eval_shape(init_state, key)
     shardings = state_shardings(state_sharding, abstract, mesh)
     abstract = jax.tree_util.tree_map(
         lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding), abstract, shardings,
     )
-    data_facts = _data_facts(shards, batch_size, seq_len, field)
-    with Checkpointer(checkpoint_path, keep=keep_checkpoints, async_save=async_checkpoints) as checkpoints, \
-            jax.set_mesh(mesh):
-        restored = checkpoints.restore(abstract)
-        if restored is None:
-            state, step, position, metrics, history = jax.jit(init_state, out_shardings=shardings)(key), 0, \
-                None, {}, []
-            logger.info("starting at step 0 on %d %s devices, mesh %s (%d shards)", jax.device_count(),
-                        jax.default_backend(), dict(mesh.shape), len(shards))
-        else:
-            _check_same_data(restored.data, data_facts, restored.path)
-            state, step, position, metrics = restored.state, restored.step, restored.data_position, restored.metrics
-            history = list(restored.history)
-            logger.info("resuming at step %d from %s (data at %s), mesh %s", step, restored.path, position,
-                        dict(mesh.shape))
-        rows = process_rows(rows_sharding, global_shape)
-        if mixture:
-            batches = MixtureBatches(mixture, batch_size=batch_size, seq_len=seq_len, position=position, rows=rows)
-        elif cache:
-            batches = CacheBatches(cache, batch_size=batch_size, seq_len=seq_len, position=position, rows=rows)
-        else:
-            batches = TokenBatches(shards, batch_size=batch_size, seq_len=seq_len, field=field, position=position,
-                                   rows=rows)
-        position = batches.position
-        last_saved = step if restored is not None else None
-        window_start, window_step = time.monotonic(), step
-        with _Prefetcher(batches, PREFETCH_BATCHES) as prefetched, PreemptionWatch(jax.process_count()) as watch:
-            while step < num_steps:
-                rows, position = next(prefetched)
-                batch = jax.make_array_from_process_local_data(rows_sharding, rows, global_shape)
-                state, step_metrics = train_step(state, batch)
-                step += 1
-                if step % log_every == 0 or step == num_steps:
-                    metrics = _host_scalars(step_metrics)
-                    history.append({**metrics, "step": step})
-                    now = time.monotonic()
-                    rate = (step - window_step) / max(now - window_start, 1e-9)
-                    window_start, window_step = now, step
-                    logger.info("step %d: %s (%.1f steps/s)", step, _format(metrics), rate)
-                if step % checkpoint_every == 0 or step == num_steps:
-                    checkpoints.save(step, state, position, metrics=metrics, history=history, data=data_facts)
-                    last_saved = step
-                if step < num_steps and watch.requested(step, checkpoints.manager):
-                    if last_saved != step:
-                        checkpoints.save(step, state, position, metrics=metrics, history=history, data=data_facts)
-                    checkpoints.wait()
-                    logger.warning("preemption notice: saved step %d, exiting", step)
-                    raise TrainingPreempted(step, checkpoint_path)
-        if last_saved != step:  # num_steps == 0 on a fresh run
-            checkpoints.save(step, state, position, metrics=metrics, history=history, data=data_facts)
-        checkpoints.wait()
-    return TrainResult(step=step, checkpoint_path=checkpoint_path, metrics=metrics,
-                       resumed_from=None if restored is None else restored.step, history=history,
-                       mesh=dict(mesh.shape), num_processes=jax.process_count())
+    return abstract, shardings
+
+
+@dataclass
+class _Run:
+    """Where a training run is: what each checkpoint holds, and the last step saved."""
+
+    checkpoints: Any  # the run's Checkpointer
+    data_facts: dict
+    state: Any
+    step: int = 0
+    position: DataPosition | None = None
+    metrics: dict = field(default_factory=dict)
+    history: list = field(default_factory=list)
+    resumed_from: int | None = None
+    last_saved: int | None = None
+
+    def save(self) -> None:
+        self.checkpoints.save(self.step, self.state, self.position, metrics=self.metrics, history=self.history,
+                              data=self.data_facts)
+        self.last_saved = self.step
+
+
+def _restore_or_start(checkpoints: Any, abstract: Any, init: Callable[[], Any], data_facts: dict, mesh: Any,
+                      num_shards: int) -> _Run:
+    """The latest complete checkpoint (refused when it read other data), else a fresh state at step 0."""
+    import jax
+
+    restored = checkpoints.restore(abstract)
+    if restored is None:
+        logger.info("starting at step 0 on %d %s devices, mesh %s (%d shards)", jax.device_count(),
+                    jax.default_backend(), dict(mesh.shape), num_shards)
+        return _Run(checkpoints, data_facts, init())
+    _check_same_data(restored.data, data_facts, restored.path)
+    logger.info("resuming at step %d from %s (data at %s), mesh %s", restored.step, restored.path,
+                restored.data_position, dict(mesh.shape))
+    return _Run(checkpoints, data_facts, restored.state, restored.step, restored.data_position, restored.metrics,
+                list(restored.history), resumed_from=restored.step, last_saved=restored.step)
+
+
+@dataclass(frozen=True)
+class _Schedule:
+    num_steps: int
+    log_every: int
+    checkpoint_every: int
+
+    def logs(self, step: int) -> bool:
+        return step % self.log_every == 0 or step == self.num_steps
+
+    def saves(self, step: int) -> bool:
+        return step % self.checkpoint_every == 0 or step == self.num_steps
+
+
+def _run_steps(train_step: TrainStep, batches: Any, run: _Run, schedule: _Schedule,
+               to_global: Callable[[Any], Any], checkpoint_path: str) -> None:
+    """Step until ``schedule.num_steps``: log, checkpoint, and on a preemption notice save and exit."""
+    import jax
+
+    window_start, window_step = time.monotonic(), run.step
+    with _Prefetcher(batches, PREFETCH_BATCHES) as prefetched, PreemptionWatch(jax.process_count()) as watch:
+        while run.step < schedule.num_steps:
+            rows, run.position = next(prefetched)
+            run.state, step_metrics = train_step(run.state, to_global(rows))
+            run.step += 1
+            if schedule.logs(run.step):
+                run.metrics = _host_scalars(step_metrics)
+                run.history.append({**run.metrics, "step": run.step})
+                now = time.monotonic()
+                rate = (run.step - window_step) / max(now - window_start, 1e-9)
+                window_start, window_step = now, run.step
+                logger.info("step %d: %s (%.1f steps/s)", run.step, _format(run.metrics), rate)
+            if schedule.saves(run.step):
+                run.save()
+            if run.step < schedule.num_steps and watch.requested(run.step, run.checkpoints.manager):
+                if run.last_saved != run.step:
+                    run.save()
+                run.checkpoints.wait()
+                logger.warning("preemption notice: saved step %d, exiting", run.step)
+                raise TrainingPreempted(run.step, checkpoint_path)
 
 
 def _data_facts(shards: Sequence[str], batch_size: int, seq_len: int, field: str) -> dict:
