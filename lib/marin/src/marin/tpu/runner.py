@@ -155,33 +155,55 @@ def run_on_tpu(
     _check_count("max_retries_failure", max_retries_failure, minimum=0)
     launch = _Launch(spec, num_slices, num_cpus, runtime_env or {}, fresh_process,
                      jax_distributed and spec.num_hosts * num_slices > 1)
-    preemptions = failures = 0
+    budget = _RetryBudget(tpu_type, num_slices, max_retries_preemption, max_retries_failure)
     while True:
         try:
             return _attempt(fn, launch)
         except TpuSetupError:
             raise
-        except Exception as error:  # noqa: BLE001 - classified below, then re-raised
-            if is_preemption(error):
-                preemptions += 1
-                if preemptions > max_retries_preemption:
-                    raise TpuPreemptedError(
-                        f"{tpu_type} x{num_slices}: lost a host {preemptions} times, more than "
-                        f"max_retries_preemption={max_retries_preemption}; last error: {error}"
-                    ) from error
-                logger.warning("%s: host lost (preemption %d/%d), restarting: %s",
-                               tpu_type, preemptions, max_retries_preemption, _first_line(error))
-                continue
-            failures += 1
-            user_error = _user_error(error)
-            if failures > max_retries_failure:
-                user_error.add_note(
-                    f"run_on_tpu({tpu_type!r}): fn failed {failures} times "
-                    f"(max_retries_failure={max_retries_failure}); {preemptions} preemptions"
-                )
-                raise user_error from None
-            logger.warning("%s: fn failed (failure %d/%d), retrying: %s",
-                           tpu_type, failures, max_retries_failure, _first_line(user_error))
+        except Exception as error:  # noqa: BLE001 - classified, then retried or re-raised
+            budget.charge(error)
+
+
+@dataclass
+class _RetryBudget:
+    """Counts the losses (preemptions) and failures of a run; raises when either runs out."""
+
+    tpu_type: str
+    num_slices: int
+    max_preemptions: int
+    max_failures: int
+    preemptions: int = 0
+    failures: int = 0
+
+    def charge(self, error: BaseException) -> None:
+        """Count ``error`` against its budget: return to retry, or raise when it is spent.
+
+        Raises:
+            TpuPreemptedError: a host was lost more than ``max_preemptions`` times.
+            Exception: ``fn``'s own error (the innermost task error, with a note), after
+                more than ``max_failures`` failures.
+        """
+        if is_preemption(error):
+            self.preemptions += 1
+            if self.preemptions > self.max_preemptions:
+                raise TpuPreemptedError(
+                    f"{self.tpu_type} x{self.num_slices}: lost a host {self.preemptions} times, more than "
+                    f"max_retries_preemption={self.max_preemptions}; last error: {error}"
+                ) from error
+            logger.warning("%s: host lost (preemption %d/%d), restarting: %s",
+                           self.tpu_type, self.preemptions, self.max_preemptions, _first_line(error))
+            return
+        self.failures += 1
+        user_error = _user_error(error)
+        if self.failures > self.max_failures:
+            user_error.add_note(
+                f"run_on_tpu({self.tpu_type!r}): fn failed {self.failures} times "
+                f"(max_retries_failure={self.max_failures}); {self.preemptions} preemptions"
+            )
+            raise user_error from None
+        logger.warning("%s: fn failed (failure %d/%d), retrying: %s",
+                       self.tpu_type, self.failures, self.max_failures, _first_line(user_error))
 
 
 def _check_count(name: str, value: int, *, minimum: int) -> None:
