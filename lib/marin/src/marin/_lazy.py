@@ -13,8 +13,10 @@ from collections.abc import Callable, Iterable
 __all__ = ["lazy_names"]
 
 
-def lazy_names(package: str, table: dict[str, Iterable[str]]) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
-    """``(__getattr__, __dir__)`` for `package`, given {module: the names it provides}.
+def lazy_names(
+    package: str, table: dict[str, Iterable[str]]
+) -> tuple[Callable[[str], object], Callable[[], list[str]], list[str]]:
+    """``(__getattr__, __dir__, __all__)`` for `package`, given {module: the names it provides}.
 
     A loaded name is cached in the package's namespace, so each is looked up once.
     """
@@ -30,4 +32,4 @@ def lazy_names(package: str, table: dict[str, Iterable[str]]) -> tuple[Callable[
     def __dir__() -> list[str]:
         return sorted({*vars(importlib.import_module(package)), *where})
 
-    return __getattr__, __dir__
+    return __getattr__, __dir__, sorted(where)

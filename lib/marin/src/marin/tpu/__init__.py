@@ -18,54 +18,14 @@ nor JAX; Ray loads when a slice is run, JAX when the training adapter is used (i
 
 from __future__ import annotations
 
+from marin import training as _training
 from marin._lazy import lazy_names
 
-__getattr__, __dir__ = lazy_names(__name__, {
+__getattr__, __dir__, __all__ = lazy_names(__name__, {
     "marin.tpu.slices": ("GENERATIONS", "TpuGeneration", "TpuSlice", "host_resources", "parse_tpu_type",
                          "simulated_host", "tpu_head_resource", "tpu_resources", "valid_tpu_types"),
     "marin.tpu.lockfile": ("remove_tpu_lockfile", "remove_tpu_lockfile_on_exit"),
     "marin.tpu.errors": ("TpuPreemptedError", "TpuSetupError", "is_preemption"),
     "marin.tpu.runner": ("PREEMPTION_ERRORS", "run_on_tpu"),
-    "marin.training": ("CacheBatches", "Checkpoint", "Checkpointer", "DataPosition", "MixtureBatches",
-                       "MixturePosition", "PREEMPTED_EXIT_CODE", "TokenBatches", "TokenCache", "TrainResult",
-                       "TrainingPreempted", "fsdp_sharding", "latest_step", "load_checkpoint", "make_mesh",
-                       "resolve_shards", "save_checkpoint", "train_loop", "train_on_tpu"),
+    "marin.training": _training.__all__,  # its earlier home
 })
-
-__all__ = [
-    "GENERATIONS",
-    "PREEMPTED_EXIT_CODE",
-    "PREEMPTION_ERRORS",
-    "CacheBatches",
-    "Checkpoint",
-    "Checkpointer",
-    "DataPosition",
-    "MixtureBatches",
-    "MixturePosition",
-    "TokenBatches",
-    "TokenCache",
-    "TpuGeneration",
-    "TpuPreemptedError",
-    "TpuSetupError",
-    "TpuSlice",
-    "TrainResult",
-    "TrainingPreempted",
-    "fsdp_sharding",
-    "host_resources",
-    "is_preemption",
-    "latest_step",
-    "load_checkpoint",
-    "make_mesh",
-    "parse_tpu_type",
-    "remove_tpu_lockfile",
-    "remove_tpu_lockfile_on_exit",
-    "resolve_shards",
-    "run_on_tpu",
-    "save_checkpoint",
-    "simulated_host",
-    "tpu_head_resource",
-    "tpu_resources",
-    "train_loop",
-    "train_on_tpu",
-    "valid_tpu_types",
-]

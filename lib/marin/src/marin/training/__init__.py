@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from marin._lazy import lazy_names
 
-__getattr__, __dir__ = lazy_names(__name__, {
+__getattr__, __dir__, __all__ = lazy_names(__name__, {
     "marin.training.data": ("DataPosition", "MixturePosition", "TokenBatches", "resolve_shards"),
     "marin.training.token_cache": ("CacheBatches", "MixtureBatches", "TokenCache"),
     "marin.training.preemption": ("PREEMPTED_EXIT_CODE", "TrainingPreempted"),
@@ -28,25 +28,3 @@ __getattr__, __dir__ = lazy_names(__name__, {
     "marin.training.checkpoint": ("Checkpoint", "Checkpointer", "latest_step", "load_checkpoint", "save_checkpoint"),
     "marin.training.mesh": ("fsdp_sharding", "make_mesh"),
 })
-
-__all__ = [
-    "PREEMPTED_EXIT_CODE",
-    "CacheBatches",
-    "Checkpoint",
-    "Checkpointer",
-    "DataPosition",
-    "MixtureBatches",
-    "MixturePosition",
-    "TokenBatches",
-    "TokenCache",
-    "TrainResult",
-    "TrainingPreempted",
-    "fsdp_sharding",
-    "latest_step",
-    "load_checkpoint",
-    "make_mesh",
-    "resolve_shards",
-    "save_checkpoint",
-    "train_loop",
-    "train_on_tpu",
-]
