@@ -6,6 +6,7 @@ module top, inside functions and under ``if TYPE_CHECKING:``.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import subprocess
 import sys
@@ -76,3 +77,20 @@ def test_facades_resolve_every_name():
         missing = [name for name in facade.__all__ if not hasattr(facade, name)]
         assert missing == [], f"{facade.__name__} lists names it cannot load: {missing}"
     assert marin.tpu.train_loop is marin.training.train_loop
+
+
+def _code_lines(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of a function from its first statement after the docstring to its end."""
+    body = function.body
+    has_doc = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and len(body) > 1
+    return function.end_lineno - body[1 if has_doc else 0].lineno + 1
+
+
+def test_no_marin_function_is_over_60_lines_of_code():
+    """Issue 22: train_loop (143 lines), run_on_tpu and the cluster CLI's build_parser did many jobs at once."""
+    long = []
+    for path in sorted(MARIN_DIR.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _code_lines(node) > 60:
+                long.append(f"{path.relative_to(MARIN_DIR)}:{node.lineno} {node.name} ({_code_lines(node)} lines)")
+    assert long == []
