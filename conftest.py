@@ -411,6 +411,12 @@ def ray_cluster_module():
     yield from _ray_clusters()
 
 
+@pytest.fixture(name="free_port")
+def free_port_fixture():
+    """`free_port()`: a TCP port that nothing listens on right now (the tests' one finder)."""
+    return free_port
+
+
 @pytest.fixture(name="wait_until")
 def wait_until_fixture():
     """`wait_until(condition, what, timeout=WAIT_TIMEOUT)`: poll until truthy, else TimeoutError naming `what`."""

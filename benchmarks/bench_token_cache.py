@@ -105,7 +105,7 @@ def step_rate(batch: int, seq_len: int) -> float:
     import jax
     import jax.numpy as jnp
 
-    from marin.tpu import tiny_lm
+    from marin.training import tiny_lm
 
     state = tiny_lm.init_state(jax.random.key(0))
     tokens = jnp.zeros((batch, seq_len), dtype=jnp.int32)
@@ -123,8 +123,8 @@ def main(argv=None) -> dict:
     from zephyr import Dataset, create_backend
 
     from marin.tokenize import TokenizeConfig, load_tokenizer, tokenize_to_cache
-    from marin.tpu.data import TokenBatches
-    from marin.tpu.token_cache import CacheBatches
+    from marin.training.data import TokenBatches
+    from marin.training.token_cache import CacheBatches
 
     results: dict = {"machine": machine(), "load_before": load_average(), "args": vars(args)}
     with work_dir(args.work_dir, "bench-token-cache-") as root:

@@ -92,7 +92,7 @@ def timed_step(step, state, batch):
 
 
 def model(args):
-    from marin.tpu import tiny_lm
+    from marin.training import tiny_lm
 
     config = tiny_lm.TinyLMConfig(embed_dim=args.embed, hidden_dim=args.hidden)
     step = functools.partial(timed_step, functools.partial(tiny_lm.train_step, config=config))
@@ -112,7 +112,7 @@ WARMUP = 10
 
 
 def run_adapter(args, data: str, checkpoint_path: str) -> float:
-    from marin.tpu import train_loop
+    from marin.training import train_loop
 
     step, init, _ = model(args)
     start = time.perf_counter()
@@ -165,7 +165,7 @@ def run_hand_written(args, batches, checkpoint_path: str) -> float:
 def load_stream(data: str, tokens: int):
     import numpy as np
 
-    from marin.tpu import TokenBatches, resolve_shards
+    from marin.training import TokenBatches, resolve_shards
 
     batches = TokenBatches(resolve_shards(data), batch_size=1, seq_len=tokens)
     return np.asarray(next(batches)).ravel()

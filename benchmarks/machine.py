@@ -41,12 +41,8 @@ def work_dir(path: str | None, prefix: str) -> Iterator[str]:
 def start_local_ray(cores: int) -> None:
     """A private local Ray with `cores` CPUs, quiet, with no dashboard; its dashboard port is
     chosen free, not Ray's default 8265, which another user's Ray on the machine may hold."""
-    import socket
-
     import ray
+    from zephyr.backends.ray_local import free_port
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    ray.init(address="local", num_cpus=cores, include_dashboard=False, dashboard_port=port,
+    ray.init(address="local", num_cpus=cores, include_dashboard=False, dashboard_port=free_port(),
              log_to_driver=False, configure_logging=False)

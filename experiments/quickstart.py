@@ -236,7 +236,7 @@ class TrainConfig:
 
 
 def train(config: TrainConfig) -> None:
-    from marin.tpu import tiny_lm, train_on_tpu
+    from marin.training import tiny_lm, train_on_tpu
 
     start = time.perf_counter()
     result = train_on_tpu(

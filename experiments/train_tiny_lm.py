@@ -22,7 +22,7 @@ import os
 
 from marin.execution import ExecutorStep, executor_main, output_path_of, this_output_path, versioned
 from marin.tpu import simulated_host
-from marin.tpu.tiny_lm import TokenizeConfig, TrainConfig, read_result, tokenize_corpus, train
+from marin.training.tiny_lm import TokenizeConfig, TrainConfig, read_result, tokenize_corpus, train
 
 TPU_TYPE = "v4-8"
 

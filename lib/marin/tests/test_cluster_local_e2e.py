@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from marin.cluster import cli, local
+from marin.cluster import cli, local, procfs
 from marin.cluster.auth import auth_headers
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -422,7 +422,7 @@ def test_stop_ends_a_cluster_process_still_listening_on_its_ports(tmp_path):
         cluster = local.LocalCluster(directory=str(tmp_path / "state"), temp_dir=str(session), num_cpus=1,
                                      head=local.LocalNode(pid=gone.pid, ports={"agent_http": port}, resources={}),
                                      marker="stand-in-marker-nobody-has")
-        assert local._listeners({port}) == {port: [agent.pid]}  # the fault is in place
+        assert procfs.listeners({port}) == {port: [agent.pid]}  # the fault is in place
         assert local._cleanup(cluster, grace=0.1) == {}
         assert agent.wait(timeout=60) == -signal.SIGKILL
         with socket.socket() as sock:

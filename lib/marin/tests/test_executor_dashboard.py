@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import threading
 import time
 import urllib.error
@@ -44,18 +43,12 @@ def gated_pipeline(config: GatedConfig) -> None:
     list(backend.execute(ds.write_jsonl(f"{config.output_path}/part-{{shard}}.jsonl")))
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def get_json(url: str):
     with urllib.request.urlopen(url, timeout=30) as response:
         return json.loads(response.read())
 
 
-def test_executor_main_serves_the_status_page_of_its_steps_pipelines(tmp_path, capsys):
+def test_executor_main_serves_the_status_page_of_its_steps_pipelines(tmp_path, capsys, free_port):
     gates = tmp_path / "gates"
     gates.mkdir()
     step = ExecutorStep(name="gated", fn=gated_pipeline, config=GatedConfig(gates=str(gates), output_path=this_output_path()))

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from fsspec.implementations.local import LocalFileSystem
 
-from marin.tpu.data import DataPosition, TokenBatches
-from marin.tpu.token_cache import CacheBatches, MixtureBatches, TokenCache, is_token_cache
+from marin.training.data import DataPosition, TokenBatches
+from marin.training.token_cache import CacheBatches, MixtureBatches, TokenCache, is_token_cache
 from zephyr import Dataset, create_backend
 from zephyr.io.tokens import offsets_path, write_token_ledger, write_tokens_file
 
@@ -216,10 +216,10 @@ def test_train_loop_on_a_mixture_resumes_to_the_same_params(tmp_path):
     resumed run (6 steps, then on to 10) ends with the parameters of a run of 10 in one go."""
     import jax
 
-    from marin.tpu import tiny_lm
-    from marin.tpu.checkpoint import load_checkpoint
-    from marin.tpu.data import MixturePosition
-    from marin.tpu.train import train_loop
+    from marin.training import tiny_lm
+    from marin.training.checkpoint import load_checkpoint
+    from marin.training.data import MixturePosition
+    from marin.training.train import train_loop
 
     texts = [f"{i}: all happy families are alike" for i in range(10)]
     sources = {}
@@ -246,7 +246,7 @@ def test_train_loop_on_a_mixture_resumes_to_the_same_params(tmp_path):
 def test_one_token_check_for_the_cache_writer_and_the_json_reader(tmp_path):
     """The cache writer and the JSON/Parquet token reader share zephyr.io.tokens.token_array:
     a bad token list names the file, record and field in both, and the bounds are each one's."""
-    from marin.tpu.data import _as_tokens
+    from marin.training.data import _as_tokens
     from zephyr.io.tokens import token_array
 
     assert token_array([1, 2, 3], "f: record 0", 0, 3).tolist() == [1, 2, 3]

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from marin.tokenize import TokenizeConfig, load_tokenizer, tokenize_to_cache
-from marin.tpu.token_cache import TokenCache
+from marin.training.token_cache import TokenCache
 
 CORPUS = [f"{i}: the quick brown fox jumps over the lazy dog; all happy families are alike." * (1 + i % 3)
           for i in range(40)]

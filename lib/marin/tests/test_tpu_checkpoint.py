@@ -21,7 +21,7 @@ jax = pytest.importorskip("jax")
 
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
-from marin.tpu import Checkpointer, DataPosition, latest_step, load_checkpoint, save_checkpoint, tiny_lm, train_loop  # noqa: E402
+from marin.training import Checkpointer, DataPosition, latest_step, load_checkpoint, save_checkpoint, tiny_lm, train_loop  # noqa: E402
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "train_tiny_lm.py")
 TMP_SUFFIX = ".orbax-checkpoint-tmp"

@@ -15,8 +15,8 @@ jax = pytest.importorskip("jax")
 
 from jax.sharding import Mesh, PartitionSpec as P  # noqa: E402
 
-from marin.tpu import DataPosition, TokenBatches, fsdp_sharding, make_mesh, tiny_lm, train_loop  # noqa: E402
-from marin.tpu.checkpoint import load_checkpoint  # noqa: E402
+from marin.training import DataPosition, TokenBatches, fsdp_sharding, make_mesh, tiny_lm, train_loop  # noqa: E402
+from marin.training.checkpoint import load_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.slow  # each test compiles and trains on 8 devices (seconds apiece)
 
@@ -127,7 +127,7 @@ def test_state_sharding_as_a_prefix_tree_of_specs(tokens, tmp_path):
 
 
 def test_hosts_rows_add_up_to_the_one_host_batches(tokens):
-    from marin.tpu import resolve_shards
+    from marin.training import resolve_shards
 
     shards = resolve_shards(tokens)
     whole = TokenBatches(shards, batch_size=8, seq_len=10)
@@ -151,7 +151,7 @@ def test_hosts_rows_add_up_to_the_one_host_batches(tokens):
 
 
 def test_position_is_global_across_row_subsets(tokens):
-    from marin.tpu import resolve_shards
+    from marin.training import resolve_shards
 
     shards = resolve_shards(tokens)
     a = TokenBatches(shards, batch_size=4, seq_len=16, rows=[(0, 1)])

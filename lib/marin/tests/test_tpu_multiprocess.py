@@ -14,7 +14,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 
-from marin.tpu import fsdp_sharding, load_checkpoint, tiny_lm, train_loop  # noqa: E402
+from marin.training import fsdp_sharding, load_checkpoint, tiny_lm, train_loop  # noqa: E402
 from marin.tpu.distributed import free_port  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -16,9 +16,9 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from marin.tpu import tiny_lm
-from marin.tpu.checkpoint import latest_step, load_checkpoint
-from marin.tpu.preemption import PREEMPTED_EXIT_CODE
+from marin.training import tiny_lm
+from marin.training.checkpoint import latest_step, load_checkpoint
+from marin.training.preemption import PREEMPTED_EXIT_CODE
 from zephyr import Dataset, create_backend
 from zephyr.io.tokens import write_token_ledger
 

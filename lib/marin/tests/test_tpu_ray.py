@@ -35,7 +35,7 @@ from marin.tpu import (  # noqa: E402
     train_loop,
     train_on_tpu,
 )
-from marin.tpu import tiny_lm  # noqa: E402
+from marin.training import tiny_lm  # noqa: E402
 from marin.tpu.runner import SLICE_NAME_LABEL  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

@@ -305,7 +305,7 @@ def test_reporting_host_selection(monkeypatch, process_count, process_index, hos
     """Bug 2: the reporter had to be both JAX process 0 and MARIN_TPU_HOST_ID 0; on a real
     multi-host slice these can disagree and then no host reported."""
     jax = pytest.importorskip("jax")
-    from marin.tpu import train
+    from marin.training import train
 
     monkeypatch.setattr(jax, "process_count", lambda: process_count)
     monkeypatch.setattr(jax, "process_index", lambda: process_index)
@@ -315,7 +315,7 @@ def test_reporting_host_selection(monkeypatch, process_count, process_index, hos
 
 def test_train_on_tpu_returns_process_0s_result(monkeypatch):
     """Bug 2: train_on_tpu returned results[0], not necessarily JAX process 0's."""
-    from marin.tpu import TrainResult, train
+    from marin.training import TrainResult, train
 
     def fake_run_on_tpu(fn, tpu_type, **kwargs):
         results = []

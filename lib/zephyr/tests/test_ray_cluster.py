@@ -119,16 +119,8 @@ TOKEN_SCRIPT = textwrap.dedent(
 )
 
 
-def _free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
-def token_head(tmp_path, wait_until):
+def token_head(tmp_path, wait_until, free_port):
     """A token-auth `ray start --head` on free ports with a private temp dir; killed after the test."""
     token_home = tmp_path / "home"
     token_home.mkdir()
@@ -136,10 +128,10 @@ def token_head(tmp_path, wait_until):
     token_file.write_text("a" * 32 + "zephyrtesttoken" + "b" * 17)
     env = {**os.environ, "HOME": str(token_home), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file)}
     env.pop("RAY_ADDRESS", None)
-    port = _free_port()
+    port = free_port()
     temp_dir = tempfile.mkdtemp(prefix="ztok-")  # short: Ray's socket paths must stay under ~107 chars
     log = tmp_path / "head.log"
-    ports = {name: _free_port() for name in ("ray-client-server", "node-manager", "object-manager", "dashboard",
+    ports = {name: free_port() for name in ("ray-client-server", "node-manager", "object-manager", "dashboard",
                                               "dashboard-agent-listen", "dashboard-agent-grpc", "runtime-env-agent",
                                               "metrics-export", "min-worker")}
     argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", f"--port={port}",

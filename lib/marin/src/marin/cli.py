@@ -6,6 +6,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from marin.cluster import cli as cluster_cli
+from marin.execution import show
+from marin.run import ray_run
+
 __all__ = ["main"]
 
 _USAGE = """usage: marin COMMAND ...
@@ -24,17 +28,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if args else 2
     command, rest = args[0], args[1:]
     if command == "cluster":
-        from marin.cluster.cli import main as cluster_main
-
-        return cluster_main(rest)
+        return cluster_cli.main(rest)
     if command == "run":
-        from marin.run.ray_run import main as run_main
-
-        return run_main(rest)
+        return ray_run.main(rest)
     if command == "steps":
-        from marin.execution.show import steps_main
-
-        return steps_main(rest)
+        return show.steps_main(rest)
     print(f"marin: unknown command {command!r}\n{_USAGE}", file=sys.stderr, end="")
     return 2
 

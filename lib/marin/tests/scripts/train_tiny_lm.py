@@ -35,7 +35,7 @@ def main() -> None:
         initialize(DistributedConfig(args.coordinator, args.num_processes, args.process_id))
     import jax
 
-    from marin.tpu import fsdp_sharding, tiny_lm, train_loop
+    from marin.training import fsdp_sharding, tiny_lm, train_loop
 
     config = tiny_lm.TinyLMConfig(embed_dim=args.embed, hidden_dim=args.hidden)
     result = train_loop(

@@ -9,8 +9,8 @@ import signal
 import sys
 import time
 
-from marin.tpu import tiny_lm
-from marin.tpu.train import train_loop
+from marin.training import tiny_lm
+from marin.training.train import train_loop
 
 cache, checkpoints, num_steps, pause_at, ready = sys.argv[1:6]
 calls = 0

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from marin.cluster import config, jobs, local, maintenance, registry
@@ -52,6 +52,7 @@ from marin.cluster.target import (
     record_forward,
     resolve_target,
 )
+from marin.run import ray_run
 
 __all__ = ["build_parser", "main"]
 
@@ -204,8 +205,6 @@ def cmd_list_jobs(target: Target, args: argparse.Namespace) -> int:
 
 
 def cmd_submit_job(target: Target, args: argparse.Namespace) -> int:
-    from marin.run import ray_run
-
     return ray_run.main(["--cluster", target.name, *args.ray_run_args])
 
 
@@ -289,6 +288,9 @@ def _flag_value(text: str) -> bool:
 
 _NO_TARGET = {"update-configs", "list-configs", *maintenance.NO_TARGET}
 
+AddCommand = Callable[[str, Callable, str], argparse.ArgumentParser]
+"""`add(name, func, help)`: a subcommand of `marin cluster` that runs `func(target, args)`."""
+
 
 def build_parser(prog: str = "marin cluster") -> argparse.ArgumentParser:
     dry_help = "Print the external commands instead of running them."
@@ -314,6 +316,14 @@ def build_parser(prog: str = "marin cluster") -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
+    for register in (_add_cluster_commands, _add_job_commands, _add_worker_and_auth_commands, _add_config_commands,
+                     maintenance.register):
+        register(add)
+    return parser
+
+
+def _add_cluster_commands(add: AddCommand) -> None:
+    """start-cluster, stop-cluster, restart-cluster, dashboard."""
     cpus_help = "CPUs of the local head (default $MARIN_LOCAL_NUM_CPUS or 2)."
     p = add("start-cluster", cmd_start, "Start the cluster (`ray up`, or a local head).")
     p.add_argument("--num-cpus", type=int, default=None, help=cpus_help)
@@ -332,6 +342,10 @@ def build_parser(prog: str = "marin cluster") -> argparse.ArgumentParser:
     p.add_argument("--num-cpus", type=int, default=None, help=cpus_help)
     p = add("dashboard", cmd_dashboard, "Port-forward the dashboard and print its URL.")
     p.add_argument("--port", type=int, default=DASHBOARD_PORT, help="Local port for the dashboard (default 8265).")
+
+
+def _add_job_commands(add: AddCommand) -> None:
+    """list-jobs, submit-job, job-logs, stop-job, wait-job."""
     add("list-jobs", cmd_list_jobs, "List submitted jobs, newest first.")
     p = add("submit-job", cmd_submit_job, "Submit a job: `python -m marin.run.ray_run` options, then -- COMMAND.")
     p.add_argument("ray_run_args", nargs=argparse.REMAINDER, help="ray_run options and the command after --.")
@@ -344,6 +358,10 @@ def build_parser(prog: str = "marin cluster") -> argparse.ArgumentParser:
     p = add("wait-job", cmd_wait_job, "Wait for a job to finish; exit 0 only if it succeeded.")
     p.add_argument("job_id", help="Submission id.")
     p.add_argument("--timeout", type=float, default=None, help="Give up after this many seconds.")
+
+
+def _add_worker_and_auth_commands(add: AddCommand) -> None:
+    """add-worker, auth, auth-env."""
     p = add("add-worker", cmd_add_worker, "Add a TPU worker by hand (reserved capacity cannot autoscale).")
     p.add_argument("tpu_type", metavar="TPU_TYPE", help="Accelerator type, e.g. v4-8, v6e-8.")
     p.add_argument(
@@ -355,6 +373,10 @@ def build_parser(prog: str = "marin cluster") -> argparse.ArgumentParser:
     p.add_argument("--name", help="TPU VM name (default: generated).")
     add("auth", cmd_auth, "Fetch and install the cluster's token (never printed); say how to open the dashboard.")
     add("auth-env", cmd_auth_env, 'Print `export` lines for Ray\'s CLI/SDK: eval "$(marin cluster ... auth-env)".')
+
+
+def _add_config_commands(add: AddCommand) -> None:
+    """update-configs, list-configs."""
     p = add(
         "update-configs",
         cmd_update_configs,
@@ -362,8 +384,6 @@ def build_parser(prog: str = "marin cluster") -> argparse.ArgumentParser:
     )
     p.add_argument("--check", action="store_true", help="Only check that the committed files are up to date.")
     add("list-configs", cmd_list_configs, "List the clusters and their configs.")
-    maintenance.register(add)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "marin cluster") -> int:

@@ -41,6 +41,8 @@ from zephyr.io.temporaries import process_alive  # zombie-aware; shared with Zep
 
 from marin.cluster.auth import auth_headers, read_token, redact
 from marin.cluster.commands import format_command, local_generate_token, local_ray_start
+from marin.cluster.procfs import cmdline_contains, find_processes, has_env_entry, listeners, signal_all
+from marin.tpu.slices import tpu_head_resource
 
 __all__ = [
     "HEAD_RESOURCES",
@@ -125,29 +127,16 @@ def _members(cluster: LocalCluster) -> list[int]:
     falls back to the sessions of node pids that are still alive. Reads Linux /proc;
     elsewhere only the nodes' own processes are known.
     """
-    proc = Path("/proc")
     nodes = {n.pid for n in (cluster.head, *cluster.workers)}
-    if not proc.is_dir():
+    if not Path("/proc").is_dir():
         return [pid for pid in nodes if process_alive(pid)]
-    tag = f"{MARKER_ENV}={cluster.marker}".encode() if cluster.marker else None
-    live_nodes = {pid for pid in nodes if tag is None and process_alive(pid)}
-    members = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if fields[0] == "Z":
-                continue
-            if tag is not None:
-                mine = tag in (entry / "environ").read_bytes().split(b"\0")
-            else:  # legacy state without a marker: `ray start` leads its session
-                mine = int(fields[3]) in live_nodes
-        except (OSError, IndexError, ValueError):
-            continue
-        if mine:
-            members.append(int(entry.name))
-    return members
+    if cluster.marker:
+        return find_processes(env_entry=_marker_entry(cluster))
+    return find_processes(sessions=[pid for pid in nodes if process_alive(pid)])  # `ray start` leads its session
+
+
+def _marker_entry(cluster: LocalCluster) -> bytes:
+    return f"{MARKER_ENV}={cluster.marker}".encode()
 
 
 def _read_state(directory: Path) -> LocalCluster | None:
@@ -366,8 +355,6 @@ def add_worker(
     tpu_type: str, directory: Path | None = None, *, num_cpus: int = 1, dry_run: bool = False
 ) -> LocalNode | None:
     """Join a node with `num_cpus` CPUs that looks like a `tpu_type` slice host."""
-    from marin.run.ray_run import tpu_head_resource
-
     directory = directory or state_dir()
     cluster = load(directory)
     if cluster is None and not dry_run:
@@ -436,14 +423,6 @@ def _wait_for_nodes(url: str, token: str, count: int, proc: subprocess.Popen, lo
     )
 
 
-def _signal_all(pids: list[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
 def _stragglers(cluster: LocalCluster) -> list[int]:
     """Processes of `cluster` still alive (for tests and `stop`)."""
     return _members(cluster)
@@ -454,7 +433,7 @@ def _cleanup(cluster: LocalCluster, grace: float = 3.0, port_wait: float = 15.0)
     make sure its ports are free: a process of the cluster still listening on one (Ray's
     dashboard and runtime-env agents once outlived a stop for minutes) is killed too.
     Returns {port: [pids]} of ports still held by processes that are not the cluster's."""
-    _signal_all(_members(cluster), signal.SIGTERM)
+    signal_all(_members(cluster), signal.SIGTERM)
     deadline = time.monotonic() + grace
     while (left := _members(cluster)) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -462,11 +441,11 @@ def _cleanup(cluster: LocalCluster, grace: float = 3.0, port_wait: float = 15.0)
     deadline = time.monotonic() + port_wait
     while True:
         left = set(_members(cluster))
-        held = _listeners(_cluster_ports(cluster))
+        held = listeners(_cluster_ports(cluster))
         left |= {pid for pids in held.values() for pid in pids if _is_cluster_process(cluster, pid)}
         if not left or time.monotonic() > deadline:  # what still holds a port is not ours
             break
-        _signal_all(sorted(left), signal.SIGKILL)
+        signal_all(sorted(left), signal.SIGKILL)
         time.sleep(0.2)
     shutil.rmtree(cluster.temp_dir, ignore_errors=True)
     _state_file(Path(cluster.directory)).unlink(missing_ok=True)
@@ -479,43 +458,9 @@ def _cluster_ports(cluster: LocalCluster) -> set[int]:
             if name not in ("min_worker", "max_worker") and isinstance(port, int)}
 
 
-def _listeners(ports: set[int]) -> dict[int, list[int]]:
-    """{port: pids} of processes listening on these local TCP ports (Linux /proc; {} elsewhere)."""
-    inodes: dict[str, int] = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            rows = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            port = int(fields[1].rsplit(":", 1)[1], 16)
-            if fields[3] == "0A" and port in ports:  # 0A: LISTEN
-                inodes[f"socket:[{fields[9]}]"] = port
-    held: dict[int, list[int]] = {}
-    if not inodes:
-        return held
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            for fd in (entry / "fd").iterdir():
-                port = inodes.get(os.readlink(fd))
-                if port is not None:
-                    held.setdefault(port, []).append(int(entry.name))
-        except OSError:
-            continue
-    return held
-
-
 def _is_cluster_process(cluster: LocalCluster, pid: int) -> bool:
     """Tagged with the cluster's marker, or running from its session directory."""
-    try:
-        if cluster.marker and f"{MARKER_ENV}={cluster.marker}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-            return True
-        return cluster.temp_dir.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
+    return (bool(cluster.marker) and has_env_entry(pid, _marker_entry(cluster))) or cmdline_contains(pid, cluster.temp_dir)
 
 
 def stop(directory: Path | None = None, *, dry_run: bool = False) -> bool:

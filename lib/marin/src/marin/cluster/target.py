@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from zephyr.backends.ray_local import free_port
 from zephyr.io.temporaries import process_alive
 
 from marin.cluster import local
@@ -180,12 +181,6 @@ def forwarded_port(cluster: str) -> int | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def dashboard_address(target: Target) -> Iterator[str]:
     """The job API address of `target`, with an SSH tunnel open while needed."""
@@ -202,7 +197,7 @@ def dashboard_address(target: Target) -> Iterator[str]:
     result = run_command(ray_get_head_ip(target.config), dry_run=False, capture=True)
     head_ip = result.stdout.strip().splitlines()[-1]
     require_tools("ssh", purpose=f"Reaching the job API of {target.name} through an SSH tunnel")
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(ssh_tunnel(head_ip, {port: DASHBOARD_PORT}), stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30

@@ -20,9 +20,11 @@ from typing import Sequence
 
 import draccus
 from zephyr.execution.interrupts import exit_after
+from zephyr.status import start_dashboard
 
 from marin.execution.runner import Executor, ExecutorInterrupted
 from marin.execution.steps import ExecutorStep, InputName
+from marin.logs import LOG_FORMAT, show_marin_lines
 
 __all__ = ["ExecutorMainConfig", "executor_main"]
 
@@ -124,14 +126,9 @@ def executor_main(
 
 def _start_dashboard(config: ExecutorMainConfig):
     """Zephyr's status page for this run; its URL (with the token, off loopback) is printed once."""
-    from zephyr.status import start_dashboard
-
     dashboard = start_dashboard(config.dashboard_host, config.dashboard_port)
     print(f"marin: zephyr status page at {dashboard.url}", file=sys.stderr, flush=True)
     return dashboard
-
-
-_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def _show_executor_lines() -> None:
@@ -139,12 +136,7 @@ def _show_executor_lines() -> None:
     the program configured logging itself. A library may have put a WARNING-level handler on
     the root logger (absl does when JAX is imported), which would hide them: then `marin` gets
     its own handler."""
-    root, marin_logger = logging.getLogger(), logging.getLogger("marin")
-    if not root.handlers:
-        logging.basicConfig(level=logging.INFO, format=_FORMAT)
-    elif marin_logger.getEffectiveLevel() > logging.INFO and not marin_logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter(_FORMAT))
-        marin_logger.addHandler(handler)
-        marin_logger.setLevel(logging.INFO)
-        marin_logger.propagate = False
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    elif logging.getLogger("marin").getEffectiveLevel() > logging.INFO:
+        show_marin_lines()

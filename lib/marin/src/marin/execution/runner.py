@@ -13,7 +13,7 @@ For every planned step, in dependency order and at most `max_concurrent` at a ti
    thread, or as a Ray task: see `ray_env`), writes SUCCESS or FAILED, and releases the
    lease with the outcome and error (the status file holds only the token).
    A Ray task that died with its node or worker (`NodeDiedError`, `WorkerCrashedError`, ...
-   after Ray's own retries; see `marin.tpu.runner.is_preemption`) is recorded PREEMPTED,
+   after Ray's own retries; see `marin.tpu.errors.is_preemption`) is recorded PREEMPTED,
    not FAILED: the run still reports the step as failed, but a rerun runs it again without
    `force_run_failed`. A step that lost its lease while running does not write SUCCESS (the
    executor that took it over records the outcome) and fails in this run.
@@ -34,36 +34,34 @@ ends with `ExecutorError`, which names every failed step.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import queue
 import signal
-import subprocess
 import sys
 import threading
 import traceback
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from zephyr.execution.interrupts import handling_signals, signal_name
 from zephyr.status.labels import run_label
 
-from marin.execution import storage
 from marin.execution.hashing import resolve_config
 from marin.execution.lease import Lease, default_owner
 from marin.execution.planning import Plan, PlannedStep, plan_steps
 from marin.execution.ray_env import run_step_function
+from marin.execution.records import ExperimentRecord, step_info
 from marin.execution.status import (
     LEASE_DIR,
     STATUS_FILE,
     StepStatus,
-    now_iso,
     read_status,
     write_info,
     write_status,
 )
 from marin.execution.step_threads import ExecutorInterrupted, StepInterrupted, StepRun, describe, stop_steps
 from marin.execution.steps import ExecutorStep, InputName
+from marin.tpu.errors import TpuPreemptedError, is_preemption
 
 __all__ = ["Executor", "ExecutorError", "ExecutorInterrupted", "StepFailedError", "SKIPPED"]
 
@@ -146,7 +144,6 @@ class Executor:
         self.caller = os.path.abspath(caller if caller is not None else (sys.argv[0] or "<interactive>"))
         self.owner = default_owner()
         self.executor_info_base_path = (executor_info_base_path or f"{self.prefix}/experiments").rstrip("/")
-        self._git_commit: str | None = None
         if interrupt_grace < 0:
             raise ValueError(f"interrupt_grace must be >= 0 seconds, got {interrupt_grace}")
         self.interrupt_grace = interrupt_grace
@@ -202,8 +199,9 @@ class Executor:
             ExecutorInterrupted: a signal stopped the run (after recording what it stopped).
         """
         plan = self.plan(steps, run_only)
-        record_path = self._experiment_path(plan)
-        self._write_experiment(record_path, plan, {})
+        record = ExperimentRecord(plan, caller=self.caller, base_path=self.executor_info_base_path, prefix=self.prefix,
+                                  description=self.description)
+        record.write({})
         states: dict[str, str] = {}
         failed: dict[str, str] = {}
         signals: list[int] = []
@@ -236,11 +234,11 @@ class Executor:
             except KeyboardInterrupt:  # handlers could not be installed, or another source raised it
                 signals.append(signal.SIGINT)
             if signals and (running or queued or waiting):  # a signal after the last step ended stops nothing
-                self._interrupt(plan, record_path, running, states, signals)
-        self._write_experiment(record_path, plan, states)
+                self._interrupt(plan, record, running, states, signals)
+        record.write(states)
         if failed:
             dep_failed = [p.output_path for p in plan.steps if states.get(p.output_path) == StepStatus.DEP_FAILED.value]
-            raise ExecutorError(failed, dep_failed, record_path)
+            raise ExecutorError(failed, dep_failed, record.path)
         return states
 
     @staticmethod
@@ -251,7 +249,7 @@ class Executor:
         if failure is not None:
             failed[run.planned.output_path] = failure
 
-    def _interrupt(self, plan: Plan, record_path: str, running: list[StepRun], states: dict[str, str],
+    def _interrupt(self, plan: Plan, record: ExperimentRecord, running: list[StepRun], states: dict[str, str],
                    signals: list[int]) -> None:
         """Stop after a signal: launch nothing more, interrupt the running steps, wait up to
         `interrupt_grace` seconds for them (a second signal stops waiting), record those that
@@ -273,7 +271,7 @@ class Executor:
                 self._collect(run, states, {})
         interrupted = [path for path, state in states.items() if state == StepStatus.INTERRUPTED.value]
         not_started = [p.output_path for p in plan.steps if p.output_path not in states or states[p.output_path] == "PENDING"]
-        self._write_experiment(record_path, plan, states, interrupted_by=signal_name(signum))
+        record.write(states, interrupted_by=signal_name(signum))
         raise ExecutorInterrupted(signum, interrupted, not_started)
 
     def _ready(self, waiting: list[PlannedStep], states: dict[str, str]) -> list[PlannedStep]:
@@ -307,18 +305,37 @@ class Executor:
 
     def _run_step(self, plan: Plan, run: StepRun) -> str:
         """Skip, wait for, or run one step under its lease; returns SUCCESS or SKIPPED."""
-        planned = run.planned
-        path = planned.output_path
-        lease = Lease(
-            f"{path}/{LEASE_DIR}",
-            self.owner,
-            timeout=self.lease_timeout,
-            heartbeat_interval=self.heartbeat_interval,
-            settle=self.settle,
-        )
+        path = run.planned.output_path
+        lease = Lease(f"{path}/{LEASE_DIR}", self.owner, timeout=self.lease_timeout,
+                      heartbeat_interval=self.heartbeat_interval, settle=self.settle)
         since = _first_epoch_of_this_run(lease)
-        if self._settled(planned, lease, _status(path), since, waiting=True):
+        if self._settled(run.planned, lease, _status(path), since, waiting=True):
             return SKIPPED
+        if not self._take_lease(run, lease, since):
+            return SKIPPED
+        outcome: str | None = None
+        error: str | None = None
+        try:
+            # under the lease: the status may come from an executor that held it meanwhile
+            if self._settled(run.planned, lease, _status(path), since, waiting=False):
+                return SKIPPED
+            try:
+                self._execute(plan, run)
+            except BaseException as e:
+                outcome, error = self._record_failure(run, e)
+                raise
+            outcome = self._record_success(run, lease)
+            return outcome
+        finally:
+            with run.lock:
+                if not run.finalized:
+                    run.finalized = True
+                    lease.release(outcome=outcome, error=error)
+
+    def _take_lease(self, run: StepRun, lease: Lease, since: int) -> bool:
+        """Wait until this executor holds the step's lease (True), or another executor's run
+        made it succeed meanwhile (False: skip it). Raises StepInterrupted after a signal."""
+        planned = run.planned
         announced = False
         while not self._stopping.is_set() and not lease.try_acquire():
             if not announced:
@@ -327,8 +344,8 @@ class Executor:
                 announced = True
             if self._stopping.wait(self.poll_interval):
                 raise StepInterrupted()
-            if self._settled(planned, lease, _status(path), since, waiting=True):
-                return SKIPPED
+            if self._settled(planned, lease, _status(planned.output_path), since, waiting=True):
+                return False
         if self._stopping.is_set() and lease.epoch is None:  # interrupted before it took the lease
             raise StepInterrupted()
         with run.lock:
@@ -336,35 +353,25 @@ class Executor:
                 lease.release()
                 raise StepInterrupted()
             run.lease = lease
-        outcome: str | None = None
-        error: str | None = None
-        try:
-            # under the lease: the status may come from an executor that held it meanwhile
-            if self._settled(planned, lease, _status(path), since, waiting=False):
-                return SKIPPED
-            try:
-                self._execute(plan, run)
-            except BaseException as e:
-                outcome, error = self._record_failure(run, e)
-                raise
-            if lease.lost:
-                logger.error(
-                    "Step %s finished after losing its lease; another executor took it over and records its outcome, "
-                    "so SUCCESS is not written here", planned.name,
-                )
-                raise StepFailedError(f"lost its lease while running (another executor took over {path}); SUCCESS not recorded")
-            with run.lock:
-                if run.finalized:  # recorded INTERRUPTED by the executor, which stopped waiting for it
-                    raise StepInterrupted()
-                write_status(path, StepStatus.SUCCESS)
-            outcome = StepStatus.SUCCESS.value
-            logger.info("Step %s succeeded: %s", planned.name, path)
-            return StepStatus.SUCCESS.value
-        finally:
-            with run.lock:
-                if not run.finalized:
-                    run.finalized = True
-                    lease.release(outcome=outcome, error=error)
+        return True
+
+    def _record_success(self, run: StepRun, lease: Lease) -> str:
+        """Write SUCCESS, unless the step lost its lease or the executor recorded it INTERRUPTED."""
+        planned = run.planned
+        if lease.lost:
+            logger.error(
+                "Step %s finished after losing its lease; another executor took it over and records its outcome, "
+                "so SUCCESS is not written here", planned.name,
+            )
+            raise StepFailedError(
+                f"lost its lease while running (another executor took over {planned.output_path}); SUCCESS not recorded"
+            )
+        with run.lock:
+            if run.finalized:  # recorded INTERRUPTED by the executor, which stopped waiting for it
+                raise StepInterrupted()
+            write_status(planned.output_path, StepStatus.SUCCESS)
+        logger.info("Step %s succeeded: %s", planned.name, planned.output_path)
+        return StepStatus.SUCCESS.value
 
     def _settled(self, planned: PlannedStep, lease: Lease, status: str | None, since: int, waiting: bool) -> bool:
         """True when the step needs no run (succeeded); raises when it failed and must not rerun.
@@ -410,7 +417,7 @@ class Executor:
             run.started = True
             write_status(path, StepStatus.RUNNING)
         config = resolve_config(step.config, plan.output_path, path, plan.prefix)
-        write_info(path, _info(planned, config))
+        write_info(path, step_info(planned, config))
         with run_label(f"executor step {step.name}"):  # the status page names the step its pipelines run for
             run_step_function(step.fn, config, step.name, step.resources, step.pip_dependency_groups, run.interrupter)
 
@@ -437,40 +444,6 @@ class Executor:
             write_status(planned.output_path, status)
         return status.value, text
 
-    # -- experiment record ---------------------------------------------------------------
-
-    def _experiment_path(self, plan: Plan) -> str:
-        digest = hashlib.md5("\n".join(sorted(p.output_path for p in plan.steps)).encode()).hexdigest()[:8]
-        stem = os.path.splitext(os.path.basename(self.caller))[0] or "experiment"
-        return f"{self.executor_info_base_path}/{stem}-{digest}.json"
-
-    def _commit(self) -> str | None:
-        if self._git_commit is None:
-            self._git_commit = _git_commit(os.path.dirname(self.caller)) or ""
-        return self._git_commit or None
-
-    def _write_experiment(self, record_path: str, plan: Plan, states: dict[str, str], interrupted_by: str | None = None) -> None:
-        record = {
-            "description": self.description,
-            "caller": self.caller,
-            "git_commit": self._commit(),
-            "date": now_iso(),
-            "prefix": self.prefix,
-            "steps": [
-                {
-                    "name": p.name,
-                    "output_path": p.output_path,
-                    "hash": p.hash,
-                    "dependencies": p.dependencies,
-                    "state": states.get(p.output_path, "PENDING"),
-                }
-                for p in plan.steps
-            ],
-            }
-        if interrupted_by is not None:  # steps still PENDING never started
-            record["interrupted_by"] = interrupted_by
-        storage.write_json(record_path, record)
-
 
 def _first_epoch_of_this_run(lease: Lease) -> int:
     """The oldest lease epoch whose outcome can belong to this run: the newest epoch when
@@ -487,8 +460,6 @@ def _is_preemption(error: BaseException) -> bool:
         return False
     from ray.exceptions import RayTaskError
 
-    from marin.tpu.runner import TpuPreemptedError, is_preemption
-
     # depth 0: the step's own task died (a Ray error inside the step's function is its own bug);
     # a run_on_tpu inside the step that ran out of preemption retries counts too.
     if isinstance(error, TpuPreemptedError) or (
@@ -496,43 +467,3 @@ def _is_preemption(error: BaseException) -> bool:
     ):
         return True
     return is_preemption(error, max_depth=0)
-
-
-def _info(planned: PlannedStep, resolved_config: Any) -> dict[str, Any]:
-    step = planned.step
-    fn = getattr(step.fn, "_function", step.fn)  # a Ray RemoteFunction wraps the Python function
-    return {
-        "name": step.name,
-        "description": step.description,
-        "fn": f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}",
-        "version": planned.version,
-        "hash": planned.hash,
-        "output_path": planned.output_path,
-        "config": _jsonable(resolved_config),
-        "dependencies": planned.dependencies,
-        "pip_dependency_groups": step.pip_dependency_groups,
-        "resources": step.resources,
-        "date": now_iso(),
-    }
-
-
-def _jsonable(obj: Any) -> Any:
-    import dataclasses
-
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {"__type__": type(obj).__qualname__, **{f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}}
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    return obj if isinstance(obj, (str, int, float, bool, type(None))) else repr(obj)
-
-
-def _git_commit(directory: str) -> str | None:
-    try:
-        result = subprocess.run(
-            ["git", "-C", directory or ".", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return result.stdout.strip() or None

@@ -15,6 +15,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from zephyr import Dataset, flow_backend
+
 from marin.execution import ExecutorStep, this_output_path, versioned
 
 __all__ = ["FuzzyDedupConfig", "fuzzy_dedup", "fuzzy_dedup_step"]
@@ -41,8 +43,6 @@ def _field(name: str, record: dict) -> str:
 
 def fuzzy_dedup(config: FuzzyDedupConfig) -> None:
     """Run near-duplicate removal over the input's JSONL shards (on `zephyr.flow_backend()`)."""
-    from zephyr import Dataset, flow_backend
-
     pipeline = (
         Dataset.from_files(f"{config.input_path}/{config.input_glob}")
         .load_jsonl()

@@ -31,6 +31,11 @@ from typing import Any
 
 from zephyr.resources import memory_argument, parse_memory  # parse_memory: re-exported, one parser for both
 
+from marin.cluster import jobs, local
+from marin.cluster.auth import read_token, redact
+from marin.cluster.target import Target, connect, job_client, known_tokens, resolve_target
+from marin.tpu.slices import tpu_head_resource  # re-exported: the job's TPU option names a slice head
+
 __all__ = [
     "DEFAULT_EXCLUDES",
     "JobRequest",
@@ -74,21 +79,6 @@ DEFAULT_EXCLUDES = [
 ]
 WORKING_DIR_KEY = "marin_working_dir"
 _DEFAULT_MAX_PACKAGE = 512 * 1024 * 1024
-
-
-def tpu_head_resource(tpu_type: str) -> str:
-    """The Ray resource that only the head host of a `tpu_type` slice has: "v4-8" -> "TPU-v4-8-head".
-
-    "v5e-N" is spelled "v5litepod-N" by Ray and GCP; both are accepted. The type is checked
-    against the table of real slice types (`marin.tpu.parse_tpu_type`): "v4-12" is an error.
-    """
-    from marin.tpu.slices import parse_tpu_type
-
-    match = re.fullmatch(r"(v\d+[a-z]*|v5litepod)-(\d+)", tpu_type.strip().lower())
-    if not match:
-        raise ValueError(f"TPU type must look like 'v4-8', 'v5e-16' or 'v6e-8'; got {tpu_type!r}")
-    # Only real slice types: "v4-12" matches the pattern but no slice (or resource) has it.
-    return parse_tpu_type(tpu_type).head_resource
 
 
 def parse_env_vars(items: Sequence[Sequence[str]]) -> dict[str, str]:
@@ -370,10 +360,6 @@ def _auto_tpu(target) -> str:
 @contextlib.contextmanager
 def _client_for(cluster: str | None):
     """(client, address, target) for --cluster, else $RAY_ADDRESS, else the local cluster."""
-    from marin.cluster import local
-    from marin.cluster.auth import read_token
-    from marin.cluster.target import Target, connect, job_client, resolve_target
-
     if cluster:
         target = resolve_target(cluster)
         with job_client(target) as (client, address):
@@ -411,9 +397,6 @@ def _dry_run_address(target) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from marin.cluster import jobs
-    from marin.cluster.target import resolve_target
-
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
@@ -459,9 +442,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _scrub(text: str) -> str:
     """`text` without any token this launcher could have used."""
-    from marin.cluster.auth import redact
-    from marin.cluster.target import known_tokens
-
     return redact(text, *known_tokens())
 
 

@@ -14,14 +14,15 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from zephyr import Dataset, counters, create_backend
+from zephyr.io.tokens import LEDGER_NAME, write_token_ledger
+
 from marin.tokenize.tokenizers import load_tokenizer
 
 __all__ = ["TokenizeConfig", "finish_token_cache", "tokenize_dataset", "tokenize_to_cache"]
 
 
 def _encode_shard(stream: Iterator, *, spec: str, eod_token: str | None, text_field: str, batch_size: int):
-    from zephyr import counters
-
     tokenizer = load_tokenizer(spec, eod_token)
     index = 0
     while batch := list(itertools.islice(stream, batch_size)):
@@ -53,8 +54,6 @@ def tokenize_dataset(dataset, output_path: str, *, tokenizer: str = "byte", eod_
 
 def finish_token_cache(paths, output_path: str) -> dict:
     """Write ``output_path/ledger.json`` for the written shards (in shard order); returns the ledger."""
-    from zephyr.io.tokens import LEDGER_NAME, write_token_ledger
-
     return write_token_ledger(sorted(paths), f"{output_path.rstrip('/')}/{LEDGER_NAME}")
 
 
@@ -73,8 +72,6 @@ class TokenizeConfig:
 
 def tokenize_to_cache(config: TokenizeConfig) -> dict:
     """An ``ExecutorStep`` function: the Zephyr tokenize pipeline, then the ledger (returned)."""
-    from zephyr import Dataset, create_backend
-
     records = Dataset.from_files(config.input).load_file()
     pipeline = tokenize_dataset(records, config.output_path, tokenizer=config.tokenizer, eod_token=config.eod_token,
                                 text_field=config.text_field, batch_size=config.batch_size)

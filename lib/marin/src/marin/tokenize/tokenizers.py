@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
+from zephyr.io import open_input
+
 __all__ = ["ByteTokenizer", "HfTokenizer", "load_tokenizer"]
 
 
@@ -30,8 +32,6 @@ class HfTokenizer:
 
     def __init__(self, path: str, eod_token: str):
         from tokenizers import Tokenizer
-
-        from zephyr.io import open_input
 
         with open_input(path) as f:
             self.tokenizer = Tokenizer.from_str(f.read().decode("utf-8"))

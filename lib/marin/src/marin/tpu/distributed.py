@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 from dataclasses import dataclass
+
+from zephyr.backends import ray_local
 
 __all__ = ["DistributedConfig", "free_port", "initialize", "shutdown"]
 
@@ -35,10 +36,9 @@ class DistributedConfig:
 
 
 def free_port() -> int:
-    """A TCP port nothing listens on right now (for the coordinator, on process 0's host)."""
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
+    """A TCP port nothing listens on right now on any address (for the coordinator, on process
+    0's host, which the other hosts reach by its IP)."""
+    return ray_local.free_port(host="")
 
 
 def initialize(config: DistributedConfig) -> None:

@@ -39,7 +39,6 @@ import asyncio
 import glob
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,10 +49,13 @@ from ray.exceptions import RayTaskError
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-from zephyr.backends.ray_errors import is_lost, lost_error_types
+from zephyr.backends.ray_errors import lost_error_types
 
+from marin.tpu import distributed
 from marin.tpu.distributed import INIT_TIMEOUT_S, DistributedConfig
+from marin.tpu.errors import TpuPreemptedError, TpuSetupError, is_preemption
 from marin.tpu.lockfile import remove_tpu_lockfile_on_exit
+from marin.logs import show_marin_lines
 from marin.tpu.slices import TPU_RESOURCE, TpuSlice, parse_tpu_type
 
 __all__ = [
@@ -83,28 +85,6 @@ MEGASCALE_PORT = 8081
 HOST_ID_ENV = "MARIN_TPU_HOST_ID"
 NUM_HOSTS_ENV = "MARIN_TPU_NUM_HOSTS"
 SLICE_ID_ENV = "MARIN_TPU_SLICE_ID"
-
-
-class TpuPreemptedError(RuntimeError):
-    """The slice was lost more often than ``max_retries_preemption`` allows."""
-
-
-class TpuSetupError(RuntimeError):
-    """The cluster cannot run this slice type as asked (not retried)."""
-
-
-def is_preemption(error: BaseException, *, max_depth: int = 1) -> bool:
-    """Whether ``error`` says that one of *our* nodes, workers or actors was lost.
-
-    ``zephyr.backends.ray_errors.is_lost``, the classification Zephyr's Ray backend uses too
-    (its docstring lists which Ray errors count, and why an OOM kill or a cancel does not).
-    Only Ray errors near the top of the ``RayTaskError`` cause chain count: at depth 0 (the
-    slice actor, or a Ray task the caller waited on, died) or, with the default
-    ``max_depth=1``, depth 1 (a host task died, reported through the slice actor's method).
-    A lost actor or object *inside* the user's own task error (``fn`` used actors of its own
-    and one died: depth 2 under ``run_on_tpu``) is the user's failure, not a preemption.
-    """
-    return is_lost(error, max_depth=max_depth)
 
 
 def _cause_chain(error: BaseException):
@@ -175,33 +155,55 @@ def run_on_tpu(
     _check_count("max_retries_failure", max_retries_failure, minimum=0)
     launch = _Launch(spec, num_slices, num_cpus, runtime_env or {}, fresh_process,
                      jax_distributed and spec.num_hosts * num_slices > 1)
-    preemptions = failures = 0
+    budget = _RetryBudget(tpu_type, num_slices, max_retries_preemption, max_retries_failure)
     while True:
         try:
             return _attempt(fn, launch)
         except TpuSetupError:
             raise
-        except Exception as error:  # noqa: BLE001 - classified below, then re-raised
-            if is_preemption(error):
-                preemptions += 1
-                if preemptions > max_retries_preemption:
-                    raise TpuPreemptedError(
-                        f"{tpu_type} x{num_slices}: lost a host {preemptions} times, more than "
-                        f"max_retries_preemption={max_retries_preemption}; last error: {error}"
-                    ) from error
-                logger.warning("%s: host lost (preemption %d/%d), restarting: %s",
-                               tpu_type, preemptions, max_retries_preemption, _first_line(error))
-                continue
-            failures += 1
-            user_error = _user_error(error)
-            if failures > max_retries_failure:
-                user_error.add_note(
-                    f"run_on_tpu({tpu_type!r}): fn failed {failures} times "
-                    f"(max_retries_failure={max_retries_failure}); {preemptions} preemptions"
-                )
-                raise user_error from None
-            logger.warning("%s: fn failed (failure %d/%d), retrying: %s",
-                           tpu_type, failures, max_retries_failure, _first_line(user_error))
+        except Exception as error:  # noqa: BLE001 - classified, then retried or re-raised
+            budget.charge(error)
+
+
+@dataclass
+class _RetryBudget:
+    """Counts the losses (preemptions) and failures of a run; raises when either runs out."""
+
+    tpu_type: str
+    num_slices: int
+    max_preemptions: int
+    max_failures: int
+    preemptions: int = 0
+    failures: int = 0
+
+    def charge(self, error: BaseException) -> None:
+        """Count ``error`` against its budget: return to retry, or raise when it is spent.
+
+        Raises:
+            TpuPreemptedError: a host was lost more than ``max_preemptions`` times.
+            Exception: ``fn``'s own error (the innermost task error, with a note), after
+                more than ``max_failures`` failures.
+        """
+        if is_preemption(error):
+            self.preemptions += 1
+            if self.preemptions > self.max_preemptions:
+                raise TpuPreemptedError(
+                    f"{self.tpu_type} x{self.num_slices}: lost a host {self.preemptions} times, more than "
+                    f"max_retries_preemption={self.max_preemptions}; last error: {error}"
+                ) from error
+            logger.warning("%s: host lost (preemption %d/%d), restarting: %s",
+                           self.tpu_type, self.preemptions, self.max_preemptions, _first_line(error))
+            return
+        self.failures += 1
+        user_error = _user_error(error)
+        if self.failures > self.max_failures:
+            user_error.add_note(
+                f"run_on_tpu({self.tpu_type!r}): fn failed {self.failures} times "
+                f"(max_retries_failure={self.max_failures}); {self.preemptions} preemptions"
+            )
+            raise user_error from None
+        logger.warning("%s: fn failed (failure %d/%d), retrying: %s",
+                       self.tpu_type, self.failures, self.max_failures, _first_line(user_error))
 
 
 def _check_count(name: str, value: int, *, minimum: int) -> None:
@@ -400,8 +402,6 @@ class _Rendezvous:
 
 def _join_jax(join: DistributedConfig, rendezvous: Any) -> None:
     """Join the multi-host JAX program: process 0 picks the coordinator address, others wait for it."""
-    from marin.tpu import distributed
-
     process_id = _process_id(join.process_id)
     if process_id == 0:
         address = f"{ray.util.get_node_ip_address()}:{distributed.free_port()}"
@@ -435,16 +435,8 @@ def _tpu_worker_id() -> int | None:
 def _show_marin_logs() -> None:
     """Let INFO lines of ``marin.*`` (training metrics) reach the worker's stderr, which Ray
     forwards to the driver, unless the process already configured logging."""
-    marin_logger = logging.getLogger("marin")
-    if marin_logger.handlers or logging.getLogger().handlers:
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    marin_logger.addHandler(handler)
-    marin_logger.setLevel(logging.INFO)
-    # only through this handler: a library that configures the root logger later (absl does)
-    # would otherwise print every line a second time
-    marin_logger.propagate = False
+    if not logging.getLogger().handlers:
+        show_marin_lines()
 
 
 def _current_slice_name(node_id: str) -> str | None:
@@ -472,8 +464,6 @@ def _run_on_host(fn: Callable[[], Any], env: dict[str, str], join: DistributedCo
             # Leave together after success. After a failure, skip the shutdown barrier (it
             # would wait for hosts that are still busy): the driver cancels them, and this
             # fresh process exits, which ends its membership.
-            from marin.tpu import distributed
-
             distributed.shutdown()
             return result
     finally:

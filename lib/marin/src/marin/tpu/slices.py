@@ -23,6 +23,7 @@ neither Ray nor JAX.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "host_resources",
     "parse_tpu_type",
     "simulated_host",
+    "tpu_head_resource",
     "tpu_resources",
     "valid_tpu_types",
 ]
@@ -159,6 +161,18 @@ def parse_tpu_type(tpu_type: str) -> TpuSlice:
 
 def _generation_list() -> str:
     return ", ".join(f"{g.name} ({g.prefix}-N)" if g.prefix != g.name else g.name for g in GENERATIONS.values())
+
+
+def tpu_head_resource(tpu_type: str) -> str:
+    """The Ray resource that only the head host of a `tpu_type` slice has: "v4-8" -> "TPU-v4-8-head".
+
+    "v5e-N" is spelled "v5litepod-N" by Ray and GCP; both are accepted. The type is checked
+    against the table of real slice types (:func:`parse_tpu_type`): "v4-12" is an error.
+    """
+    if not re.fullmatch(r"(v\d+[a-z]*|v5litepod)-(\d+)", tpu_type.strip().lower()):
+        raise ValueError(f"TPU type must look like 'v4-8', 'v5e-16' or 'v6e-8'; got {tpu_type!r}")
+    # Only real slice types: "v4-12" matches the pattern but no slice (or resource) has it.
+    return parse_tpu_type(tpu_type).head_resource
 
 
 def tpu_resources(tpu_type: str, *, num_cpus: float = 1) -> dict:
