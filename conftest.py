@@ -53,6 +53,7 @@ os.environ.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
 # run is reproducible and takes minutes; `HYPOTHESIS_PROFILE=nightly` explores far more
 # (random seeds, 20x the examples); `HYPOTHESIS_PROFILE=dev` is random and quick.
 from hypothesis import HealthCheck, settings  # noqa: E402
+from zephyr.backends.ray_local import free_port as _free_port_on  # noqa: E402
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
 settings.register_profile("ci", derandomize=True, max_examples=50, deadline=None, print_blob=True,
@@ -66,10 +67,8 @@ WAIT_TIMEOUT = 300.0
 
 
 def free_port() -> int:
-    """A TCP port that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A TCP port that nothing listens on right now (zephyr's one finder, on loopback)."""
+    return _free_port_on("127.0.0.1")
 
 
 def wait_until(condition, what: str, timeout: float = WAIT_TIMEOUT, interval: float = 0.05):

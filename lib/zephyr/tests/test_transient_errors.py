@@ -139,10 +139,8 @@ def test_permanent_errors_fail_fast_naming_the_path_and_shard(files, patient_bac
     assert execution.stats[0].retries_user == attempts - 1
 
 
-def test_a_user_functions_own_network_error_is_a_user_error(local_backend):
-    with socket.socket() as sock:  # a port nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        closed = sock.getsockname()[1]
+def test_a_user_functions_own_network_error_is_a_user_error(local_backend, free_port):
+    closed = free_port()  # a port nothing listens on
 
     def fetch(i):
         return urllib.request.urlopen(f"http://127.0.0.1:{closed}/{i}", timeout=5).read()

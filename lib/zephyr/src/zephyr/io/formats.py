@@ -22,7 +22,7 @@ def format_for(path: str) -> FileFormat:
     """The format a path's extension names, under any compression suffix, case-insensitive.
 
     The one format detector: `load_file()`, the planner's checks and the training reader
-    (`marin.tpu.data`) all ask it, so what one reads the others read. `.parquet` under a
+    (`marin.training.data`) all ask it, so what one reads the others read. `.parquet` under a
     compression suffix is Parquet (its pages are compressed inside; zephyr writes such names
     as plain Parquet).
 
