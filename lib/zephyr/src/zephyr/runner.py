@@ -28,6 +28,7 @@ import orjson
 
 from zephyr.backends.base import Backend, TaskLost
 from zephyr.backends.sync import SyncBackend
+from zephyr.counters import Totals
 from zephyr.errors import PlanError, ShardError
 from zephyr.io.files import expand_glob, remove_empty_dir, remove_temporaries_for, url_to_fs
 from zephyr.io.temporaries import sweep_dead_temporaries
@@ -97,7 +98,7 @@ class Execution:
             logger.warning("zephyr: stage %d cannot be resumed by a rerun, so its shuffle output is removed when the "
                            "run ends: %s", item["stage"], item["reason"])
         self.programs = [self._program(stage) for stage in self.plan.stages]
-        self.counters: Counter = Counter()
+        self.counters: Counter = Totals()  # sums, or max/min/average where a shard asked for it
         self.stats: list[StageStats] = []
         self.finished = False
         self.elapsed = 0.0

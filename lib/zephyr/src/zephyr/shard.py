@@ -83,7 +83,7 @@ def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
     start = time.perf_counter()
     ctx = _Context(task.shard, task.num_shards, task.input_path if program.reader is None else None, task.source, dict(program.codes))
     counted = None
-    with counters.collecting() as counts:
+    with counters.collecting(f"stage{task.stage}") as counts:
         try:
             start_at, stream = _resume_point(program.ops, ctx)
             if stream is None:
