@@ -196,7 +196,7 @@ def reduce(model, local, global_=None):
     """One shard with one value, `global(local(shard) for each non-empty shard)`; no value when
     every shard is empty."""
     final = global_ or local
-    partials = [local(iter(shard)) for shard in model.shards if shard]
+    partials = [local(iter(shard)) for shard in model.materialize() if shard]
     return Model([[final(iter(partials))] if partials else []])
 
 
