@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from zephyr import Dataset, ShardError, counters
 from zephyr.backends.sync import SyncBackend
-from zephyr.context import ResourceConfig, ZephyrContext, ZephyrExecutionResult, ZephyrWorkerError, zephyr_worker_ctx
+from zephyr.context import IntraShardExecution, ResourceConfig, ZephyrContext, ZephyrExecutionResult, ZephyrWorkerError, zephyr_worker_ctx
 
 SHARDS = [[3, 1, 4], [1, 5], [], [9, 2, 6]]
 
@@ -174,6 +174,14 @@ def test_worker_context_and_counters_outside_a_task():
     assert counters.pipeline.get_counters() == counters.current_stage().get_counters() == counters.get_counters() == {}
     with pytest.raises(NotImplementedError, match="get_shared"):
         ZephyrContext(client="sync").load_memory_store(Dataset.from_list([]), name="t", hash_key=hash, recovery_timeout=1)
+
+
+def test_intra_shard_execution_is_accepted_and_keeps_one_ordered_shard(tmp_path):
+    ctx = make_ctx("threadpool", tmp_path, intra_shard_execution=IntraShardExecution.AUTO)
+    assert ctx.execute(Dataset.from_list([list(range(50))]).flat_map(list).map(lambda x: x * 2)).results == \
+        [x * 2 for x in range(50)]
+    with pytest.raises(ValueError, match="'sometimes'"):
+        ZephyrContext(client="sync", intra_shard_execution="sometimes")
 
 
 def scopes_seen(x):

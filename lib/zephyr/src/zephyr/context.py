@@ -38,6 +38,7 @@ from zephyr.errors import PlanError, ShardError
 from zephyr.resources import TaskResources, parse_memory
 
 __all__ = [
+    "IntraShardExecution",
     "ResourceConfig",
     "WorkerContext",
     "ZephyrContext",
@@ -105,6 +106,17 @@ class ZephyrWorkerError(ShardError):
 
     def __reduce__(self):
         return (type(self), super().__reduce__()[1])
+
+
+class IntraShardExecution(enum.StrEnum):
+    """The reference's switch for splitting one large input shard across several tasks.
+
+    Accepted for compatibility; every mode runs a shard as one task here (same results, same
+    order), so AUTO does not yet add parallelism inside a shard.
+    """
+
+    OFF = "off"
+    AUTO = "auto"
 
 
 # deterministic failures: another attempt would fail the same way
@@ -264,6 +276,7 @@ class ZephyrContext:
             resumes from the finished shards); user errors are never retried.
         max_shard_failures / max_shard_infra_failures: retries of one shard after a user
             error / a lost worker; None: the backend's own budgets.
+        intra_shard_execution: `IntraShardExecution.OFF` or `AUTO`; accepted, not yet acted on.
     """
 
     client: Any = None
@@ -279,6 +292,7 @@ class ZephyrContext:
     max_shard_failures: int | None = None
     max_shard_infra_failures: int | None = None
     max_concurrent_pipelines: int = MAX_CONCURRENT_PIPELINES
+    intra_shard_execution: IntraShardExecution | str = IntraShardExecution.OFF
 
     _shared_data: ContextVar = field(init=False, repr=False)
     _state: _State = field(init=False, default=_State.NEW, repr=False)
@@ -301,6 +315,7 @@ class ZephyrContext:
             self.no_workers_timeout = 6 * 60 * 60
         if self.client is not None and not isinstance(self.client, (Backend, str)):
             raise TypeError(f"ZephyrContext client must be a zephyr Backend, a backend name or None, got {type(self.client).__name__}")
+        self.intra_shard_execution = IntraShardExecution(self.intra_shard_execution)
         self.name = f"{self.name}-{uuid.uuid4().hex[:8]}"
         self._shared_data = ContextVar(f"zephyr_shared_{self.name}", default=None)
         self._lock = threading.Lock()
