@@ -167,6 +167,9 @@ def test_shared_objects_are_per_thread_and_a_copy_carries_them(tmp_path):
 
 
 def test_worker_context_and_counters_outside_a_task():
+    from zephyr import worker_context
+
+    assert worker_context.zephyr_worker_ctx is zephyr_worker_ctx  # the reference's module path
     with pytest.raises(RuntimeError, match="inside a task"):
         zephyr_worker_ctx()
     counters.pipeline.update_counter("x", 3)  # no-ops, as in the reference
