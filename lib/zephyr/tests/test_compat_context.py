@@ -214,6 +214,18 @@ def test_scoped_counters_inside_one_shard():
         {"tokens": 7, "docs": 1, "visits": 2, "avg": 50, "here": 1}
 
 
+def sums_only(x):
+    counters.pipeline.update_counter("visits", 5)
+    counters.pipeline.set_counter("visits", 2)  # a shard of pipeline sums only: the unsplit fast path
+    counters.increment("visits", x)
+    return counters.pipeline.get_counters()["visits"]
+
+
+def test_set_counter_overwrites_a_plain_sum():
+    outcome = ZephyrContext(client="sync").execute(Dataset.from_list([[3], [4]]).flat_map(list).map(sums_only))
+    assert outcome.results == [5, 6] and outcome.counters["visits"] == 11
+
+
 def observe_all(x):
     for name, kind in (("max", "max"), ("min", "min"), ("mean", "average"), ("sum", "sum")):
         counters.pipeline.set_aggregation(name, kind)

@@ -54,28 +54,35 @@ def _companion(kind: Aggregation, name: str) -> str:
 
 
 class _ShardCounts:
-    """One shard's counters by (stage tag, name), and the flat per-name view it returns."""
+    """One shard's counters by stage tag and name, and the flat per-name view it returns."""
 
     def __init__(self, stage_name: str | None):
         self.flat: Counter = Counter()
         self.stage_name = stage_name
-        self.scoped: dict[tuple[str | None, str], list] = {}  # -> [value, observations]
+        # while the shard has only pipeline-scope sums, they are the flat view itself (`increment`'s
+        # hot path adds to one Counter); the first stage-scoped or non-sum counter splits them
+        self.split = False
+        self.sums: dict[str | None, Counter] = {None: self.flat}
+        self.others: dict[tuple[str | None, str], list] = {}  # max/min/average: -> [value, observations]
         self.kinds: dict[tuple[str | None, str], Aggregation] = {}
 
     def update(self, scope: str | None, name: str, value: Any, overwrite: bool = False) -> None:
-        key = (scope, name)
-        kind = self.kinds.get(key, Aggregation.SUM)
-        entry = self.scoped.get(key)
-        if entry is None or overwrite:
-            old = entry[0] if entry is not None and kind is Aggregation.SUM else 0
-            self.scoped[key] = [value, 1]
-            if kind is Aggregation.SUM:
-                self.flat[name] += value - old
+        kind = self.kinds.get((scope, name), Aggregation.SUM) if self.kinds else Aggregation.SUM
+        if not self.split and (scope is not None or kind is not Aggregation.SUM):
+            self.split = True
+            self.sums[None] = Counter(self.flat)
+        if kind is Aggregation.SUM:
+            if not self.split:
+                self.flat[name] += value - self.flat.get(name, 0) if overwrite else value
                 return
-        elif kind is Aggregation.SUM:
-            entry[0] += value
-            self.flat[name] += value
+            sums = self.sums.setdefault(scope, Counter())
+            delta = value - sums.get(name, 0) if overwrite else value
+            sums[name] += delta
+            self.flat[name] += delta
             return
+        entry = self.others.get((scope, name))
+        if entry is None or overwrite:
+            self.others[(scope, name)] = [value, 1]
         elif kind is Aggregation.MAX:
             entry[0] = max(entry[0], value)
         elif kind is Aggregation.MIN:
@@ -87,16 +94,17 @@ class _ShardCounts:
 
     def _flatten(self, name: str, kind: Aggregation) -> None:
         """The flat value of `name`: its scopes' entries combined by `kind`."""
-        entries = [e for (_, n), e in self.scoped.items() if n == name]
-        total = Counter({name: entries[0][0]})
-        total[_companion(kind, name)] = entries[0][1] if kind is Aggregation.AVERAGE else 1
-        for value, n in entries[1:]:
-            fold(total, name, value, kind, n if kind is Aggregation.AVERAGE else 1)
+        total: Counter = Counter()
+        for (_, n), (value, seen) in self.others.items():
+            if n == name:
+                fold(total, name, value, kind, seen if kind is Aggregation.AVERAGE else 1)
         self.flat[name] = total[name]
         self.flat[_companion(kind, name)] = total[_companion(kind, name)]
 
     def of_scope(self, scope: str | None) -> dict:
-        return {name: entry[0] for (s, name), entry in self.scoped.items() if s == scope}
+        found = dict(self.sums.get(scope, {}))
+        found.update({name: entry[0] for (s, name), entry in self.others.items() if s == scope})
+        return found
 
 
 def fold(totals: Counter, name: str, value: Any, kind: Aggregation, weight: int) -> None:
@@ -195,9 +203,13 @@ def _counts() -> _ShardCounts | None:
 
 def increment(name: str, n: int = 1) -> None:
     """Add `n` to the counter `name` of the shard being run (no-op outside a run)."""
-    counts = _counts()
-    if counts is not None:
+    counts = getattr(_local, "counts", None)
+    if counts is None:
+        return
+    if counts.split:
         counts.update(None, name, n)
+    else:  # nothing but pipeline sums in this shard: the hot path of per-record counting
+        counts.flat[name] += n
 
 
 def current() -> dict:
