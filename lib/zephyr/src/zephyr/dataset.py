@@ -410,7 +410,11 @@ class Dataset:
         combiner merges dicts, `{**left, **right}`, and passes an unmatched left item through
         unchanged. Streams both sides. Shard counts must match (checked when planning); keys
         that go backwards raise an error naming the shard. `right` must be a single-stage
-        pipeline (write it out first if it shuffles).
+        pipeline (write it out first if it shuffles), except in the reference project's
+        co-partitioned form: this dataset and `right` each a source, per-item ops and one
+        `group_by` with the same `num_output_shards` (a PlanError otherwise), joined on their
+        group keys; that runs as one shuffle of both sides (`zephyr.join_shuffled`), its output
+        shards in hash order rather than key order.
         """
         if not isinstance(right, Dataset):
             raise TypeError(f"sorted_merge_join right must be a Dataset, got {type(right).__name__}")
