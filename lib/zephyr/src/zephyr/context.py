@@ -35,7 +35,7 @@ from zephyr.backends import create_backend, flow_backend
 from zephyr.backends.base import Backend
 from zephyr.backends.shared import installed
 from zephyr.errors import PlanError, ShardError
-from zephyr.resources import TaskResources, parse_memory
+from zephyr.resources import parse_memory
 
 __all__ = [
     "IntraShardExecution",
