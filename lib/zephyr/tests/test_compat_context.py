@@ -270,3 +270,12 @@ def test_a_generator_combiner_yields_the_groups_partial_items(backend):
                                               combiner=lambda k, items: iter([sum(1 for _ in items)]),
                                               sort_by=lambda r: r if isinstance(r, int) else 0)))
     assert sorted(counts) == sorted((k, sum(1 for r in records if r["key"] == k)) for k in expected)
+
+
+def test_status_snapshot_shows_aggregated_counters_without_companions(local_backend):
+    execution = local_backend.execute(Dataset.from_list([[3, 9], [4]]).flat_map(list).map(observe_all))
+    assert list(execution) == [3, 9, 4]
+    snapshot = execution.status.snapshot()
+    for counts in (snapshot["counters"], snapshot["stages"][0]["counters"]):
+        assert {k: counts[k] for k in ("max", "min", "mean", "sum")} == {"max": 9, "min": 3, "mean": pytest.approx(16 / 3), "sum": 16}
+        assert not [k for k in counts if k.startswith("zephyr/aggregation")]

@@ -33,6 +33,7 @@ __all__ = [
     "get_counters",
     "increment",
     "pipeline",
+    "public",
     "stage",
 ]
 
@@ -145,7 +146,12 @@ class Totals(Counter):
 
     def public(self) -> dict:
         """The counters by name, without the aggregation companions."""
-        return {name: value for name, value in self.items() if not name.startswith(_COMPANION)}
+        return public(self)
+
+
+def public(counts: dict) -> dict:
+    """`counts` without the aggregation companions (what users and status pages see)."""
+    return {name: value for name, value in counts.items() if not name.startswith(_COMPANION)}
 
 
 class ScopedCounters:
