@@ -193,13 +193,16 @@ def reshard(model, num_shards):
 
 
 def reduce(model, local, global_=None):
-    """One shard with one value: `global(local(shard) for each shard)`."""
+    """One shard with one value, `global(local(shard) for each non-empty shard)`; no value when
+    every shard is empty."""
     final = global_ or local
-    return Model([[final(iter([local(iter(shard)) for shard in model.shards]))]])
+    partials = [local(iter(shard)) for shard in model.materialize() if shard]
+    return Model([[final(iter(partials))] if partials else []])
 
 
 def count(model):
-    return Model([[len(model.records())]])
+    n = len(model.records())
+    return Model([[n] if n else []])
 
 
 def _bag(records: list[Any], num_shards: int) -> Model:

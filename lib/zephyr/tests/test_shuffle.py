@@ -51,7 +51,10 @@ def test_empty_input(backend, tmp_path):
     empty = Dataset.from_files(str(tmp_path / "*.jsonl"), empty_glob_ok=True).load_jsonl()
     assert list(backend.execute(empty.group_by(lambda r: r["k"], count_group))) == []
     assert list(backend.execute(Dataset.from_list([[]]).flat_map(list).group_by(str, count_group))) == []
-    assert list(backend.execute(Dataset.from_list([[]]).flat_map(list).count())) == [0]
+    # as in the reference project: no value for an empty dataset, and empty shards add none
+    assert list(backend.execute(Dataset.from_list([[]]).flat_map(list).count())) == []
+    assert list(backend.execute(empty.count())) == list(backend.execute(empty.reduce(max))) == []
+    assert list(backend.execute(Dataset.from_list([[], [3, 1], []]).flat_map(list).reduce(max))) == [3]
 
 
 def test_a_single_huge_group_streams_to_the_reducer(local_backend):

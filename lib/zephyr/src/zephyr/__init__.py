@@ -9,6 +9,7 @@
 from zephyr import counters
 from zephyr.backends import Backend, backend_names, create_backend, flow_backend, set_flow_backend
 from zephyr.backends.shared import get_shared
+from zephyr.context import ZephyrContext
 from zephyr.plan.dataset import Dataset, ShardInfo
 from zephyr.dedup.components import NotConvergedError
 from zephyr.errors import PlanError, ShardError
@@ -35,6 +36,7 @@ __all__ = [
     "StaleOutputsError",
     "TruncatedInputError",
     "UnwritableRecordError",
+    "ZephyrContext",
     "backend_names",
     "col",
     "counters",

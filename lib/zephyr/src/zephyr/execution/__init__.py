@@ -16,3 +16,17 @@
 Sits above `plan`, `shuffle` and `status`, below `backends` (a backend is a task pool plus
 `execute`, which builds an `Execution`).
 """
+
+# The reference project's `zephyr.execution` holds its context API; here that lives a layer
+# up, in `zephyr.context`. Its names resolve on first use (PEP 562), so importing the runner's
+# modules never imports the backends.
+_CONTEXT_NAMES = ("MAX_SHARD_FAILURES", "MAX_SHARD_INFRA_FAILURES", "WorkerContext", "ZephyrContext", "ZephyrExecutionResult",
+                  "ZephyrWorkerError", "zephyr_worker_ctx")
+
+
+def __getattr__(name: str):
+    if name in _CONTEXT_NAMES:
+        from zephyr import context  # the one upward reference: a compatibility path, resolved lazily
+
+        return getattr(context, name)
+    raise AttributeError(f"module 'zephyr.execution' has no attribute {name!r}")

@@ -15,9 +15,10 @@ from zephyr.plan import ops as op
 from zephyr.io.formats import FileFormat, format_for
 from zephyr.io.jsonl import read_jsonl
 from zephyr.io.parquet import read_parquet
+from zephyr.plan.ops import select_columns
 from zephyr.plan.sources import ParquetSlice, input_path_of
 
-__all__ = ["read_path", "select_columns"]
+__all__ = ["read_path"]
 
 
 def read_path(item: Any, load: op.LoadJsonl | op.LoadParquet | op.LoadFile) -> Iterator[Any]:
@@ -64,10 +65,3 @@ def _with_path(record: Any, path: str, column: str) -> dict:
     if not isinstance(record, dict):
         raise TypeError(f"include_file_paths needs dict records, got {type(record).__name__} in {path}")
     return {**record, column: path}
-
-
-def select_columns(record: Any, columns: tuple[str, ...]) -> dict:
-    """The named keys of a dict record, in that order; missing keys are left out."""
-    if not isinstance(record, dict):
-        raise TypeError(f"select() needs dict records, got {type(record).__name__}: {record!r:.80}")
-    return {c: record[c] for c in columns if c in record}

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+from zephyr.counters import Totals
 from zephyr.execution.checks import stage_program
 from zephyr.execution.observe import ObservedBackend
 from zephyr.execution.pool import ExecutionBackend, InlinePool
@@ -61,7 +62,7 @@ class Execution:
         self.plan = self.scratch.bind(plan)
         self._warn_about_scratch()
         self.programs = [stage_program(stage, backend.requires_pickling) for stage in self.plan.stages]
-        self.counters: Counter = Counter()
+        self.counters: Counter = Totals()  # sums, or max/min/average where a shard asked for it
         self.stats: list[StageStats] = []
         self.finished = False
         self.elapsed = 0.0

@@ -11,7 +11,7 @@ import operator
 import time
 import traceback
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import singledispatch
 from typing import Any
 
@@ -27,7 +27,8 @@ from zephyr.io.tokens import write_tokens_file
 from zephyr.io.json_records import JsonLines
 from zephyr.execution.provenance import claim_output, existing_output_kept
 from zephyr.shuffle.join import BoundJoin, merge_join
-from zephyr.execution.loaders import read_path, select_columns
+from zephyr.execution.loaders import read_path
+from zephyr.plan.join_shuffled import TwoSided
 from zephyr.tasks import ShardResult, ShardTask, StageProgram
 
 __all__ = ["ShardResult", "ShardTask", "StageProgram", "run_shard"]
@@ -49,7 +50,7 @@ def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
     start = time.perf_counter()
     ctx = _Context(task.shard, task.num_shards, task.input_path if program.reader is None else None, task.source, dict(program.codes))
     counted = None
-    with counters.collecting() as counts:
+    with counters.collecting(f"stage{task.stage}") as counts:
         try:
             start_at, stream = _resume_point(program.ops, ctx)
             if stream is None:
@@ -144,29 +145,13 @@ def _apply(record: Any, stream: Iterator, ctx: _Context) -> Iterator:
     raise TypeError(f"no implementation for op {type(record).__name__}")
 
 
-@_apply.register
-def _(record: op.Map, stream, ctx):
-    return map(record.fn, stream)
-
-
-@_apply.register
-def _(record: op.Filter, stream, ctx):
-    return filter(record.predicate, stream)
-
-
-@_apply.register
-def _(record: op.FilterExpr, stream, ctx):
-    return filter(record.expr, stream)
-
-
-@_apply.register
-def _(record: op.Select, stream, ctx):
-    return (select_columns(item, record.columns) for item in stream)
-
-
-@_apply.register
-def _(record: op.FlatMap, stream, ctx):
-    return itertools.chain.from_iterable(map(record.fn, stream))
+@_apply.register(op.Map)
+@_apply.register(op.Filter)
+@_apply.register(op.FilterExpr)
+@_apply.register(op.Select)
+@_apply.register(op.FlatMap)
+def _(record, stream, ctx):
+    return record.apply(stream)
 
 
 @_apply.register
@@ -236,6 +221,19 @@ def _(record: BoundJoin, stream, ctx):
         right = _apply(right_op, right, right_ctx)
     join = record.record
     return merge_join(stream, right, join.left_key, join.right_key, join.how, ctx.shard, join.combiner)
+
+
+@_apply.register
+def _(record: TwoSided, stream, ctx):
+    """Stage 0 of a co-partitioned join's shuffle: the shard's own side's chain, items tagged."""
+    side, ops = (0, record.left_ops) if ctx.shard < record.num_left else (1, record.right_ops)
+    if side:
+        ctx = replace(ctx, shard=ctx.shard - record.num_left, num_shards=record.num_right)
+    else:
+        ctx = replace(ctx, num_shards=record.num_left)
+    for one in ops:
+        stream = _apply(one, stream, ctx)
+    return record.tagged(side, stream)
 
 
 def _windows(stream: Iterator, size: int) -> Iterator[list]:

@@ -23,6 +23,7 @@ from zephyr.shuffle.reduce import Concatenate, FirstPerKey, HashPartition, Reduc
 from zephyr.plan.sources import SourceShard, resolve_source, split_parquet_shards, with_path_versions
 from zephyr.io.formats import format_for
 from zephyr.shuffle.join import BoundJoin
+from zephyr.plan.join_shuffled import join_shuffled
 
 __all__ = ["Plan", "Stage", "compile_plan", "shard_input_paths", "stage_output_path", "stage_output_paths"]
 
@@ -83,14 +84,24 @@ def compile_plan(dataset) -> Plan:
     stage_input: Any = tuple(shards)
     label = dataset.source.describe()
     ident = identify(("format", SCRATCH_FORMAT), ("source", dataset.source), ("inputs", [(s.label, s.version) for s in shards]))
+    before, shuffle = ident, None  # the identity before the last shuffle stage, and its record
     for record in dataset.ops:
         if isinstance(record, (sop.GroupBy, sop.Deduplicate, sop.Reshard)):
             sink, reader = _shuffle_for(record, num_shards)
             chain = push_down(tuple(current))
+            before, shuffle = ident, record
             ident = _identify_stage(ident, stage_input, chain, sink)
             if isinstance(stage_input, tuple) and chain and all(_parsed_json(o) for o in chain):
                 sink = replace(sink, parsed_json=True)  # its items come straight from orjson.loads
             stages.append(Stage(len(stages), chain, num_shards, stage_input, sink, label, ident.digest, ident.reason))
+            current, num_shards, stage_input, label = [], sink.num_partitions, reader, reader.label
+        elif isinstance(record, sop.SortedMergeJoin) and (joint := _joint_shuffle(record, stages, shuffle, current)):
+            _check_writers(stages[-1])
+            _check_load_file_extensions(stages[-1])
+            chain, stage_input, sink, reader = joint
+            ident = _identify_stage(before, stage_input, chain, sink)
+            stages[-1] = Stage(0, chain, len(stage_input), stage_input, sink, "two sides", ident.digest, ident.reason)
+            ident = _identify_stage(ident, reader, (), None)
             current, num_shards, stage_input, label = [], sink.num_partitions, reader, reader.label
         elif isinstance(record, sop.SortedMergeJoin):
             current.append(_bind_join(record, num_shards))
@@ -165,6 +176,18 @@ def _shuffle_for(record, num_shards: int) -> tuple[ScatterSink, ShuffleReader]:
     partitioner = HashPartition(record.key, record.sort_by, record.combiner)
     reader = ShuffleReader(n, ReduceGroups(record.reducer), record.describe(), sorted_by_value=record.sort_by is not None)
     return ScatterSink(n, partitioner), reader
+
+
+def _joint_shuffle(record: sop.SortedMergeJoin, stages: list, shuffle: Any, current: list):
+    """For a join of two group_by outputs (each side a source stage and a group_by): the joint
+    shuffle's stage 0 and reduce reader (`zephyr.plan.join_shuffled`); None for any other join."""
+    if len(stages) != 1 or not isinstance(shuffle, sop.GroupBy) or not isinstance(stages[0].input, tuple):
+        return None
+    right_groups = [o for o in record.right.ops if isinstance(o, (sop.GroupBy, sop.Deduplicate, sop.Reshard))]
+    if len(right_groups) != 1 or not isinstance(right_groups[0], sop.GroupBy):
+        return None
+
+    return join_shuffled(record, stages[0], shuffle, current, compile_plan(record.right), right_groups[0])
 
 
 def _bind_join(record: sop.SortedMergeJoin, num_shards: int):

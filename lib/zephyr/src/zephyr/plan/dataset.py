@@ -7,6 +7,7 @@ calls a user function until a backend executes the dataset (`flow_backend().exec
 from __future__ import annotations
 
 import inspect
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -282,7 +283,8 @@ class Dataset:
         value is the one item of the group. Keys are equal when their types and values are
         (`1`, `1.0` and `True` are three groups; NaN is one). Items reach the reducer ordered by `sort_by(item)`
         (if given), then by input shard and position. `combiner(key, items)` (associative,
-        returning one item like those it combines) pre-aggregates on the map side. Output has
+        returning one item like those it combines, or a generator yielding several, as in the
+        reference project) pre-aggregates on the map side. Output has
         `num_output_shards` shards (default: as many as the input). Memory: neither side holds a
         shard or a group; map-side buffers spill sorted runs to the scratch directory.
         """
@@ -378,7 +380,8 @@ class Dataset:
         return self._then(sop.Reshard(num_shards))
 
     def reduce(self, local_reducer: Callable[[Iterable[Any]], Any], global_reducer: Callable[[Iterable[Any]], Any] | None = None) -> Dataset:
-        """One value: `global_reducer(local_reducer(shard) for each shard)` (global defaults to local).
+        """One value: `global_reducer(local_reducer(shard) for each non-empty shard)` (global
+        defaults to local). An empty dataset yields nothing, as in the reference project.
 
         >>> Dataset.from_list([1, 2, 3]).reduce(sum)  # a one-shard dataset yielding 6
         """
@@ -388,7 +391,7 @@ class Dataset:
         return self.map_shard(_Local(local_reducer)).reshard(1).map_shard(_Local(final))
 
     def count(self) -> Dataset:
-        """A one-shard dataset yielding the number of items."""
+        """A one-shard dataset yielding the number of items (nothing for an empty dataset)."""
         return self.reduce(_count_items, sum)
 
     def sorted_merge_join(
@@ -406,7 +409,11 @@ class Dataset:
         combiner merges dicts, `{**left, **right}`, and passes an unmatched left item through
         unchanged. Streams both sides. Shard counts must match (checked when planning); keys
         that go backwards raise an error naming the shard. `right` must be a single-stage
-        pipeline (write it out first if it shuffles).
+        pipeline (write it out first if it shuffles), except in the reference project's
+        co-partitioned form: this dataset and `right` each a source, per-item ops and one
+        `group_by` with the same `num_output_shards` (a PlanError otherwise), joined on their
+        group keys; that runs as one shuffle of both sides (`zephyr.plan.join_shuffled`), its output
+        shards in hash order rather than key order.
         """
         if not isinstance(right, Dataset):
             raise TypeError(f"sorted_merge_join right must be a Dataset, got {type(right).__name__}")
@@ -440,7 +447,10 @@ class _Local:
     reducer: Callable[[Iterable[Any]], Any]
 
     def __call__(self, items: Iterable[Any]) -> list[Any]:
-        return [self.reducer(items)]
+        items = iter(items)
+        for first in items:  # an empty shard contributes nothing (the reducer never sees [])
+            return [self.reducer(itertools.chain([first], items))]
+        return []
 
     def name_for_plan(self) -> str:
         return op.callable_name(self.reducer)

@@ -6,8 +6,9 @@ stage; shuffle ops (`ShuffleOp`, see `zephyr.plan.shuffle_ops`) cut a stage boun
 
 from __future__ import annotations
 
+import itertools
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -51,6 +52,9 @@ DEFAULT_FILE_PATH_COLUMN = "__file_path"
 class Map:
     fn: Callable[[Any], Any]
 
+    def apply(self, stream: Iterator) -> Iterator:
+        return map(self.fn, stream)
+
     def describe(self) -> str:
         return f"map({callable_name(self.fn)})"
 
@@ -59,6 +63,9 @@ class Map:
 class Filter:
     predicate: Callable[[Any], bool]
 
+    def apply(self, stream: Iterator) -> Iterator:
+        return filter(self.predicate, stream)
+
     def describe(self) -> str:
         return f"filter({callable_name(self.predicate)})"
 
@@ -66,6 +73,9 @@ class Filter:
 @dataclass(frozen=True)
 class FlatMap:
     fn: Callable[[Any], Any]
+
+    def apply(self, stream: Iterator) -> Iterator:
+        return itertools.chain.from_iterable(map(self.fn, stream))
 
     def describe(self) -> str:
         return f"flat_map({callable_name(self.fn)})"
@@ -83,6 +93,9 @@ class FilterExpr:
     def __post_init__(self) -> None:
         object.__setattr__(self, "expr_text", repr(self.expr))
 
+    def apply(self, stream: Iterator) -> Iterator:
+        return filter(self.expr, stream)
+
     def describe(self) -> str:
         return f"filter({self.expr!r})"
 
@@ -90,6 +103,9 @@ class FilterExpr:
 @dataclass(frozen=True)
 class Select:
     columns: tuple[str, ...]
+
+    def apply(self, stream: Iterator) -> Iterator:
+        return (select_columns(item, self.columns) for item in stream)
 
     def describe(self) -> str:
         return f"select({', '.join(repr(c) for c in self.columns)})"
@@ -306,3 +322,13 @@ def check_columns(columns: Sequence[str] | None) -> tuple[str, ...] | None:
     if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
         raise TypeError(f"columns must be a sequence of column names, got {columns!r}")
     return tuple(columns)
+
+
+PER_ITEM_OPS = (Map, Filter, FilterExpr, Select, FlatMap)  # each item in, its items out: `.apply(stream)`
+
+
+def select_columns(record: Any, columns: tuple[str, ...]) -> dict:
+    """The named keys of a dict record, in that order; missing keys are left out."""
+    if not isinstance(record, dict):
+        raise TypeError(f"select() needs dict records, got {type(record).__name__}: {record!r:.80}")
+    return {c: record[c] for c in columns if c in record}

@@ -271,5 +271,10 @@ class _Buffer:
             key, item0 = pickle.loads(first[5])
             items = itertools.chain([item0], (pickle.loads(r[5])[1] for r in group))
             combined = combiner(key, items)
-            sv = sort_by(combined) if sort_by is not None else None
-            yield (first[0], first[1], first[2], sv, first[4], dumps((key, combined)))
+            # a generator combiner (the reference project's form) yields the group's partial items
+            outputs = list(combined) if isinstance(combined, Iterator) else [combined]
+            if sort_by is not None and len(outputs) > 1:
+                outputs.sort(key=sort_by)
+            for item in outputs:
+                sv = sort_by(item) if sort_by is not None else None
+                yield (first[0], first[1], first[2], sv, first[4], dumps((key, item)))

@@ -20,6 +20,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from zephyr.counters import Totals, public
 from zephyr.errors import ShardError
 from zephyr.status.labels import current_label
 
@@ -95,7 +96,7 @@ class _Stage:
     items_out: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
-    counters: Counter = field(default_factory=Counter)
+    counters: Counter = field(default_factory=Totals)  # max/min/average counters fold as in the run
     running: dict = field(default_factory=dict)  # shard -> (submitted monotonic, source, attempt)
     attempts: Counter = field(default_factory=Counter)
     pending_failure: dict = field(default_factory=dict)  # shard -> its last _Failure, until resubmitted
@@ -282,7 +283,7 @@ class RunStatus:
                 "record_path": self.record_path,
                 "stages": stages,
                 # a C-level copy under the GIL: the runner only ever adds str keys to it
-                "counters": dict(sorted(dict(self._counters).items())),
+                "counters": dict(sorted(public(dict(self._counters)).items())),
                 "failures": [f.to_dict() for f in failures],
                 "failures_total": self._failures_total,
                 "not_resumable": [dict(item) for item in self.not_resumable],
@@ -362,7 +363,7 @@ def _stage_snapshot(st: _Stage, now: float, t0: float) -> dict[str, Any]:
         "bytes_out": st.bytes_out,
         "started_s": round(st.started - t0, 3) if st.started is not None else None,
         "elapsed_s": round(end - st.started, 3) if st.started is not None else None,
-        "counters": dict(sorted(st.counters.items())),
+        "counters": dict(sorted(public(st.counters).items())),
         "throughput": {
             "columns": ["t_s", "shards_done", "items_in", "items_out", "bytes_in", "bytes_out"],
             "samples": [list(s) for s in st.samples] + _live_point(st, now, t0),
