@@ -239,6 +239,7 @@ class _Buffer:
         del table
         pa.default_memory_pool().release_unused()  # hand the sort's copies back before the next buffer fills
         batches = np.array(writer.batches, dtype=BATCH_DTYPE)
+        counters.increment("zephyr/shuffle_bytes_written", int(writer.offsets[-1]))
         return {"path": path, "format": "arrow", "schema_len": writer.schema_len,
                 "offsets": pack(writer.offsets), "batches": pack(batches) if len(batches) else ""}
 
@@ -262,6 +263,7 @@ class _Buffer:
                     index += [(p, h, n, offsets[p] + at) for h, n, at in frames]
                 offsets[p + 1 :] = length
         batches = np.array(index, dtype=BATCH_DTYPE)
+        counters.increment("zephyr/shuffle_bytes_written", length)
         return {"path": path, "format": "pickle", "offsets": pack(offsets), "batches": pack(batches) if index else ""}
 
     def _combine(self, records: list[tuple], combiner) -> Iterator[tuple]:

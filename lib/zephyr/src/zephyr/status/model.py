@@ -20,6 +20,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from zephyr.cost import StageCost
 from zephyr.errors import ShardError
 from zephyr.status.labels import current_label
 
@@ -101,6 +102,7 @@ class _Stage:
     samples: list = field(default_factory=list)
     sample_every: float = 1.0
     last_sample: float = float("-inf")
+    cost: StageCost = field(default_factory=StageCost)  # the runner's, once the stage starts (attach_cost)
 
 
 class RunStatus:
@@ -128,6 +130,7 @@ class RunStatus:
         self._recent: deque[_Failure] = deque(maxlen=MAX_FAILURES // 2)
         self._failures_total = 0
         self._lock = threading.Lock()
+        self.price_per_core_hour: float | None = None  # turns each stage's CPU seconds into a cost
 
     # ---- reports from the runner -------------------------------------------------------------
 
@@ -142,6 +145,11 @@ class RunStatus:
             for result in resumed:
                 st.counters.update(result.counters)
             self._sample(st, st.started, force=True)
+
+    def attach_cost(self, index: int, cost: StageCost) -> None:
+        """The runner's running totals of stage `index` (`zephyr.cost`), shown from now on."""
+        with self._lock:
+            self._stages[index].cost = cost
 
     def shard_submitted(self, index: int, task: ShardTask) -> None:
         with self._lock:
@@ -242,7 +250,7 @@ class RunStatus:
         """A JSON-ready copy of the whole state (see the module docstring)."""
         with self._lock:
             now = time.monotonic()
-            stages = [_stage_snapshot(st, now, self._t0) for st in self._stages]
+            stages = [_stage_snapshot(st, now, self._t0, self.price_per_core_hour) for st in self._stages]
             failures = self._failures + list(self._recent)  # disjoint: recent fills once the first are kept
             return {
                 "schema": SCHEMA,
@@ -263,6 +271,8 @@ class RunStatus:
                 "failures": [f.to_dict() for f in failures],
                 "failures_total": self._failures_total,
                 "not_resumable": [dict(item) for item in self.not_resumable],
+                "price_per_core_hour": self.price_per_core_hour,
+                "cost": _run_cost(stages),
             }
 
     def summary(self) -> dict[str, Any]:
@@ -301,7 +311,15 @@ def _stage_of(stage: Stage) -> _Stage:
     return _Stage(stage.index, f"stage {stage.index}", ops, stage.describe(), stage.num_shards)
 
 
-def _stage_snapshot(st: _Stage, now: float, t0: float) -> dict[str, Any]:
+def _run_cost(stages: list[dict]) -> dict[str, Any]:
+    """The run's totals of its stages' costs."""
+    costs = [st["cost"] for st in stages]
+    priced = [c["cost"] for c in costs if c["cost"] is not None]
+    return {"cpu_s": round(sum(c["cpu_s"] for c in costs), 3), "peak_rss": max((c["peak_rss"] for c in costs), default=0),
+            "cost": round(sum(priced), 6) if priced else None}
+
+
+def _stage_snapshot(st: _Stage, now: float, t0: float, price: float | None = None) -> dict[str, Any]:
     slowest = sorted(st.running.items(), key=lambda kv: kv[1][0])[:STRAGGLERS]
     end = st.ended if st.ended is not None else now
     return {
@@ -329,6 +347,7 @@ def _stage_snapshot(st: _Stage, now: float, t0: float) -> dict[str, Any]:
         "started_s": round(st.started - t0, 3) if st.started is not None else None,
         "elapsed_s": round(end - st.started, 3) if st.started is not None else None,
         "counters": dict(sorted(st.counters.items())),
+        "cost": st.cost.to_dict(price),
         "throughput": {
             "columns": ["t_s", "shards_done", "items_in", "items_out", "bytes_in", "bytes_out"],
             "samples": [list(s) for s in st.samples] + _live_point(st, now, t0),
