@@ -17,6 +17,7 @@ from zephyr.io import BadRecordError, CorruptInputError, TruncatedInputError, Un
 from zephyr.execution.provenance import StaleOutputsError
 from zephyr.execution.run_lock import OutputBusyError
 from zephyr.execution.checks import NotPicklableWarning
+from zephyr.execution.memory import task_memory
 
 __all__ = [
     "BadRecordError",
@@ -41,4 +42,5 @@ __all__ = [
     "get_shared",
     "lit",
     "set_flow_backend",
+    "task_memory",
 ]

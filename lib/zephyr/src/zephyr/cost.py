@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from zephyr.tasks import ShardResult
 
-__all__ = ["PRICE_ENV", "RETRY_CAUSES", "StageCost", "price_from_env"]
+__all__ = ["PRICE_ENV", "RETRY_CAUSES", "StageCost", "check_price", "price_from_env"]
 
 PRICE_ENV = "ZEPHYR_PRICE_PER_CORE_HOUR"
 RETRY_CAUSES = ("user", "lost", "storage", "memory")

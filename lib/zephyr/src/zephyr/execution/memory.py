@@ -5,8 +5,9 @@ shuffle buffers (a quarter for the scatter buffer, half for the merge's open run
 `memory` option the budget is the user's, for every task, and it is also the ceiling. Without
 it, the first tasks of a stage run as before (no reservation; buffers assume
 `DEFAULT_TASK_MEMORY`), report their peak resident set (`zephyr.execution.usage`), and every
-task submitted after them gets `HEADROOM` times the largest of the first `PROBES` peaks, within
-the ceiling: a share of the node's memory (`node_memory_ceiling`; on Ray, of the smallest
+task submitted after them gets `HEADROOM` times the largest of the first `PROBES` peaks (never
+less than `DEFAULT_TASK_MEMORY`: a smaller budget would only shrink the buffers), within the
+ceiling: a share of the node's memory (`node_memory_ceiling`; on Ray, of the smallest
 node's memory resource). A task killed for memory (`zephyr.out_of_memory`) is retried with
 twice its budget, up to the ceiling; at the ceiling it is the user's failure.
 
@@ -94,7 +95,8 @@ class MemorySizer:
             return
         # a threadpool task's process is the driver's: what the task added to it is its own
         self._peaks.append(usage.rss_rise if usage.shared else usage.peak_rss)
-        self.measured = min(self.ceiling, max(MIN_TASK_MEMORY, int(max(self._peaks) * HEADROOM)))
+        # never below what buffers assume without a budget: a smaller one would only spill more
+        self.measured = min(self.ceiling, max(DEFAULT_TASK_MEMORY, int(max(self._peaks) * HEADROOM)))
 
     def grow(self, shard: int, ran_with: int | None) -> int | None:
         """`shard` ran out of memory with budget `ran_with`: its next budget, or None when it
