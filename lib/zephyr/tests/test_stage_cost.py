@@ -124,6 +124,11 @@ def test_retries_are_counted_by_cause(backend_name, request, tmp_path):
     retries = execution.stats[0].cost.retries
     assert retries == {"user": 1, "lost": 0, "storage": 0, "memory": 1}
     assert read_run_record(str(out))["stages"][0]["cost"]["retries"] == retries
+    record = read_run_record(str(out))
+    shards = record["stages"][0]["shards"]
+    assert (shards["retried_user"], shards["user_errors"]) == (1, 1)  # the memory retry is not the user's
+    assert sorted((f["shard"], f["cause"], f["outcome"]) for f in record["failures"]) == [(1, "user", "retried"),
+                                                                                         (2, "memory", "retried")]
 
 
 def burn(item):

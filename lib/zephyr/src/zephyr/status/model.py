@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from zephyr.cost import StageCost
 from zephyr.errors import ShardError
+from zephyr.out_of_memory import is_out_of_memory
 from zephyr.status.labels import current_label
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ class _Failure:
     traceback: str
     at: float
     outcome: str | None = None  # "retried", "fatal", or "abandoned" (the run ended first)
+    cause: str = "user"  # zephyr.cost.RETRY_CAUSES: "user", "lost", "storage" (transient) or "memory"
     exc: Any = field(default=None, repr=False)  # until the outcome is known: to recognise the fatal one
 
     def to_dict(self) -> dict:
@@ -161,7 +163,7 @@ class RunStatus:
                 failure.outcome, failure.exc = "retried", None
                 if failure.kind == "lost":
                     st.retried_lost += 1
-                else:
+                elif failure.cause != "memory":  # memory retries: cost.retries["memory"]
                     st.retried_user += 1
 
     def shard_succeeded(self, index: int, task: ShardTask, result: ShardResult) -> None:
@@ -186,11 +188,11 @@ class RunStatus:
             st = self._stages[index]
             started = st.running.pop(task.shard, None)
             attempt = started[2] if started else st.attempts[task.shard]
+            failure = _failure_of(task, attempt, error, lost)
             if lost:
                 st.lost += 1
-            else:
+            elif failure.cause != "memory":  # out of memory is not the user's error (cost.retries["memory"])
                 st.user_errors += 1
-            failure = _failure_of(task, attempt, error, lost)
             failure.exc = error
             st.pending_failure[task.shard] = failure
             self._keep(failure)
@@ -380,8 +382,12 @@ def _failure_of(task: ShardTask, attempt: int, error: BaseException, lost: bool)
     else:
         error_type, message = type(error).__name__, str(error)
         text = "".join(traceback.format_exception(error))
+    if lost:
+        cause = "storage" if getattr(error, "transient", False) else "lost"
+    else:
+        cause = "memory" if is_out_of_memory(error) else "user"
     return _Failure(task.stage, task.shard, task.label, attempt, "lost" if lost else "user_error",
-                    error_type, _short(message, 2000), text[-MAX_TRACEBACK:], time.time())
+                    error_type, _short(message, 2000), text[-MAX_TRACEBACK:], time.time(), cause=cause)
 
 
 def _short(text: str, limit: int) -> str:

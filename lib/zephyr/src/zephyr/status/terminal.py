@@ -64,7 +64,7 @@ def format_snapshot(s: dict, width: int = 100) -> str:
     if s.get("failures_total"):
         lines.append(f"failed attempts ({s['failures_total']}):")
         for f in s["failures"][-10:]:
-            kind = "lost" if f["kind"] == "lost" else "user error"
+            kind = "lost" if f["kind"] == "lost" else "out of memory" if f.get("cause") == "memory" else "user error"
             lines.append(f"  stage {f['stage']} shard {f['shard']} attempt {f['attempt']} ({kind}, {f['outcome'] or 'retrying'}) "
                          f"source {f['source']}")
             lines.append(f"    {f['error_type']}: {f['message'].splitlines()[0][:width] if f['message'] else ''}")
@@ -89,7 +89,8 @@ def _stage_lines(st: dict, width: int) -> list[str]:
     ops = " -> ".join(st["ops"])
     head = f"  {st['name']} [{bar}] {sh['done']:,}/{st['num_shards']:,} shards, {st['state']}"
     detail = (f"    running {sh['running']:,}, queued {sh['queued']:,}, resumed {sh['resumed']:,}, failed {sh['failed']:,}; "
-              f"retried {sh['retried_lost']:,} lost / {sh['retried_user']:,} user error")
+              f"retried {sh['retried_lost']:,} lost / {sh['retried_user']:,} user error"
+              + (f" / {memory:,} out of memory" if (memory := ((st.get("cost") or {}).get("retries") or {}).get("memory")) else ""))
     elapsed = st.get("elapsed_s") or 0
     flow = (f"    items {st['items_in']:,} in / {st['items_out']:,} out, {_bytes(st['bytes_in'])} in / {_bytes(st['bytes_out'])} out"
             + (f", {st['items_in'] / elapsed:,.0f} items/s in" if elapsed > 0 and st["items_in"] else "")
