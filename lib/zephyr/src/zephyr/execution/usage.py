@@ -13,6 +13,7 @@ other task of this process is running, so one task's reset never hides another's
 from __future__ import annotations
 
 import contextlib
+import os
 import resource
 import sys
 import threading
@@ -41,10 +42,17 @@ def _status_kib(field: str) -> int | None:
     return None
 
 
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
 def process_rss() -> int:
-    """This process's resident set now, in bytes (0 where /proc is missing)."""
-    kib = _status_kib("VmRSS:")
-    return kib * 1024 if kib is not None else 0
+    """This process's resident set now, in bytes (0 where /proc is missing). `statm`: one
+    short line, several times cheaper to read than `status`."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _peak_rss() -> int:
