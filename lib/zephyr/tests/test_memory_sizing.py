@@ -131,6 +131,40 @@ def test_ray_out_of_memory_is_retried_with_a_bigger_ray_request(ray_shared, tmp_
     assert execution.stats[0].cost.retries["memory"] == 1 and execution.stats[0].cost.retries["user"] == 0
 
 
+def hold_and_wait(item):
+    """Holds 50 MiB and waits: on a Ray whose memory monitor kills at 1% node memory, it is killed."""
+    import time
+
+    held = bytearray(50 * MIB)
+    held[:: 4096] = b"x" * len(held[:: 4096])
+    time.sleep(60)
+    return item
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_a_task_rays_memory_monitor_kills_is_retried_with_more_memory_up_to_the_ceiling(ray_cluster):
+    """End to end with Ray's real kill: a Ray whose memory monitor kills any task once the node
+    uses 1% of its memory (always, here), so every attempt is killed for memory. Each is retried
+    with twice the budget (and a Ray request to match) until the ceiling, where the run fails
+    naming Ray's OutOfMemoryError; no attempt charges the user's retries."""
+    cluster = ray_cluster(num_cpus=1, _system_config={"memory_usage_threshold": 0.01, "memory_monitor_refresh_ms": 50,
+                                                      "task_oom_retries": 0})
+    cluster.connect()
+    backend = create_backend("ray", progress=False, max_user_retries=0, ray_task_retries=0)
+    ceiling = backend.memory_ceiling()
+    assert ceiling > 2 * DEFAULT_TASK_MEMORY  # room to double at least once on this node
+    execution = backend.execute(Dataset.from_list([0]).map(hold_and_wait))
+    with pytest.raises(ShardError, match="OutOfMemoryError"):
+        list(execution)
+    cost = execution.stats[0].cost
+    assert cost.retries == {"user": 0, "lost": 0, "storage": 0, "memory": _doublings(ceiling, ceiling)}
+    failures = execution.status.snapshot()["failures"]
+    # every attempt came back from the backend's classifier of Ray's kill (not from user code)
+    assert [(f["cause"], f["error_type"]) for f in failures] == [("memory", "TaskOutOfMemory")] * (cost.retries["memory"] + 1)
+    assert failures[-1]["outcome"] == "fatal"
+
+
 def test_rays_out_of_memory_kill_is_classified_as_memory_not_lost():
     ray_exceptions = pytest.importorskip("ray.exceptions")
     from zephyr.backends.ray_errors import is_lost, out_of_memory_cause

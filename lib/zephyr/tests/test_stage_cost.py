@@ -211,3 +211,15 @@ def test_compare_ratio_is_b_over_a(values):
     [row] = compare_runs(a, b)
     ratio = next(f["ratio"] for f in row["figures"] if f["figure"] == "cpu_s")
     assert ratio == pytest.approx(values[1] / values[0])
+
+
+def test_the_command_line_takes_a_price(tmp_path, monkeypatch):
+    from zephyr.cli import build_parser, make_backend
+
+    monkeypatch.delenv(PRICE_ENV, raising=False)
+    script = str(tmp_path / "s.py")
+    args = build_parser().parse_args(["--backend=sync", "--price-per-core-hour", "0.5", script])
+    assert make_backend(args).price_per_core_hour == 0.5
+    assert make_backend(build_parser().parse_args(["--backend=sync", script])).price_per_core_hour is None
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--backend=sync", "--price-per-core-hour", "-1", script])

@@ -36,7 +36,9 @@ def create_backend(name: str, max_parallelism: int | None = None, **options) -> 
     (e.g. `{"TPU": 4, "TPU-v4-8-head": 1}`), `max_user_retries`, `max_infra_retries`,
     `retry_backoff` (seconds before the first retry after a transient storage error; doubles),
     `progress` (None: bars only on a terminal), `scratch_dir` (where shuffles spill; must be
-    shared storage on a multi-node cluster). Ray also takes `address`.
+    shared storage on a multi-node cluster), `price_per_core_hour` (prices each stage's CPU
+    seconds in the summary, the status page and the run record; default
+    `$ZEPHYR_PRICE_PER_CORE_HOUR`). Ray also takes `address`.
     """
     if name not in _REGISTRY:
         raise ValueError(f"Unknown backend {name!r}; choose one of {', '.join(_REGISTRY)}")
