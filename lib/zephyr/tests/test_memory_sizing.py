@@ -11,6 +11,7 @@ checked on Ray's real exception classes.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -200,3 +201,32 @@ def test_the_memory_option_is_every_tasks_budget_and_the_ceiling():
     sizer.observe(TaskUsage(peak_rss=4 * GIB))
     assert sizer.budget(0) == 512 * MIB
     assert sizer.grow(0, 512 * MIB) is None
+
+
+BIG = 2_000_000  # bytes of text per record: a chunk of the 256 records the scatter took first is 512 MB
+
+
+def big_records(_):
+    for i in range(200):
+        yield {"k": i % 5, "v": "x" * BIG}
+
+
+def _count(k, items):
+    return {"k": k, "n": sum(1 for _ in items)}
+
+
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_big_records_keep_the_shuffle_within_its_budget(backend_name, request, tmp_path):
+    """Regression (issue 29): the scatter took 256 records before it knew how big a record was,
+    and never fewer than 64 per chunk (an Arrow run batch likewise), so 2 MB records put 512 MB
+    in a task whose budget was 256 MiB (measured: 1.5 GB peak with a 64 MiB budget). Chunks are
+    now sized from the records measured so far, starting small."""
+    budget = 256 * MIB
+    backend = _backend(backend_name, request, memory=budget)
+    ds = (Dataset.from_list([0]).flat_map(big_records).group_by(lambda r: r["k"], _count)
+          .write_jsonl(str(tmp_path / "out" / "{shard}.jsonl")))
+    execution = backend.execute(ds)
+    list(execution)
+    assert sum(json.loads(line)["n"] for p in (tmp_path / "out").glob("*.jsonl") for line in p.read_text().splitlines()) == 200
+    for stats in execution.stats:
+        assert stats.cost.tasks and stats.cost.rss_rise <= budget, (stats.index, stats.cost.rss_rise)

@@ -59,7 +59,9 @@ def test_each_stage_reports_cpu_seconds_and_peak_rss(backend_name, request, tmp_
     cost = execution.stats[0].cost
     assert cost.tasks == 3
     assert cost.cpu_s >= 3 * SPIN  # each task's own clock said it burned SPIN; process CPU is at least that
-    assert cost.peak_rss >= TOUCH and not cost.peak_rss_shared
+    assert cost.peak_rss >= TOUCH
+    if backend_name == "ray":  # a worker runs one task at a time (in the driver, an earlier test's thread may linger)
+        assert not cost.peak_rss_shared
     assert cost.task_s > 0
     # the same figures in the snapshot and the run record
     record = read_run_record(str(out))

@@ -53,6 +53,7 @@ class StageCost:
     task_s: float = 0.0  # wall seconds the tasks ran, summed
     peak_rss: int = 0  # the largest task's
     peak_rss_shared: bool = False  # a peak that several tasks of one process shared (threadpool)
+    rss_rise: int = 0  # the most a task raised its process's resident set above where it started
     bytes_read: int = 0
     bytes_written: int = 0
     shuffle_bytes_written: int = 0
@@ -75,6 +76,7 @@ class StageCost:
         self.tasks += 1
         self.cpu_s += usage.cpu_s
         self.task_s += result.elapsed
+        self.rss_rise = max(self.rss_rise, usage.rss_rise)
         if usage.peak_rss > self.peak_rss:
             self.peak_rss, self.peak_rss_shared = usage.peak_rss, usage.shared
 

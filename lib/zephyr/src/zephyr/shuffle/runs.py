@@ -71,7 +71,7 @@ class ArrowRunWriter:
     def write(self, table: pa.Table, bounds: np.ndarray) -> None:
         """`bounds[p]:bounds[p+1]` are partition p's rows of `table` (sorted, without `p`)."""
         rows = max(1, table.num_rows)
-        per_batch = max(64, int(BATCH_BYTES * rows / max(1, table.nbytes)))
+        per_batch = max(1, int(BATCH_BYTES * rows / max(1, table.nbytes)))
         hashes = table.column("h")
         for p in range(len(bounds) - 1):
             a, b = int(bounds[p]), int(bounds[p + 1])
