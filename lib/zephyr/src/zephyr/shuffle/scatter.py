@@ -44,6 +44,7 @@ DEFAULT_BUFFER = 256 * 1024 * 1024  # without a task memory budget
 MIN_BUFFER = 1024 * 1024
 CHUNK_BYTES = 1024 * 1024
 FIRST_CHUNK_ROWS = 16  # a task's first chunk: small, since nothing says yet how big its records are
+MIN_CHUNK_ROWS = 1  # a chunk of big records may be one record: chunks never hold much more than CHUNK_BYTES
 _RECORD_OVERHEAD = 300  # bytes of tuple/list/bytes bookkeeping per pickled record (measured ~700 B/record in all)
 
 
@@ -137,7 +138,7 @@ class _Buffer:
         self._bytes_per_row = 512.0
 
     def chunk_rows(self) -> int:
-        return int(min(16384, max(1, CHUNK_BYTES / max(self._bytes_per_row, 1.0))))
+        return int(min(16384, max(MIN_CHUNK_ROWS, CHUNK_BYTES / max(self._bytes_per_row, 1.0))))
 
     def add(self, items: list, first_pos: int) -> None:
         keys = list(map(self.part.key, items)) if self.hashed else None
