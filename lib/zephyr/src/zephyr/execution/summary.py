@@ -18,7 +18,7 @@ def format_summary(execution: Execution) -> str:
             retries = f", retried {s.retries_user} failed / {s.retries_lost} lost"
         lines.append(f"  stage {s.index}: {s.num_shards} shards, {s.items_out} items back, {s.elapsed:.2f}s{retries}")
         cost = cost_line(s.cost.to_dict(getattr(execution.backend, "price_per_core_hour", None)))
-        if cost and s.cost.tasks:
+        if cost:
             lines.append(f"    {cost}")
         if s.largest_partitions:
             lines.append(f"    largest partitions: {format_largest(s.largest_partitions)}")

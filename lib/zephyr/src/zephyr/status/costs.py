@@ -22,8 +22,8 @@ def format_bytes(n: int | float) -> str:
 
 
 def cost_line(cost: dict | None) -> str | None:
-    """`cost` (a stage's) as one line, or None when the stage has none."""
-    if not cost:
+    """`cost` (a stage's) as one line, or None when the stage has none (or nothing ran yet)."""
+    if not cost or not (cost.get("tasks") or any((cost.get("retries") or {}).values())):
         return None
     peak = format_bytes(cost["peak_rss"]) + (" (process, shared by its tasks)" if cost.get("peak_rss_shared") else "")
     retries = cost.get("retries") or {}
