@@ -14,7 +14,8 @@ ROOT = pathlib.Path(zephyr.__file__).parent
 
 # bottom to top; a module may import its own layer and the layers below it
 LAYERS = [
-    ("core", {"zephyr.errors", "zephyr.counters", "zephyr.resources", "zephyr.tasks", "zephyr.naming"}),
+    ("core", {"zephyr.errors", "zephyr.counters", "zephyr.resources", "zephyr.tasks", "zephyr.naming", "zephyr.cost",
+              "zephyr.out_of_memory"}),
     ("expr", {"zephyr.expr"}),
     ("io", {"zephyr.io"}),
     ("shuffle", {"zephyr.shuffle", "zephyr.dedup"}),

@@ -19,6 +19,7 @@ from zephyr.execution.provenance import StaleOutputsError
 from zephyr.execution.quarantine import QuarantinedShardsError
 from zephyr.execution.run_lock import OutputBusyError
 from zephyr.execution.checks import NotPicklableWarning
+from zephyr.execution.memory import task_memory
 
 __all__ = [
     "BadRecordError",
@@ -45,4 +46,5 @@ __all__ = [
     "get_shared",
     "lit",
     "set_flow_backend",
+    "task_memory",
 ]

@@ -159,6 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--memory", type=memory_argument, default=None, help="memory per task, e.g. 2GB, 512MiB or bytes")
     parser.add_argument("--num-cpus", type=_non_negative_float, default=1.0, help="CPUs per task (default 1)")
     parser.add_argument("--num-gpus", type=_non_negative_float, default=0.0, help="GPUs per task (default 0)")
+    parser.add_argument(
+        "--price-per-core-hour", type=_non_negative_float, default=None, metavar="PRICE",
+        help="what a core-hour costs: each stage's CPU seconds are priced in the summary, the status page and the "
+        "run record (default: $ZEPHYR_PRICE_PER_CORE_HOUR, else unpriced)",
+    )
     parser.add_argument("--resources", type=_resources, default=None, help='custom Ray resources per task as JSON, e.g. \'{"TPU": 4}\'')
     parser.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS, else start a local Ray)")
     parser.add_argument(
@@ -291,6 +296,7 @@ def make_backend(args: argparse.Namespace) -> Backend:
         progress=False if args.quiet else None,
         scratch_dir=args.scratch_dir,
         on_shard_failure=args.on_shard_failure,
+        price_per_core_hour=args.price_per_core_hour,
     )
     if args.backend == "ray":
         options["address"] = args.address

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ShardInfo", "ShardResult", "ShardTask", "StageProgram"]
+__all__ = ["ShardInfo", "ShardResult", "ShardTask", "StageProgram", "TaskUsage"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,23 @@ class ShardTask:
     source: Any = None  # what the shard reads (provenance.ShardSource), for skip_existing writers
 
 
+@dataclass(frozen=True)
+class TaskUsage:
+    """What one task used, measured around it in its worker (`zephyr.execution.usage`).
+
+    `cpu_s`: user+system CPU seconds: the whole process's when the task had its process to
+    itself (a Ray worker, the sync backend), else (threadpool tasks that overlapped) only the
+    task's own thread. `peak_rss`: the process's resident-set high-water mark during the task,
+    in bytes; `rss_rise`: how far it rose above the resident set when the task started.
+    `shared`: other tasks ran in the same process meanwhile, so `peak_rss` is theirs too.
+    """
+
+    cpu_s: float = 0.0
+    peak_rss: int = 0
+    rss_rise: int = 0
+    shared: bool = False
+
+
 @dataclass
 class ShardResult:
     shard: int
@@ -56,3 +73,4 @@ class ShardResult:
     summary: Any = None
     items_in: int = 0  # records entering the stage's ops (after its loaders); 0 for resumed shards
     outputs: dict = field(default_factory=dict)  # files its writers made: path -> {"bytes", "records"} (None: kept, not counted)
+    usage: TaskUsage | None = None  # measured in the worker; None for resumed shards

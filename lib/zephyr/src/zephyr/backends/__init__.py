@@ -38,7 +38,9 @@ def create_backend(name: str, max_parallelism: int | None = None, **options) -> 
     `progress` (None: bars only on a terminal), `scratch_dir` (where shuffles spill; must be
     shared storage on a multi-node cluster), `on_shard_failure` ("fail", the default: the
     first shard out of retries ends the run; "quarantine": such shards are set aside, the rest
-    of the run goes on, and it ends with `QuarantinedShardsError`). Ray also takes `address`.
+    of the run goes on, and it ends with `QuarantinedShardsError`), `price_per_core_hour`
+    (prices each stage's CPU seconds in the summary, the status page and the run record;
+    default `$ZEPHYR_PRICE_PER_CORE_HOUR`). Ray also takes `address`.
     """
     if name not in _REGISTRY:
         raise ValueError(f"Unknown backend {name!r}; choose one of {', '.join(_REGISTRY)}")

@@ -17,8 +17,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from zephyr.backends.shared import call_with_shared
+from zephyr.cost import check_price, price_from_env
 from zephyr.errors import TaskLost
 from zephyr.execution.quarantine import check_on_shard_failure
+from zephyr.execution.memory import node_memory_ceiling
 from zephyr.execution.runner import Execution
 from zephyr.resources import TaskResources, format_memory
 
@@ -46,6 +48,7 @@ class Backend(ABC):
         progress: bool | None = None,
         scratch_dir: str | None = None,
         on_shard_failure: str = "fail",
+        price_per_core_hour: float | None = None,
     ):
         if max_parallelism is None:
             max_parallelism = self.default_parallelism()
@@ -63,6 +66,8 @@ class Backend(ABC):
         self.progress = progress
         self.scratch_dir = scratch_dir
         self.on_shard_failure = check_on_shard_failure(on_shard_failure)  # "fail" fast, or "quarantine" and go on
+        # what a core-hour costs, to price each stage's CPU seconds (zephyr.cost); None: unpriced
+        self.price_per_core_hour = check_price(price_per_core_hour) if price_per_core_hour is not None else price_from_env()
         self.on_finish: list[Callable] = []
         self._shared: dict[str, Any] = {}
 
@@ -123,6 +128,11 @@ class Backend(ABC):
         while remaining and time.monotonic() < deadline:
             done = set(self.wait(remaining, timeout=max(0.0, deadline - time.monotonic())))
             remaining = [h for h in remaining if h not in done]
+
+    def memory_ceiling(self) -> int:
+        """The most memory a task may be given without the `memory` option
+        (`zephyr.execution.memory`): this machine's share for each of `max_parallelism` tasks."""
+        return node_memory_ceiling(self.max_parallelism)
 
     def spans_machines(self) -> bool:
         """Whether tasks may run on other machines (so scratch must be shared storage)."""

@@ -24,7 +24,9 @@ from typing import Any
 
 from zephyr.backends.base import Backend, TaskLost
 from zephyr.backends.ray_local import describe_ray, start_local_ray
-from zephyr.backends.ray_errors import lost_cause
+from zephyr.backends.ray_errors import lost_cause, out_of_memory_cause
+from zephyr.execution.memory import MIN_TASK_MEMORY
+from zephyr.out_of_memory import TaskOutOfMemory
 from zephyr.errors import ShardError
 from zephyr.execution.interrupts import wait_slice
 from zephyr.backends.shared import RemoteObject
@@ -65,6 +67,7 @@ class RayBackend(Backend):
         self.where: str | None = None  # one line saying where Ray is, once it started
         self.on_start: list[Callable[[str], None]] = []  # called with `where` when Ray starts or connects
         self._remote = None
+        self._sized: dict[int, Any] = {}  # task memory budget -> the remote function asking for it
         self._owns_ray = False
 
     @classmethod
@@ -100,7 +103,33 @@ class RayBackend(Backend):
             if res.resources:
                 options["resources"] = dict(res.resources)
             self._remote = ray.remote(_call).options(**options)
+            self._options = options
+            self._sized = {}
         return ray
+
+    def _remote_for(self, memory: int | None) -> Any:
+        """The remote function asking Ray for `memory` bytes (a task's budget, which the runner
+        sizes from measurement: `zephyr.execution.memory`), or the backend's own request."""
+        if memory is None or memory == self.task_resources.memory:
+            return self._remote
+        if memory not in self._sized:
+            import ray
+
+            self._sized[memory] = ray.remote(_call).options(**{**self._options, "memory": memory})
+        return self._sized[memory]
+
+    def memory_ceiling(self) -> int:
+        """The most memory a task may be given without the `memory` option: the smallest alive
+        node's memory resource, shared among the tasks its CPUs run at once."""
+        ray = self._ray()
+        num_cpus = self.task_resources.num_cpus
+        shares = []
+        for node in ray.nodes():
+            resources = node.get("Resources") or {}
+            memory, cpus = resources.get("memory", 0), resources.get("CPU", 0)
+            if node.get("Alive") and memory and cpus:
+                shares.append(memory * min(1.0, num_cpus / cpus) if num_cpus else memory / cpus)
+        return max(MIN_TASK_MEMORY, int(min(shares))) if shares else super().memory_ceiling()
 
     def share(self, obj: Any) -> Any:
         return self._ray().put(obj)
@@ -114,7 +143,7 @@ class RayBackend(Backend):
 
     def submit(self, fn: Callable, shared: Any, arg: Any) -> Any:
         self._ray()
-        return self._remote.remote(self.bound(fn), shared, arg)
+        return self._remote_for(getattr(arg, "memory", None)).remote(self.bound(fn), shared, arg)
 
     def wait(self, handles: Sequence[Any], timeout: float | None = None) -> list[Any]:
         ray = self._ray()
@@ -135,6 +164,9 @@ class RayBackend(Backend):
             lost = lost_cause(e)  # Ray's OOM kill, a cancel, an unpicklable argument: not lost
             if lost is not None:
                 raise TaskLost(f"{type(lost).__name__}: {lost}") from e
+            killed = out_of_memory_cause(e)  # the runner retries it with a bigger budget
+            if killed is not None:
+                raise TaskOutOfMemory(f"{type(killed).__name__}: {killed}") from e
             raise
 
     def spans_machines(self) -> bool:
@@ -163,3 +195,4 @@ class RayBackend(Backend):
             ray.shutdown()
         self._owns_ray = False
         self._remote = None
+        self._sized = {}

@@ -35,7 +35,8 @@ inside the user's own code (its actors or objects were lost), which is the user'
 
 from __future__ import annotations
 
-__all__ = ["LOST_ERROR_NAMES", "NOT_LOST_ERROR_NAMES", "is_lost", "lost_cause", "lost_error_types"]
+__all__ = ["LOST_ERROR_NAMES", "NOT_LOST_ERROR_NAMES", "OUT_OF_MEMORY_ERROR_NAMES", "is_lost", "lost_cause",
+           "lost_error_types", "out_of_memory_cause"]
 
 LOST_ERROR_NAMES = (
     "NodeDiedError",
@@ -52,6 +53,11 @@ LOST_ERROR_NAMES = (
 NOT_LOST_ERROR_NAMES = ("ObjectFreedError",)
 """Subclasses of a lost class that are not losses (freed on purpose)."""
 
+OUT_OF_MEMORY_ERROR_NAMES = ("OutOfMemoryError",)
+"""`ray.exceptions` classes that mean Ray's memory monitor killed the task for its memory: not
+lost (the same budget would be killed again), retried by Zephyr's runner with a bigger budget
+(`zephyr.out_of_memory`)."""
+
 
 def lost_error_types() -> tuple[type[BaseException], ...]:
     """The classes named by LOST_ERROR_NAMES."""
@@ -66,15 +72,24 @@ def _classes(names: tuple[str, ...]) -> tuple[type[BaseException], ...]:
 
 def lost_cause(error: BaseException, *, max_depth: int = 1) -> BaseException | None:
     """The Ray error that says `error`'s task was lost, or None (see the module docstring)."""
+    return _cause_among(error, lost_error_types(), _classes(NOT_LOST_ERROR_NAMES), max_depth)
+
+
+def out_of_memory_cause(error: BaseException, *, max_depth: int = 1) -> BaseException | None:
+    """The Ray error that says `error`'s task was killed for its memory, or None (same depths
+    as `lost_cause`)."""
+    return _cause_among(error, _classes(OUT_OF_MEMORY_ERROR_NAMES), (), max_depth)
+
+
+def _cause_among(error: BaseException, kinds: tuple, not_kinds: tuple, max_depth: int) -> BaseException | None:
     from ray.exceptions import RayTaskError
 
-    lost, not_lost = lost_error_types(), _classes(NOT_LOST_ERROR_NAMES)
     seen: set[int] = set()
     depth = 0
     while error is not None and depth <= max_depth and id(error) not in seen:
         seen.add(id(error))
         if not isinstance(error, RayTaskError):
-            return error if isinstance(error, lost) and not isinstance(error, not_lost) else None
+            return error if isinstance(error, kinds) and not isinstance(error, not_kinds) else None
         error, depth = getattr(error, "cause", None), depth + 1
     return None
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from zephyr.counters import Totals
 from zephyr.execution.checks import stage_program
+from zephyr.execution.memory import MemorySizer
 from zephyr.execution.observe import ObservedBackend
 from zephyr.execution.pool import ExecutionBackend, InlinePool
 from zephyr.execution.progress import make_progress
@@ -72,6 +73,7 @@ class Execution:
         # shards set aside after failing every attempt (on_shard_failure="quarantine"), else None: fail fast
         quarantining = getattr(backend, "on_shard_failure", "fail") == "quarantine"
         self.quarantine = Quarantine(self.status.shard_quarantined) if quarantining else None
+        self.status.price_per_core_hour = getattr(backend, "price_per_core_hour", None)
         self._locks = RunLocks(None, [])  # taken when the run starts (_hold_outputs)
         self._results = self._published(self._run())
 
@@ -217,7 +219,15 @@ class Execution:
                 self.counters.update(result.counters)
                 progress.update(result)
         pool = ObservedBackend(InlinePool() if in_process else self.backend, self.status, stage.index, list(finished.values()))
-        return iter(StageLoop(pool, program, tasks, finished, stats, self.counters, progress, self.quarantine))
+        self.status.attach_cost(stage.index, stats.cost)
+        return iter(StageLoop(pool, program, tasks, finished, stats, self.counters, progress, self.quarantine, self._sizer(in_process)))
+
+    def _sizer(self, in_process: bool) -> MemorySizer | None:
+        """Each stage's task budgets (`zephyr.execution.memory`); none for existence checks."""
+        ceiling = getattr(self.backend, "memory_ceiling", None)
+        if in_process or ceiling is None:
+            return None
+        return MemorySizer(self.backend.task_resources.memory, ceiling)
 
 
 def _remove_write_temporaries(stage: Stage) -> None:

@@ -28,6 +28,8 @@ from zephyr.io.json_records import JsonLines
 from zephyr.execution.provenance import claim_output, existing_output_kept
 from zephyr.shuffle.join import BoundJoin, merge_join
 from zephyr.execution.loaders import read_path
+from zephyr.execution.memory import task_budget
+from zephyr.execution.usage import measuring
 from zephyr.plan.join_shuffled import TwoSided
 from zephyr.tasks import ShardResult, ShardTask, StageProgram
 
@@ -46,7 +48,15 @@ class _Context:
 
 def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
     """Run `program` over `task`'s input; failures become ShardError naming the shard (marked
-    `transient` for a storage error worth retrying)."""
+    `transient` for a storage error worth retrying). The result carries what the task used
+    (`zephyr.execution.usage`); `zephyr.task_memory()` is the task's budget meanwhile."""
+    with measuring() as measured, task_budget(task.memory):
+        result = _run_shard(program, task)
+    result.usage = measured.usage
+    return result
+
+
+def _run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
     start = time.perf_counter()
     ctx = _Context(task.shard, task.num_shards, task.input_path if program.reader is None else None, task.source, dict(program.codes))
     counted = None

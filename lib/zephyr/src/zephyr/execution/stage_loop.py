@@ -6,8 +6,11 @@ likewise, but after a backoff (`zephyr.execution.retry`); a user failure is retr
 `max_user_retries` times and then ends the stage with the shard's error (other tasks in
 flight are cancelled and drained, so none keeps writing after the run has raised), unless the
 run quarantines such shards (`zephyr.execution.quarantine`): then the shard is set aside and the
-stage goes on without it. Results are handed on in shard order, each as soon as every earlier
-shard's is (a quarantined shard has none).
+stage goes on without it. A task that ran out of memory is retried with twice its budget up to
+the ceiling, without charging the user's budget (`zephyr.execution.memory`, which also sizes
+tasks from the first ones' peaks). Results are handed on in shard order, each as soon as every
+earlier shard's is (a quarantined shard has none); what each cost is added up in
+`StageStats.cost` (`zephyr.cost`).
 """
 
 from __future__ import annotations
@@ -22,11 +25,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from zephyr.cost import StageCost
 from zephyr.errors import ShardError, TaskLost
+from zephyr.execution.memory import MemorySizer
 from zephyr.execution.pool import TaskPool
 from zephyr.execution.quarantine import Quarantine
 from zephyr.execution.retry import BackoffQueue, backoff_delay
 from zephyr.execution.shard import run_shard
+from zephyr.out_of_memory import is_out_of_memory
 from zephyr.tasks import ShardResult, ShardTask, StageProgram
 
 __all__ = ["INTERRUPT_DRAIN", "StageLoop", "StageStats"]
@@ -48,6 +54,7 @@ class StageStats:
     resumed: int = 0
     largest_partitions: list = dataclasses.field(default_factory=list)  # after a shuffle: the biggest inputs (run_index.PartitionInfo)
     quarantined: int = 0  # shards set aside after failing every attempt (on_shard_failure="quarantine")
+    cost: StageCost = dataclasses.field(default_factory=StageCost)  # CPU, memory, bytes, retries by cause
 
 
 class StageLoop:
@@ -57,10 +64,13 @@ class StageLoop:
     handed on in their place without running. `counters` (the run's) gets each result's
     counters once; `progress` is told of each result; `stats` is filled in as it goes.
     With a `quarantine`, a shard out of retries is set aside there instead of ending the stage.
+    `sizer` gives each submitted task its memory budget (None: tasks keep theirs, and one
+    that runs out of memory is a failure).
     """
 
     def __init__(self, pool: TaskPool, program: StageProgram, tasks: list[ShardTask], finished: dict[int, ShardResult],
-                 stats: StageStats, counters: Counter, progress: Any, quarantine: Quarantine | None = None):
+                 stats: StageStats, counters: Counter, progress: Any, quarantine: Quarantine | None = None,
+                 sizer: MemorySizer | None = None):
         self.pool = pool
         self.index = program.index
         self.num_shards = len(tasks)
@@ -78,6 +88,7 @@ class StageLoop:
         self._next_shard = 0
         self._start = time.perf_counter()
         self._closed = False
+        self._sizer = sizer
 
     def __iter__(self) -> Iterator[ShardResult]:
         try:
@@ -98,6 +109,8 @@ class StageLoop:
         self._pending.extendleft(reversed(self._backing_off.due()))
         while self._pending and len(self._in_flight) < self.pool.max_parallelism:
             task = self._pending.popleft()
+            if self._sizer is not None:
+                task = dataclasses.replace(task, memory=self._sizer.budget(task.shard))
             self._in_flight[self.pool.submit(run_shard, self._shared, task)] = task
 
     def _collect(self, handle: Any) -> None:
@@ -114,11 +127,14 @@ class StageLoop:
         self._finished[task.shard] = result
         self.counters.update(result.counters)
         self.stats.items_out += result.num_items
+        self.stats.cost.add(result, task.memory)
+        if self._sizer is not None:
+            self._sizer.observe(result.usage)
         self.progress.update(result)
 
     def _lost(self, task: ShardTask, error: TaskLost) -> None:
         """The worker or node died: run the shard again, up to `max_infra_retries` times."""
-        self._count_loss(task)
+        self._count_loss(task, "lost")
         if self._losses[task.shard] > self.pool.max_infra_retries:
             message = f"was lost {self._losses[task.shard]} times (workers or nodes died)"
             if self._quarantine is not None:  # e.g. a shard that kills its worker every time
@@ -133,8 +149,10 @@ class StageLoop:
         """A failure in the task: storage trouble backs off and retries; the user's retries
         a few times in case the worker was at fault, then ends the stage."""
         error = raised if isinstance(raised, ShardError) else attribute(raised, task)
+        if is_out_of_memory(raised) and self._more_memory(task, error):
+            return
         if error.transient:  # storage trouble, not the user's: a lost attempt, with backoff
-            self._count_loss(task)
+            self._count_loss(task, "storage")
             self.counters["zephyr/storage_retries"] += 1
             if self._losses[task.shard] > self.pool.max_infra_retries:
                 _reraise(error, raised)
@@ -150,6 +168,7 @@ class StageLoop:
                 return
             _reraise(error, raised)
         self.stats.retries_user += 1
+        self.stats.cost.retried("user")
         logger.warning("stage %d shard %d failed with %s: %s%s; retrying (%d/%d) in case the worker, not "
                        "the code, was at fault (max_user_retries=0 fails at once)", self.index, task.shard,
                        error.error_type, error.error_message[:200], f" at {error.record}" if error.record else "",
@@ -162,9 +181,26 @@ class StageLoop:
         self.stats.quarantined += 1
         self._finished[task.shard] = None
 
-    def _count_loss(self, task: ShardTask) -> None:
+    def _more_memory(self, task: ShardTask, error: ShardError) -> bool:
+        """The task ran out of memory: run it again with twice its budget (not the user's
+        failure), unless it had the ceiling already (False: it fails like any other)."""
+        if self._sizer is None:
+            return False
+        budget = self._sizer.grow(task.shard, task.memory)
+        if budget is None:
+            logger.warning("stage %d shard %d ran out of memory with %s, its ceiling (the memory option, or the node's "
+                           "share); failing it", self.index, task.shard, _size(task.memory))
+            return False
+        self.stats.cost.retried("memory")
+        logger.warning("stage %d shard %d ran out of memory (%s: %s) with %s; retrying with %s", self.index, task.shard,
+                       error.error_type, error.error_message[:200], _size(task.memory), _size(budget))
+        self._pending.appendleft(task)
+        return True
+
+    def _count_loss(self, task: ShardTask, cause: str) -> None:
         self._losses[task.shard] += 1
         self.stats.retries_lost += 1
+        self.stats.cost.retried(cause)
 
     def _in_order(self) -> Iterator[ShardResult]:
         """The finished results that are next in shard order."""
@@ -195,6 +231,10 @@ def attribute(error: Exception, task: ShardTask) -> ShardError:
     """A failure the shard function did not wrap itself (e.g. the worker ran out of memory)."""
     text = "".join(traceback.format_exception(error))
     return ShardError(task.stage, task.shard, task.label, type(error).__name__, str(error), text)
+
+
+def _size(memory: int | None) -> str:
+    return "no budget" if memory is None else f"{memory / 2**20:,.0f} MiB"
 
 
 def _reraise(error: ShardError, raised: Exception) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from zephyr.execution.progress import format_largest
 from zephyr.execution.runner import Execution
+from zephyr.status.costs import cost_line
 
 __all__ = ["format_summary", "quarantine_lines"]
 
@@ -17,6 +18,9 @@ def format_summary(execution: Execution) -> str:
             retries = f", retried {s.retries_user} failed / {s.retries_lost} lost"
         quarantined = f", {s.quarantined} QUARANTINED" if getattr(s, "quarantined", 0) else ""
         lines.append(f"  stage {s.index}: {s.num_shards} shards, {s.items_out} items back, {s.elapsed:.2f}s{retries}{quarantined}")
+        cost = cost_line(s.cost.to_dict(getattr(execution.backend, "price_per_core_hour", None)))
+        if cost:
+            lines.append(f"    {cost}")
         if s.largest_partitions:
             lines.append(f"    largest partitions: {format_largest(s.largest_partitions)}")
     for item in execution.plan.not_resumable():

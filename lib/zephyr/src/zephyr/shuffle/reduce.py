@@ -139,6 +139,7 @@ class ShuffleReader:
     def read(self, task) -> Iterator[Any]:
         (inp,) = task.items
         ranges = inp.ranges()
+        counters.increment("zephyr/shuffle_bytes_read", sum(r[5] - r[4] for r in ranges))
         fan_in = merge_fan_in(task.memory)
         if all(r[2] == "arrow" for r in ranges):
             chunks = _ColumnarMerge(inp, fan_in).chunks(ranges)

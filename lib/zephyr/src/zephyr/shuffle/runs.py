@@ -36,6 +36,7 @@ from zephyr.io.files import url_to_fs
 __all__ = ["ArrowRunWriter", "compression_for", "read_arrow_range", "read_pickle_range", "write_pickle_frames"]
 
 BATCH_BYTES = 1024 * 1024  # uncompressed bytes per Arrow record batch in a run
+MIN_BATCH_ROWS = 1  # a batch of big records may be one record (the merge holds a batch per open run)
 FRAME_TARGET = 256 * 1024  # uncompressed bytes of pickled records per zstd frame
 READ_CHUNK = 256 * 1024
 _LEN = struct.Struct("<I")
@@ -71,7 +72,7 @@ class ArrowRunWriter:
     def write(self, table: pa.Table, bounds: np.ndarray) -> None:
         """`bounds[p]:bounds[p+1]` are partition p's rows of `table` (sorted, without `p`)."""
         rows = max(1, table.num_rows)
-        per_batch = max(64, int(BATCH_BYTES * rows / max(1, table.nbytes)))
+        per_batch = max(MIN_BATCH_ROWS, int(BATCH_BYTES * rows / max(1, table.nbytes)))
         hashes = table.column("h")
         for p in range(len(bounds) - 1):
             a, b = int(bounds[p]), int(bounds[p + 1])

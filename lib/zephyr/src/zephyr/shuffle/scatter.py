@@ -1,6 +1,8 @@
 """The map side of a shuffle: partition, buffer, sort and spill runs; write the manifest.
 
-Items arrive one at a time and are gathered into chunks of about a MiB. Each chunk's keys
+Items arrive one at a time and are gathered into chunks of about a MiB, sized from the bytes
+per record the previous chunk measured (the first chunk is FIRST_CHUNK_ROWS records; a chunk
+may be a single record, so big records never pile up past the buffer's budget). Each chunk's keys
 (and `sort_by` values) are computed, encoded and hashed as a batch (`shuffle_keys`), and the
 chunk becomes an Arrow record batch when its records convert exactly (`columnar`: their JSON
 lines, or a column per field), else a list of pickled records. A buffer of a quarter of the
@@ -41,6 +43,8 @@ __all__ = ["HashPartition", "RoundRobin", "ScatterSink", "keep_first"]
 DEFAULT_BUFFER = 256 * 1024 * 1024  # without a task memory budget
 MIN_BUFFER = 1024 * 1024
 CHUNK_BYTES = 1024 * 1024
+FIRST_CHUNK_ROWS = 16  # a task's first chunk: small, since nothing says yet how big its records are
+MIN_CHUNK_ROWS = 1  # a chunk of big records may be one record: chunks never hold much more than CHUNK_BYTES
 _RECORD_OVERHEAD = 300  # bytes of tuple/list/bytes bookkeeping per pickled record (measured ~700 B/record in all)
 
 
@@ -97,7 +101,7 @@ class ScatterSink:
         buffer = _Buffer(self, task.shard)
         runs: list[dict] = []
         records = 0
-        rows = 256
+        rows = FIRST_CHUNK_ROWS  # until the first chunk has measured what a record takes
         for chunk in iter(lambda: list(itertools.islice(stream, rows)), []):
             buffer.add(chunk, records)
             records += len(chunk)
@@ -134,7 +138,7 @@ class _Buffer:
         self._bytes_per_row = 512.0
 
     def chunk_rows(self) -> int:
-        return int(min(16384, max(64, CHUNK_BYTES / max(self._bytes_per_row, 1.0))))
+        return int(min(16384, max(MIN_CHUNK_ROWS, CHUNK_BYTES / max(self._bytes_per_row, 1.0))))
 
     def add(self, items: list, first_pos: int) -> None:
         keys = list(map(self.part.key, items)) if self.hashed else None
@@ -239,6 +243,7 @@ class _Buffer:
         del table
         pa.default_memory_pool().release_unused()  # hand the sort's copies back before the next buffer fills
         batches = np.array(writer.batches, dtype=BATCH_DTYPE)
+        counters.increment("zephyr/shuffle_bytes_written", int(writer.offsets[-1]))
         return {"path": path, "format": "arrow", "schema_len": writer.schema_len,
                 "offsets": pack(writer.offsets), "batches": pack(batches) if len(batches) else ""}
 
@@ -262,6 +267,7 @@ class _Buffer:
                     index += [(p, h, n, offsets[p] + at) for h, n, at in frames]
                 offsets[p + 1 :] = length
         batches = np.array(index, dtype=BATCH_DTYPE)
+        counters.increment("zephyr/shuffle_bytes_written", length)
         return {"path": path, "format": "pickle", "offsets": pack(offsets), "batches": pack(batches) if index else ""}
 
     def _combine(self, records: list[tuple], combiner) -> Iterator[tuple]:

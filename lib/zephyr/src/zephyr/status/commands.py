@@ -5,6 +5,7 @@
     zephyr dashboard gs://bucket/clean/ --port 8270  serve that record's page again
     zephyr dashboard out/.zephyr-run.json --html run.html   a self-contained page, no server
     zephyr verify gs://bucket/clean/                every recorded output there with its size, nothing else
+    zephyr status --compare gs://b/run1/ gs://b/run2/   two finished runs' stages side by side
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import orjson
 
 from zephyr.status import port_number
 from zephyr.status.outputs import verify_directory
+from zephyr.status.costs import compare_runs, format_comparison
 from zephyr.status.record import read_run_record
 from zephyr.status.server import FileSource, page_html, start_dashboard
 from zephyr.status.terminal import fetch_snapshot, format_snapshot
@@ -38,15 +40,25 @@ def status_main(argv: Sequence[str]) -> int:
         description="Print a run's state: from a live status page (the URL `zephyr --dashboard` printed) "
         "or from a finished run's record (.zephyr-run.json, or the output directory holding it).",
         epilog="examples:\n  zephyr status http://127.0.0.1:8270/\n  zephyr status --json 'http://head:8270/?token=...'\n"
-        "  zephyr status gs://bucket/clean/\n  zephyr status --watch 5 http://127.0.0.1:8270/",
+        "  zephyr status gs://bucket/clean/\n  zephyr status --watch 5 http://127.0.0.1:8270/\n"
+        "  zephyr status --compare gs://bucket/clean-v1/ gs://bucket/clean-v2/",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("location", help="status page URL, or a run record file or the directory holding one (local or gs://...)")
+    parser.add_argument("location", nargs="?", help="status page URL, or a run record file or the directory holding one (local or gs://...)")
+    parser.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None,
+                        help="compare two runs from their records (record files or output directories): each stage's "
+                        "time, CPU, peak RSS, bytes, retries and cost side by side, with the ratio B/A")
     parser.add_argument("--json", action="store_true", help="print the snapshot as JSON (for scripts)")
     parser.add_argument("--token", default=None, help="the page's token, if it is not in the URL")
     parser.add_argument("--run", default=None, help="which run of the driver process (default: the latest)")
     parser.add_argument("--watch", type=float, default=None, metavar="SECONDS", help="print again every SECONDS until the run ends")
     args = parser.parse_args(list(argv))
+    if args.compare is not None:
+        if args.location is not None or args.watch is not None:
+            parser.error("--compare A B takes no other location and no --watch; e.g. zephyr status --compare out-v1/ out-v2/")
+        return _compare(*args.compare, as_json=args.json)
+    if args.location is None:
+        parser.error("give a location (a status page URL, a run record or its directory), or --compare A B")
     redraw = args.watch is not None and not args.json and sys.stdout.isatty()
     last: dict | None = None
     while True:
@@ -70,6 +82,19 @@ def status_main(argv: Sequence[str]) -> int:
         time.sleep(args.watch)
         if not redraw:
             print()
+
+
+def _compare(a: str, b: str, as_json: bool) -> int:
+    try:
+        first, second = read_run_record(a), read_run_record(b)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"zephyr status: error: {e}", file=sys.stderr)
+        return 1
+    if as_json:
+        sys.stdout.write(orjson.dumps({"a": a, "b": b, "stages": compare_runs(first, second)}, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print(format_comparison(first, second, a, b))
+    return 0
 
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"  # cursor home, clear: each --watch interval redraws in place on a terminal

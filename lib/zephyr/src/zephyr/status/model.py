@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from zephyr.counters import Totals, public
+from zephyr.cost import StageCost
 from zephyr.errors import ShardError
+from zephyr.out_of_memory import is_out_of_memory
 from zephyr.status.labels import current_label
 
 if TYPE_CHECKING:
@@ -68,6 +70,7 @@ class _Failure:
     traceback: str
     at: float
     outcome: str | None = None  # "retried", "fatal", "quarantined", or "abandoned" (the run ended first)
+    cause: str = "user"  # zephyr.cost.RETRY_CAUSES: "user", "lost", "storage" (transient) or "memory"
     exc: Any = field(default=None, repr=False)  # until the outcome is known: to recognise the fatal one
 
     def to_dict(self) -> dict:
@@ -103,6 +106,7 @@ class _Stage:
     samples: list = field(default_factory=list)
     sample_every: float = 1.0
     last_sample: float = float("-inf")
+    cost: StageCost = field(default_factory=StageCost)  # the runner's, once the stage starts (attach_cost)
 
 
 class RunStatus:
@@ -133,6 +137,7 @@ class RunStatus:
         self._outputs: dict[str, dict] = {}  # output path -> {"bytes", "records"} (ShardResult.outputs), for the record
         self._outputs_section: list[dict] | None = None  # the record's `outputs`, once the run has ended
         self._lock = threading.Lock()
+        self.price_per_core_hour: float | None = None  # turns each stage's CPU seconds into a cost
 
     # ---- reports from the runner -------------------------------------------------------------
 
@@ -148,6 +153,11 @@ class RunStatus:
                 st.counters.update(result.counters)
             self._sample(st, st.started, force=True)
 
+    def attach_cost(self, index: int, cost: StageCost) -> None:
+        """The runner's running totals of stage `index` (`zephyr.cost`), shown from now on."""
+        with self._lock:
+            self._stages[index].cost = cost
+
     def shard_submitted(self, index: int, task: ShardTask) -> None:
         with self._lock:
             st = self._stages[index]
@@ -158,7 +168,7 @@ class RunStatus:
                 failure.outcome, failure.exc = "retried", None
                 if failure.kind == "lost":
                     st.retried_lost += 1
-                else:
+                elif failure.cause != "memory":  # memory retries: cost.retries["memory"]
                     st.retried_user += 1
 
     def shard_succeeded(self, index: int, task: ShardTask, result: ShardResult) -> None:
@@ -202,11 +212,11 @@ class RunStatus:
             st = self._stages[index]
             started = st.running.pop(task.shard, None)
             attempt = started[2] if started else st.attempts[task.shard]
+            failure = _failure_of(task, attempt, error, lost)
             if lost:
                 st.lost += 1
-            else:
+            elif failure.cause != "memory":  # out of memory is not the user's error (cost.retries["memory"])
                 st.user_errors += 1
-            failure = _failure_of(task, attempt, error, lost)
             failure.exc = error
             st.pending_failure[task.shard] = failure
             self._keep(failure)
@@ -266,7 +276,7 @@ class RunStatus:
         """A JSON-ready copy of the whole state (see the module docstring)."""
         with self._lock:
             now = time.monotonic()
-            stages = [_stage_snapshot(st, now, self._t0) for st in self._stages]
+            stages = [_stage_snapshot(st, now, self._t0, self.price_per_core_hour) for st in self._stages]
             failures = self._failures + list(self._recent)  # disjoint: recent fills once the first are kept
             return {
                 "schema": SCHEMA,
@@ -289,6 +299,8 @@ class RunStatus:
                 "not_resumable": [dict(item) for item in self.not_resumable],
                 "quarantined": [dict(item) for item in self.quarantined],
                 **({"outputs": list(self._outputs_section)} if self._outputs_section is not None else {}),
+                "price_per_core_hour": self.price_per_core_hour,
+                "cost": _run_cost(stages),
             }
 
     def summary(self) -> dict[str, Any]:
@@ -335,7 +347,15 @@ def _stage_of(stage: Stage) -> _Stage:
     return _Stage(stage.index, f"stage {stage.index}", ops, stage.describe(), stage.num_shards)
 
 
-def _stage_snapshot(st: _Stage, now: float, t0: float) -> dict[str, Any]:
+def _run_cost(stages: list[dict]) -> dict[str, Any]:
+    """The run's totals of its stages' costs."""
+    costs = [st["cost"] for st in stages]
+    priced = [c["cost"] for c in costs if c["cost"] is not None]
+    return {"cpu_s": round(sum(c["cpu_s"] for c in costs), 3), "peak_rss": max((c["peak_rss"] for c in costs), default=0),
+            "cost": round(sum(priced), 6) if priced else None}
+
+
+def _stage_snapshot(st: _Stage, now: float, t0: float, price: float | None = None) -> dict[str, Any]:
     slowest = sorted(st.running.items(), key=lambda kv: kv[1][0])[:STRAGGLERS]
     end = st.ended if st.ended is not None else now
     return {
@@ -364,6 +384,7 @@ def _stage_snapshot(st: _Stage, now: float, t0: float) -> dict[str, Any]:
         "started_s": round(st.started - t0, 3) if st.started is not None else None,
         "elapsed_s": round(end - st.started, 3) if st.started is not None else None,
         "counters": dict(sorted(public(st.counters).items())),
+        "cost": st.cost.to_dict(price),
         "throughput": {
             "columns": ["t_s", "shards_done", "items_in", "items_out", "bytes_in", "bytes_out"],
             "samples": [list(s) for s in st.samples] + _live_point(st, now, t0),
@@ -396,8 +417,12 @@ def _failure_of(task: ShardTask, attempt: int, error: BaseException, lost: bool)
     else:
         error_type, message = type(error).__name__, str(error)
         text = "".join(traceback.format_exception(error))
+    if lost:
+        cause = "storage" if getattr(error, "transient", False) else "lost"
+    else:
+        cause = "memory" if is_out_of_memory(error) else "user"
     return _Failure(task.stage, task.shard, task.label, attempt, "lost" if lost else "user_error",
-                    error_type, _short(message, 2000), text[-MAX_TRACEBACK:], time.time())
+                    error_type, _short(message, 2000), text[-MAX_TRACEBACK:], time.time(), cause=cause)
 
 
 def _short(text: str, limit: int) -> str:

@@ -9,6 +9,8 @@ import urllib.request
 
 import orjson
 
+from zephyr.status.costs import cost_line
+from zephyr.status.costs import format_bytes as _bytes
 from zephyr.status.record import read_run_record
 
 __all__ = ["fetch_snapshot", "format_snapshot"]
@@ -62,7 +64,7 @@ def format_snapshot(s: dict, width: int = 100) -> str:
     if s.get("failures_total"):
         lines.append(f"failed attempts ({s['failures_total']}):")
         for f in s["failures"][-10:]:
-            kind = "lost" if f["kind"] == "lost" else "user error"
+            kind = "lost" if f["kind"] == "lost" else "out of memory" if f.get("cause") == "memory" else "user error"
             lines.append(f"  stage {f['stage']} shard {f['shard']} attempt {f['attempt']} ({kind}, {f['outcome'] or 'retrying'}) "
                          f"source {f['source']}")
             lines.append(f"    {f['error_type']}: {f['message'].splitlines()[0][:width] if f['message'] else ''}")
@@ -71,6 +73,10 @@ def format_snapshot(s: dict, width: int = 100) -> str:
         for q in s["quarantined"]:
             lines.append(f"  stage {q['stage']} shard {q['shard']} source {q['source']}: {q['error_type']}: "
                          f"{(q['message'].splitlines() or [''])[0][:width]}")
+    total = s.get("cost") or {}
+    if total.get("cpu_s"):
+        price = f", cost {total['cost']:,.4f} at {s['price_per_core_hour']} per core-hour" if total.get("cost") is not None else ""
+        lines.append(f"cost: cpu {total['cpu_s']:,.1f}s, peak rss {_bytes(total['peak_rss'])}{price}")
     if s.get("counters"):
         lines.append("counters:")
         name_width = max(len(k) for k in s["counters"])
@@ -88,12 +94,14 @@ def _stage_lines(st: dict, width: int) -> list[str]:
     ops = " -> ".join(st["ops"])
     head = f"  {st['name']} [{bar}] {sh['done']:,}/{st['num_shards']:,} shards, {st['state']}"
     detail = (f"    running {sh['running']:,}, queued {sh['queued']:,}, resumed {sh['resumed']:,}, failed {sh['failed']:,}; "
-              f"retried {sh['retried_lost']:,} lost / {sh['retried_user']:,} user error")
+              f"retried {sh['retried_lost']:,} lost / {sh['retried_user']:,} user error"
+              + (f" / {memory:,} out of memory" if (memory := ((st.get("cost") or {}).get("retries") or {}).get("memory")) else ""))
     elapsed = st.get("elapsed_s") or 0
     flow = (f"    items {st['items_in']:,} in / {st['items_out']:,} out, {_bytes(st['bytes_in'])} in / {_bytes(st['bytes_out'])} out"
             + (f", {st['items_in'] / elapsed:,.0f} items/s in" if elapsed > 0 and st["items_in"] else "")
             + f", {_secs(st.get('elapsed_s'))}")
-    return [head, f"    {ops[: width - 4]}", detail, flow]
+    cost = cost_line(st.get("cost"))
+    return [head, f"    {ops[: width - 4]}", detail, flow] + ([f"    {cost}"] if cost else [])
 
 
 def _secs(value) -> str:
@@ -105,12 +113,3 @@ def _secs(value) -> str:
     minutes, seconds = divmod(int(value), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
-
-
-def _bytes(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if value < 1000 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} TB"
