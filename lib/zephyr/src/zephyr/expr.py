@@ -4,7 +4,7 @@
 
     ds.filter((col("score") > 0.5) & col("lang").is_not_null() & (col("meta")["source"] == "web"))
 
-An expression is data, not a function: a plan prints it (`filter((col('score') > 0.5))`), and
+An expression is data, not a function: a plan prints it (`filter((col('score') > lit(0.5)))`), and
 a filter right after `load_parquet()` is handed to pyarrow, which skips row groups whose
 statistics rule the predicate out (see `zephyr.pushdown`), wherever pyarrow provably gives
 the same result as Python (see `zephyr.expr_arrow`). Here it evaluates on Python dicts, with
@@ -21,7 +21,10 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Expr", "col", "lit", "referenced_columns"]
+__all__ = [
+    "ArithmeticExpr", "ColumnExpr", "CompareExpr", "Expr", "FieldAccessExpr", "IsNullExpr", "LiteralExpr", "LogicalExpr",
+    "NotExpr", "col", "lit", "referenced_columns", "to_pyarrow_expr",
+]
 
 
 class Expr:
@@ -39,62 +42,63 @@ class Expr:
         raise TypeError(f"the truth value of the expression {self!r} is unknown until it runs; use & | ~ instead of and/or/not")
 
     def __hash__(self) -> int:
+        """By the text, so equal expressions can be set members and dict keys (see `Compare.__bool__`)."""
         return hash(repr(self))
 
     # comparisons build expressions (so `==` does not compare expressions)
     def __eq__(self, other: Any) -> Expr:  # type: ignore[override]
-        return Compare("==", self, _wrap(other))
+        return Compare(self, _wrap(other), "==")
 
     def __ne__(self, other: Any) -> Expr:  # type: ignore[override]
-        return Compare("!=", self, _wrap(other))
+        return Compare(self, _wrap(other), "!=")
 
     def __lt__(self, other: Any) -> Expr:
-        return Compare("<", self, _wrap(other))
+        return Compare(self, _wrap(other), "<")
 
     def __le__(self, other: Any) -> Expr:
-        return Compare("<=", self, _wrap(other))
+        return Compare(self, _wrap(other), "<=")
 
     def __gt__(self, other: Any) -> Expr:
-        return Compare(">", self, _wrap(other))
+        return Compare(self, _wrap(other), ">")
 
     def __ge__(self, other: Any) -> Expr:
-        return Compare(">=", self, _wrap(other))
+        return Compare(self, _wrap(other), ">=")
 
     def __add__(self, other: Any) -> Expr:
-        return Arithmetic("+", self, _wrap(other))
+        return Arithmetic(self, _wrap(other), "+")
 
     def __radd__(self, other: Any) -> Expr:
-        return Arithmetic("+", _wrap(other), self)
+        return Arithmetic(_wrap(other), self, "+")
 
     def __sub__(self, other: Any) -> Expr:
-        return Arithmetic("-", self, _wrap(other))
+        return Arithmetic(self, _wrap(other), "-")
 
     def __rsub__(self, other: Any) -> Expr:
-        return Arithmetic("-", _wrap(other), self)
+        return Arithmetic(_wrap(other), self, "-")
 
     def __mul__(self, other: Any) -> Expr:
-        return Arithmetic("*", self, _wrap(other))
+        return Arithmetic(self, _wrap(other), "*")
 
     def __rmul__(self, other: Any) -> Expr:
-        return Arithmetic("*", _wrap(other), self)
+        return Arithmetic(_wrap(other), self, "*")
 
     def __truediv__(self, other: Any) -> Expr:
-        return Arithmetic("/", self, _wrap(other))
+        return Arithmetic(self, _wrap(other), "/")
 
     def __rtruediv__(self, other: Any) -> Expr:
-        return Arithmetic("/", _wrap(other), self)
+        return Arithmetic(_wrap(other), self, "/")
 
     def __and__(self, other: Any) -> Expr:
-        return Logical("&", self, _wrap(other))
+        return Logical(self, _wrap(other), "&")
 
     def __rand__(self, other: Any) -> Expr:
-        return Logical("&", _wrap(other), self)
+        return Logical(_wrap(other), self, "&")
 
     def __or__(self, other: Any) -> Expr:
-        return Logical("|", self, _wrap(other))
+        return Logical(self, _wrap(other), "|")
 
     def __ror__(self, other: Any) -> Expr:
-        return Logical("|", _wrap(other), self)
+        return Logical(_wrap(other), self, "|")
 
     def __invert__(self) -> Expr:
         return Not(self)
@@ -120,7 +124,7 @@ def col(name: str) -> Expr:
     """The value of the top-level field `name` of each record (null when it is missing).
 
     >>> col("score") > 0.5
-    (col('score') > 0.5)
+    (col('score') > lit(0.5))
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"col() takes a column name, got {name!r}")
@@ -153,7 +157,7 @@ class Literal(Expr):
         return self.value
 
     def __repr__(self) -> str:
-        return repr(self.value)
+        return f"lit({self.value!r})"
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -173,32 +177,56 @@ _COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operat
 _ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 
 
+# the reference project's operator names, accepted by the constructors (`CompareExpr(a, b, "ge")`)
+_OP_NAMES = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "add": "+", "sub": "-", "mul": "*",
+             "truediv": "/", "and": "&", "or": "|"}
+
+
+class _Binary(Expr):
+    """`left op right`; `op` is a symbol ("==", "+", "&") or the reference's name for it ("eq", "add", "and")."""
+
+    _ops: dict = {}
+
+    def __post_init__(self) -> None:
+        op = _OP_NAMES.get(self.op, self.op)
+        if op not in self._ops:
+            raise ValueError(f"{type(self).__name__} op must be one of {sorted(self._ops)}, got {self.op!r}")
+        object.__setattr__(self, "op", op)
+
+    def __repr__(self) -> str:
+        return f"({self.left!r} {self.op} {self.right!r})"
+
+
 @dataclass(frozen=True, eq=False, repr=False)
-class Compare(Expr):
-    op: str
+class Compare(_Binary):
     left: Expr
     right: Expr
+    op: str
+    _ops = _COMPARE
 
     def evaluate(self, record: Any) -> Any:
         a, b = self.left.evaluate(record), self.right.evaluate(record)
         return None if a is None or b is None else _COMPARE[self.op](a, b)
 
-    def __repr__(self) -> str:
-        return f"({self.left!r} {self.op} {self.right!r})"
+    def __bool__(self) -> bool:
+        """Only for looking an expression up in a set or dict, where Python asks `bool(a == b)`:
+        two expressions of the same text are equal. Any other truth test raises, as for every
+        expression (`if col("a") == 1:` or `and`/`or` would silently mean something else)."""
+        if self.op in ("==", "!=") and isinstance(self.left, Expr) and repr(self.left) == repr(self.right):
+            return self.op == "=="
+        return Expr.__bool__(self)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class Arithmetic(Expr):
-    op: str
+class Arithmetic(_Binary):
     left: Expr
     right: Expr
+    op: str
+    _ops = _ARITHMETIC
 
     def evaluate(self, record: Any) -> Any:
         a, b = self.left.evaluate(record), self.right.evaluate(record)
         return None if a is None or b is None else _ARITHMETIC[self.op](a, b)
-
-    def __repr__(self) -> str:
-        return f"({self.left!r} {self.op} {self.right!r})"
 
 
 def _truth(value: Any, node: Expr, where: str = "{!r}") -> bool | None:
@@ -211,12 +239,13 @@ def _truth(value: Any, node: Expr, where: str = "{!r}") -> bool | None:
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class Logical(Expr):
+class Logical(_Binary):
     """`&` / `|` with three-valued (Kleene) logic: false & null is false, true | null is true."""
 
-    op: str
     left: Expr
     right: Expr
+    op: str
+    _ops = {"&": None, "|": None}
 
     def evaluate(self, record: Any) -> Any:
         decisive = self.op == "|"  # the value that settles the result on its own
@@ -227,9 +256,6 @@ class Logical(Expr):
         if b is decisive:
             return decisive
         return None if a is None or b is None else not decisive
-
-    def __repr__(self) -> str:
-        return f"({self.left!r} {self.op} {self.right!r})"
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -243,7 +269,7 @@ class Not(Expr):
     def __repr__(self) -> str:
         if isinstance(self.child, IsNull):
             return f"{self.child.child!r}.is_not_null()"
-        return f"~{self.child!r}"
+        return f"~({self.child!r})"
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -266,3 +292,32 @@ def referenced_columns(expr: Expr) -> set[str]:
     if isinstance(expr, (Compare, Arithmetic, Logical)):
         return referenced_columns(expr.left) | referenced_columns(expr.right)
     return set()
+
+
+def to_pyarrow_expr(expr: Expr, schema: Any = None) -> Any:
+    """`expr` as a `pyarrow.compute.Expression`.
+
+    With a `schema` (a `pyarrow.Schema`), only where pyarrow provably gives Python's result on
+    files of that schema (`zephyr.expr_arrow`), else ValueError. Without one, node by node,
+    as the reference project does: then pyarrow's semantics apply (64-bit integers, casts
+    between int and float, errors on mixed types), which can differ from `evaluate`.
+    """
+    from zephyr.expr_arrow import to_arrow_filter, translate_plainly
+
+    if schema is None:
+        return translate_plainly(expr)
+    arrow = to_arrow_filter(expr, schema)
+    if arrow is None:
+        raise ValueError(f"{expr!r} has no pyarrow filter that agrees with Python on schema {schema}")
+    return arrow
+
+
+# the reference project's class names (zephyr.expr.ColumnExpr, ...): the same classes
+ColumnExpr = Column
+LiteralExpr = Literal
+CompareExpr = Compare
+ArithmeticExpr = Arithmetic
+LogicalExpr = Logical
+NotExpr = Not
+IsNullExpr = IsNull
+FieldAccessExpr = Field

@@ -28,7 +28,7 @@ from typing import Any
 
 from zephyr.expr import Arithmetic, Column, Compare, Expr, Field, IsNull, Literal, Logical, Not
 
-__all__ = ["to_arrow_filter"]
+__all__ = ["to_arrow_filter", "translate_plainly"]
 
 _EXACT_FLOAT_INT = 2**53  # integers up to this magnitude convert to float64 exactly
 
@@ -204,3 +204,25 @@ def _boolean(expr: Expr, schema: Any) -> Any:
     if kind is not _Kind.BOOL:
         raise _NotIdentical(expr)
     return arrow
+
+
+def translate_plainly(expr: Expr) -> Any:
+    """`expr` as a pyarrow expression node by node, with pyarrow's semantics (no schema, no
+    checks): what `zephyr.expr.to_pyarrow_expr(expr)` gives without a schema."""
+    import pyarrow.compute as pc
+
+    if isinstance(expr, Column):
+        return pc.field(expr.name)
+    if isinstance(expr, Field):
+        return pc.struct_field(translate_plainly(expr.parent), expr.name)
+    if isinstance(expr, Literal):
+        return pc.scalar(expr.value)
+    if isinstance(expr, Not):
+        return pc.invert(translate_plainly(expr.child))
+    if isinstance(expr, IsNull):
+        return pc.is_null(translate_plainly(expr.child))
+    functions = {Compare: _COMPARE_FUNCTIONS, Arithmetic: _ARITHMETIC_FUNCTIONS, Logical: {"&": "and_kleene", "|": "or_kleene"}}
+    for kind, names in functions.items():
+        if isinstance(expr, kind):
+            return getattr(pc, names[expr.op])(translate_plainly(expr.left), translate_plainly(expr.right))
+    raise TypeError(f"cannot translate {type(expr).__name__} {expr!r} to pyarrow")

@@ -13,13 +13,16 @@ from typing import Any, Union
 
 __all__ = [
     "DEFAULT_FILE_PATH_COLUMN",
+    "LOAD_OPS",
     "WRITE_OPS",
     "FilterExpr",
     "FlatMap",
     "Filter",
     "LoadFile",
     "LoadJsonl",
+    "LoadOp",
     "LoadParquet",
+    "LoadVortex",
     "Map",
     "MapShard",
     "Select",
@@ -32,6 +35,7 @@ __all__ = [
     "WriteJsonl",
     "WriteParquet",
     "WriteOp",
+    "WriteVortex",
     "WriteTokens",
     "callable_name",
     "check_columns",
@@ -183,10 +187,18 @@ class LoadJsonl(_Load):
 @dataclass(frozen=True)
 class LoadParquet(_Load):
     approx_shard_bytes: int | None = None
+    batch_mode: bool = False  # yield pyarrow.RecordBatch items (a row group each) instead of dicts
 
     def describe(self) -> str:
         extras = [f"approx_shard_bytes={self.approx_shard_bytes}"] if self.approx_shard_bytes else []
+        extras += ["batch_mode=True"] if self.batch_mode else []
         return f"load_parquet({', '.join(extras + self._extras())})"
+
+
+@dataclass(frozen=True)
+class LoadVortex(_Load):
+    def describe(self) -> str:
+        return f"load_vortex({', '.join(self._extras())})"
 
 
 @dataclass(frozen=True)
@@ -246,11 +258,23 @@ class WriteTokens:
                 f"skip_existing={self.skip_existing})")
 
 
-WriteOp = Union[WriteJsonl, WriteParquet, WriteBinary, WriteTokens]
-WRITE_OPS = (WriteJsonl, WriteParquet, WriteBinary, WriteTokens)
+@dataclass(frozen=True)
+class WriteVortex:
+    pattern: OutputPattern
+    schema: Any = None
+    skip_existing: bool = False
+
+    def describe(self) -> str:
+        return f"write_vortex({_pattern_text(self.pattern)}, skip_existing={self.skip_existing})"
+
+
+LoadOp = Union[LoadJsonl, LoadParquet, LoadVortex, LoadFile]
+LOAD_OPS = (LoadJsonl, LoadParquet, LoadVortex, LoadFile)
+WriteOp = Union[WriteJsonl, WriteParquet, WriteVortex, WriteBinary, WriteTokens]
+WRITE_OPS = (WriteJsonl, WriteParquet, WriteVortex, WriteBinary, WriteTokens)
 StreamOp = Union[
-    Map, Filter, FilterExpr, Select, FlatMap, MapShard, Window, WindowBy, TakePerShard, LoadJsonl, LoadParquet, LoadFile,
-    WriteJsonl, WriteParquet, WriteBinary, WriteTokens,
+    Map, Filter, FilterExpr, Select, FlatMap, MapShard, Window, WindowBy, TakePerShard, LoadJsonl, LoadParquet, LoadVortex,
+    LoadFile, WriteJsonl, WriteParquet, WriteVortex, WriteBinary, WriteTokens,
 ]
 
 _PATTERN_FIELDS = ("shard", "total", "basename")

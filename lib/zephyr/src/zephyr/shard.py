@@ -120,7 +120,7 @@ def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
     )
 
 
-_LOADERS = (op.LoadJsonl, op.LoadParquet, op.LoadFile)
+_LOADERS = op.LOAD_OPS
 
 
 def _reread(program: StageProgram, task: ShardTask, ctx: _Context) -> Iterator:
@@ -226,6 +226,7 @@ def _(record: op.TakePerShard, stream, ctx):
 
 @_apply.register(op.LoadJsonl)
 @_apply.register(op.LoadParquet)
+@_apply.register(op.LoadVortex)
 @_apply.register(op.LoadFile)
 def _(record, stream, ctx):
     return itertools.chain.from_iterable(read_path(item, record) for item in stream)
@@ -241,6 +242,14 @@ def _(record: op.WriteJsonl, stream, ctx):
 def _(record: op.WriteParquet, stream, ctx):
     path = _output_path(record, ctx)
     return _written(path, lambda: write_parquet_file(stream, path, record.schema, remove_stale=False))
+
+
+@_apply.register
+def _(record: op.WriteVortex, stream, ctx):
+    from zephyr.io.vortex import write_vortex_file
+
+    path = _output_path(record, ctx)
+    return _written(path, lambda: write_vortex_file(stream, path, record.schema, remove_stale=False))
 
 
 @_apply.register

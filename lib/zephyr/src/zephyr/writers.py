@@ -1,0 +1,44 @@
+"""One-file writers with the reference project's signatures: each writes records to one path,
+atomically, and returns `{"path": path, "count": records written}`.
+
+    from zephyr.writers import write_jsonl_file, write_parquet_file, write_vortex_file
+    write_parquet_file(records, "out/part-0.parquet")  # {"path": "out/part-0.parquet", "count": 3}
+
+The Dataset writers (`write_jsonl`, ...) call the same code (`zephyr.io`), whose functions
+return the bare count; types, compression and refusals are documented there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["write_binary_file", "write_jsonl_file", "write_parquet_file", "write_vortex_file"]
+
+
+def write_jsonl_file(records: Iterable[Any], output_path: str) -> dict:
+    """JSON Lines, compressed by extension (`zephyr.io.jsonl.write_jsonl_file`)."""
+    from zephyr.io.jsonl import write_jsonl_file as write
+
+    return {"path": output_path, "count": write(records, output_path)}
+
+
+def write_parquet_file(records: Iterable[Any], output_path: str, *, schema: Any = None) -> dict:
+    """Parquet of dict or dataclass records (`zephyr.io.parquet.write_parquet_file`)."""
+    from zephyr.io.parquet import write_parquet_file as write
+
+    return {"path": output_path, "count": write(records, output_path, schema)}
+
+
+def write_vortex_file(records: Iterable[Any], output_path: str, *, schema: Any = None) -> dict:
+    """Vortex of dict or dataclass records (`zephyr.io.vortex.write_vortex_file`)."""
+    from zephyr.io.vortex import write_vortex_file as write
+
+    return {"path": output_path, "count": write(records, output_path, schema)}
+
+
+def write_binary_file(records: Iterable[bytes], output_path: str) -> dict:
+    """Bytes items back to back, unframed (`zephyr.io.binary.write_binary_file`)."""
+    from zephyr.io.binary import write_binary_file as write
+
+    return {"path": output_path, "count": write(records, output_path)}
