@@ -13,10 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ray import cloudpickle
 
 from zephyr import Dataset, col, lit
 from zephyr.readers import DEFAULT_FILE_PATH_COLUMN, InputFileSpec, load_file, load_jsonl, load_parquet, load_vortex
 from zephyr.writers import write_jsonl_file, write_parquet_file, write_vortex_file
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import this file (Doc)
 
 ROWS = [{"id": i, "name": f"item_{i}", "score": i * 10, "ratio": i / 4, "tag": None if i % 3 else "x"} for i in range(100)]
 
@@ -299,3 +302,21 @@ def test_reference_expression_class_names():
     assert table.filter(to_pyarrow_expr(expr)).column("id").to_pylist() == [r["id"] for r in ROWS if r["score"] >= 50]
     with pytest.raises(ValueError, match="op must be one of"):
         CompareExpr(col("a"), lit(1), "like")
+
+
+def test_iter_parquet_row_groups_equality_predicates(tmp_path):
+    """Row groups are tables; only rows equal to every predicate value, the predicate columns
+    read for that and dropped unless asked for."""
+    from zephyr.readers import iter_parquet_row_groups
+
+    path = str(tmp_path / "scatter.parquet")
+    rows = [{"shard": s, "chunk": c, "item": f"{s}-{c}-{i}"} for s in range(3) for c in range(2) for i in range(3)]
+    with pq.ParquetWriter(path, pa.Table.from_pylist(rows[:1]).schema) as writer:
+        for start in range(0, len(rows), 3):  # one row group per (shard, chunk)
+            writer.write_table(pa.Table.from_pylist(rows[start:start + 3]))
+    tables = list(iter_parquet_row_groups(path, columns=["item"], equality_predicates={"shard": 1, "chunk": 1}))
+    assert [t.column_names for t in tables] == [["item"]]
+    assert tables[0].column("item").to_pylist() == [r["item"] for r in rows if r["shard"] == 1 and r["chunk"] == 1]
+    assert list(iter_parquet_row_groups(path, equality_predicates={"shard": 9})) == []
+    mixed = [t.to_pylist() for t in iter_parquet_row_groups(pq.ParquetFile(path), row_start=4, row_end=10)]
+    assert [r for t in mixed for r in t] == rows[4:10]

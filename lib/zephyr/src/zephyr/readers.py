@@ -16,13 +16,15 @@ from typing import Any
 from zephyr import ops as op
 from zephyr.io.compression import COMPRESSION_SUFFIXES, strip_compression_suffix
 from zephyr.io.jsonl import read_jsonl
-from zephyr.io.load import DEFAULT_FILE_PATH_COLUMN, InputFileSpec, load_file, load_jsonl, load_parquet, load_vortex
+from zephyr.io.load import (
+    DEFAULT_FILE_PATH_COLUMN, InputFileSpec, iter_parquet_row_groups, load_file, load_jsonl, load_parquet, load_vortex,
+)
 from zephyr.io.parquet import read_parquet
 from zephyr.sources import ParquetSlice, input_path_of
 
 __all__ = [
-    "DEFAULT_FILE_PATH_COLUMN", "FileFormat", "InputFileSpec", "format_for", "load_file", "load_jsonl", "load_parquet",
-    "load_vortex", "read_path",
+    "DEFAULT_FILE_PATH_COLUMN", "FileFormat", "InputFileSpec", "format_for", "iter_parquet_row_groups", "load_file",
+    "load_jsonl", "load_parquet", "load_vortex", "read_path",
 ]
 
 

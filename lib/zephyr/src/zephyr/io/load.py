@@ -14,6 +14,7 @@ the projection. Parquet is read with `pyarrow.parquet.ParquetFile` alone, never
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from zephyr.ops import DEFAULT_FILE_PATH_COLUMN
 __all__ = [
     "DEFAULT_FILE_PATH_COLUMN",
     "InputFileSpec",
+    "iter_parquet_row_groups",
     "iter_parquet_tables",
     "load_file",
     "load_jsonl",
@@ -114,15 +116,17 @@ def load_file(source: str | InputFileSpec) -> Iterator[dict]:
 
 
 def iter_parquet_tables(
-    path: str,
+    path: Any,
     columns: Sequence[str] | None = None,
     filter_expr: Any = None,
     row_start: int | None = None,
     row_end: int | None = None,
     row_groups: Sequence[int] | None = None,
+    skip: Any = None,
 ) -> Iterator[Any]:
-    """One `pyarrow.Table` per row group of a Parquet file (of `row_groups` only, if given)
-    that has rows left after the row range and the filter; columns the file lacks are skipped. The filter runs in pyarrow where
+    """One `pyarrow.Table` per row group of a Parquet file (of `row_groups` only, if given, and
+    not those `skip(group)` rules out) that has rows left after the row range and the filter;
+    columns the file lacks are skipped. The filter runs in pyarrow where
     it provably gives Python's result for the file's schema (`zephyr.expr_arrow`), else on the
     rows in Python."""
     import pyarrow as pa
@@ -130,15 +134,8 @@ def iter_parquet_tables(
 
     from zephyr.expr import referenced_columns
     from zephyr.expr_arrow import to_arrow_filter
-    from zephyr.io.files import url_to_fs
 
-    fs, fs_path = url_to_fs(path)
-    try:
-        handle = fs.open(fs_path, "rb")
-    except FileNotFoundError as e:
-        raise FileNotFoundError(f"Input file not found: {path}") from e
-    with handle:
-        parquet = pq.ParquetFile(handle)
+    with _parquet_file(path) as parquet:
         schema = parquet.schema_arrow
         keep = [c for c in columns if c in schema.names] if columns is not None else None
         pushed = to_arrow_filter(filter_expr, schema) if filter_expr is not None else None
@@ -150,7 +147,7 @@ def iter_parquet_tables(
             rows = parquet.metadata.row_group(group).num_rows
             lo, hi = max(first, row_start or 0), min(first + rows, first + rows if row_end is None else row_end)
             first += rows
-            if row_groups is not None and group not in row_groups:
+            if (row_groups is not None and group not in row_groups) or (skip is not None and skip(group)):
                 continue
             if hi <= lo:
                 if row_end is not None and first >= row_end:
@@ -167,3 +164,63 @@ def iter_parquet_tables(
                 table = table.select(keep)
             if len(table):
                 yield table
+
+
+@contextlib.contextmanager
+def _parquet_file(source: Any) -> Iterator[Any]:
+    """A `pyarrow.parquet.ParquetFile` over a path (any fsspec URL), or `source` itself if it is one."""
+    import pyarrow.parquet as pq
+
+    from zephyr.io.files import url_to_fs
+
+    if isinstance(source, pq.ParquetFile):
+        yield source
+        return
+    fs, fs_path = url_to_fs(source)
+    try:
+        handle = fs.open(fs_path, "rb")
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"Input file not found: {source}") from e
+    with handle:
+        yield pq.ParquetFile(handle)
+
+
+def iter_parquet_row_groups(
+    source: Any,
+    *,
+    columns: Sequence[str] | None = None,
+    row_start: int | None = None,
+    row_end: int | None = None,
+    equality_predicates: dict[str, Any] | None = None,
+) -> Iterator[Any]:
+    """One `pyarrow.Table` per row group with rows where every `equality_predicates` column
+    equals its value (as the reference project's function): a row group whose min/max
+    statistics exclude a value is not read. `source` is a path or a `ParquetFile`."""
+    from functools import reduce
+
+    from zephyr.expr import col
+
+    predicates = dict(equality_predicates or {})
+    condition = reduce(lambda a, b: a & b, (col(c) == v for c, v in predicates.items())) if predicates else None
+    with _parquet_file(source) as parquet:
+        def ruled_out(group: int) -> bool:
+            meta = parquet.metadata.row_group(group)
+            for i in range(meta.num_columns):
+                chunk = meta.column(i)
+                stats = chunk.statistics
+                value = predicates.get(chunk.path_in_schema, _ABSENT)
+                if value is not _ABSENT and stats is not None and stats.has_min_max and _outside(value, stats):
+                    return True
+            return False
+
+        yield from iter_parquet_tables(parquet, columns, condition, row_start, row_end, skip=ruled_out if predicates else None)
+
+
+_ABSENT = object()
+
+
+def _outside(value: Any, stats: Any) -> bool:
+    try:
+        return bool(value < stats.min or value > stats.max)
+    except TypeError:  # not comparable with the column's type: read the group and let the filter decide
+        return False
