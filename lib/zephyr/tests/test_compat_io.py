@@ -320,3 +320,24 @@ def test_iter_parquet_row_groups_equality_predicates(tmp_path):
     assert list(iter_parquet_row_groups(path, equality_predicates={"shard": 9})) == []
     mixed = [t.to_pylist() for t in iter_parquet_row_groups(pq.ParquetFile(path), row_start=4, row_end=10)]
     assert [r for t in mixed for r in t] == rows[4:10]
+
+
+def test_type_conflict_is_an_arrow_invalid_naming_record_and_field(tmp_path):
+    """What the reference's writers raise (pyarrow.ArrowInvalid), and still ours (the record, the field)."""
+    from zephyr import UnwritableRecordError
+
+    rows = [{"x": i} for i in range(8)] + [{"x": "stringy"}]
+    with pytest.raises(pa.ArrowInvalid, match=r"record 8, field 'x': .*int.*string") as caught:
+        write_parquet_file(rows, str(tmp_path / "t.parquet"))
+    assert isinstance(caught.value, UnwritableRecordError) and isinstance(caught.value, ValueError)
+    assert not (tmp_path / "t.parquet").exists()
+
+
+def test_infer_arrow_schema():
+    from zephyr.writers import infer_arrow_schema
+
+    schema = infer_arrow_schema([{"id": 1, "score": None, "none": None, "meta": {"k": "v"}}, {"id": 2, "score": 1.5, "none": None}])
+    assert schema == pa.schema([("id", pa.int64()), ("score", pa.float64()), ("none", pa.null()),
+                                ("meta", pa.struct([("k", pa.string())]))])
+    with pytest.raises(pa.ArrowInvalid, match="'foo'"):
+        infer_arrow_schema([{"foo": 1.5}, {"foo": "bar"}])

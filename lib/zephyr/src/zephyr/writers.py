@@ -13,7 +13,24 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["write_binary_file", "write_jsonl_file", "write_parquet_file", "write_vortex_file"]
+__all__ = ["infer_arrow_schema", "write_binary_file", "write_jsonl_file", "write_parquet_file", "write_vortex_file"]
+
+
+def infer_arrow_schema(records: Iterable[dict[str, Any]]) -> Any:
+    """The `pyarrow.Schema` `write_parquet_file` would give these records (exact widening: null +
+    T -> T, int -> float within +-2**53, structs unioned); a field of all nulls is `null`.
+
+    Raises:
+        pyarrow.ArrowInvalid: values no one type holds exactly (an int and a str, ...), naming the field.
+    """
+    import pyarrow as pa
+
+    from zephyr.io.parquet_schema import SchemaConflict, arrow_schema, infer_records
+
+    try:
+        return arrow_schema(infer_records(list(records)))
+    except SchemaConflict as e:
+        raise pa.ArrowInvalid(f"field {e.field!r}: {e.reason}") from None
 
 
 def write_jsonl_file(records: Iterable[Any], output_path: str) -> dict:
