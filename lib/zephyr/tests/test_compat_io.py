@@ -341,3 +341,27 @@ def test_infer_arrow_schema():
                                 ("meta", pa.struct([("k", pa.string())]))])
     with pytest.raises(pa.ArrowInvalid, match="'foo'"):
         infer_arrow_schema([{"foo": 1.5}, {"foo": "bar"}])
+
+
+def _keep_big_and_double(batch):
+    import pyarrow.compute as pc
+
+    kept = batch.filter(pc.greater_equal(batch.column("score"), 700))
+    return kept.append_column("double", pc.multiply(kept.column("id"), 2))
+
+
+def test_map_batches_from_batch_mode_to_a_parquet_writer(backend, tmp_path):
+    path = str(tmp_path / "in.parquet")
+    pq.write_table(pa.Table.from_pylist(ROWS), path, row_group_size=30)  # the first groups keep no row
+    ds = (Dataset.from_list([path]).load_parquet(columns=["id", "score"], batch_mode=True).map_batches(_keep_big_and_double)
+          .write_parquet(str(tmp_path / "out-{shard}.parquet")))
+    [written] = list(backend.execute(ds))
+    assert list(load_parquet(written)) == [{"id": r["id"], "score": r["score"], "double": 2 * r["id"]} for r in ROWS if r["score"] >= 700]
+
+
+def test_map_batches_refuses_rows_and_non_batch_results(local_backend):
+    with pytest.raises(Exception, match="map_batches needs pyarrow.RecordBatch items"):
+        list(local_backend.execute(Dataset.from_list([{"id": 1}]).map_batches(lambda b: b)))
+    batch = pa.RecordBatch.from_pylist([{"id": 1}])
+    with pytest.raises(Exception, match="must return a pyarrow.RecordBatch, got list"):
+        list(local_backend.execute(Dataset.from_list([batch]).map_batches(lambda b: b.to_pylist())))

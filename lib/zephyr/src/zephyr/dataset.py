@@ -90,6 +90,16 @@ class Dataset:
         _check_callable(fn, "map fn")
         return self._then(op.Map(fn))
 
+    def map_batches(self, fn: Callable[[Any], Any]) -> Dataset:
+        """Apply `fn(batch) -> batch` to every `pyarrow.RecordBatch` item (one in, one out; it may
+        return zero rows). For `load_parquet(batch_mode=True)`; the Parquet and Vortex writers
+        take such batches as their rows.
+
+        >>> ds.load_parquet(batch_mode=True).map_batches(lambda b: b.filter(pc.greater(b["score"], 0.5)))
+        """
+        _check_callable(fn, "map_batches fn")
+        return self._then(op.MapBatches(fn))
+
     def filter(self, predicate: Callable[[Any], bool] | Expr) -> Dataset:
         """Keep the items for which `predicate(item)` is true.
 

@@ -24,6 +24,7 @@ __all__ = [
     "LoadParquet",
     "LoadVortex",
     "Map",
+    "MapBatches",
     "MapShard",
     "Select",
     "ShardInfo",
@@ -73,6 +74,14 @@ class Map:
 
     def describe(self) -> str:
         return f"map({callable_name(self.fn)})"
+
+
+@dataclass(frozen=True)
+class MapBatches:
+    fn: Callable[[Any], Any]  # pyarrow.RecordBatch -> pyarrow.RecordBatch
+
+    def describe(self) -> str:
+        return f"map_batches({callable_name(self.fn)})"
 
 
 @dataclass(frozen=True)
@@ -273,7 +282,7 @@ LOAD_OPS = (LoadJsonl, LoadParquet, LoadVortex, LoadFile)
 WriteOp = Union[WriteJsonl, WriteParquet, WriteVortex, WriteBinary, WriteTokens]
 WRITE_OPS = (WriteJsonl, WriteParquet, WriteVortex, WriteBinary, WriteTokens)
 StreamOp = Union[
-    Map, Filter, FilterExpr, Select, FlatMap, MapShard, Window, WindowBy, TakePerShard, LoadJsonl, LoadParquet, LoadVortex,
+    Map, MapBatches, Filter, FilterExpr, Select, FlatMap, MapShard, Window, WindowBy, TakePerShard, LoadJsonl, LoadParquet, LoadVortex,
     LoadFile, WriteJsonl, WriteParquet, WriteVortex, WriteBinary, WriteTokens,
 ]
 

@@ -182,6 +182,13 @@ def _(record: op.Map, stream, ctx):
 
 
 @_apply.register
+def _(record: op.MapBatches, stream, ctx):
+    from zephyr.io.batches import map_batches
+
+    return map_batches(record.fn, stream)
+
+
+@_apply.register
 def _(record: op.Filter, stream, ctx):
     return filter(record.predicate, stream)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from zephyr.io.load import iter_parquet_tables
 
-__all__ = ["parquet_batches"]
+__all__ = ["map_batches", "parquet_batches"]
 
 
 def parquet_batches(
@@ -30,3 +30,22 @@ def parquet_batches(
             if columns is not None and path_column in columns:
                 table = table.select([c for c in columns if c in table.column_names])
         yield from table.combine_chunks().to_batches()
+
+
+def map_batches(fn: Any, batches: Iterator[Any]) -> Iterator[Any]:
+    """`fn(batch)` for each `pyarrow.RecordBatch` item; `fn` returns one RecordBatch (a Table is
+    combined into one). Anything else in or out is a TypeError naming it."""
+    import pyarrow as pa
+
+    from zephyr.ops import callable_name
+
+    for batch in batches:
+        if not isinstance(batch, pa.RecordBatch):
+            raise TypeError(f"map_batches needs pyarrow.RecordBatch items (e.g. load_parquet(batch_mode=True)), "
+                            f"got {type(batch).__name__}: {batch!r:.80}")
+        out = fn(batch)
+        if isinstance(out, pa.Table):
+            out = out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], schema=out.schema)
+        if not isinstance(out, pa.RecordBatch):
+            raise TypeError(f"map_batches fn {callable_name(fn)} must return a pyarrow.RecordBatch, got {type(out).__name__}")
+        yield out
