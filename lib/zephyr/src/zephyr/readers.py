@@ -55,7 +55,7 @@ def format_for(path: str) -> FileFormat:
     for ext, fmt in _EXTENSIONS.items():
         if base.endswith(ext):
             return fmt
-    raise ValueError(f"Unsupported extension: cannot tell the format of {path!r} from its name; known: "
+    raise ValueError(f"Cannot tell the format of {path!r} from its extension (Unsupported extension); known: "
                      f"{', '.join(_EXTENSIONS)}, each optionally compressed ({', '.join(COMPRESSION_SUFFIXES)})")
 
 
