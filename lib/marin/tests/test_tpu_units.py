@@ -366,3 +366,16 @@ def test_jax_process_ids_follow_the_tpu_worker_number(monkeypatch):
     monkeypatch.setenv("MARIN_TPU_SLICE_ID", "2")
     monkeypatch.setenv("MARIN_TPU_NUM_HOSTS", "4")
     assert runner._process_id(5) == 2 * 4 + 1
+
+
+def test_data_reads_vortex_shards(tmp_path):
+    """Issue 25: `.vortex` is a known format, so the training reader must read it as Vortex
+    (it used to fall through to the JSON Lines reader)."""
+    from zephyr.writers import write_vortex_file
+
+    from marin.tpu.data import read_records
+
+    docs = [[1, 2, 3], [4], [5, 6]]
+    path = str(tmp_path / "tokens.vortex")
+    write_vortex_file([{"input_ids": d, "other": "x"} for d in docs], path)
+    assert list(read_records(path, "input_ids")) == docs

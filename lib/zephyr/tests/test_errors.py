@@ -79,8 +79,8 @@ def test_from_files_missing_path_or_empty_glob(tmp_path, local_backend):
 
 def test_unknown_extension_is_a_clear_error_before_running(tmp_path, local_backend):
     (tmp_path / "data.csv").write_text("a,b\n")
-    known = r"known: .jsonl, .ndjson, .json, .parquet, each optionally compressed \(.gz, .gzip, .zst, .zstd\)"
-    with pytest.raises(ValueError, match=r"Cannot tell the format of .*data.csv.*" + known):
+    known = r"known: .jsonl, .ndjson, .json, .parquet, .vortex, each optionally compressed \(.gz, .gzip, .zst, .zstd\)"
+    with pytest.raises(ValueError, match=r"Cannot tell the format of .*data.csv.*Unsupported extension.*" + known):
         local_backend.execute(Dataset.from_files(str(tmp_path / "*.csv")).load_file())
 
 

@@ -55,7 +55,9 @@ def test_later_tasks_are_sized_from_the_first_tasks_peak(backend_name, request):
     ceiling = backend.memory_ceiling()
     for later in seen[1:]:
         assert later["budget"] == min(ceiling, later["budget"])
-        assert later["budget"] >= min(ceiling, int(HOLD * HEADROOM))  # shard 0's peak held HOLD at least
+        # shard 0 held HOLD; its measured rise can fall short by pages the process already had resident
+        # (earlier tests in the same process), so allow 10% below HOLD, far above a no-measurement budget
+        assert later["budget"] >= min(ceiling, int(HOLD * 0.9 * HEADROOM))
 
 
 NEEDED = 10 * DEFAULT_TASK_MEMORY  # what a shard's records need: 10x what a task assumes without a budget

@@ -2,7 +2,7 @@
 
 A Zephyr tokenize step writes shards of records such as ``{"input_ids": [17, 4, ...]}`` as
 JSON Lines or Parquet; a shard's format comes from its name exactly as Zephyr's readers take
-it (``zephyr.readers.format_for``: ``.jsonl``/``.ndjson``/``.json``, ``.parquet``, under any of
+it (``zephyr.readers.format_for``: ``.jsonl``/``.ndjson``/``.json``, ``.parquet``, ``.vortex``, under any of
 ``.gz``/``.gzip``/``.zst``/``.zstd``). :class:`TokenBatches` reads the
 shards in sorted path order, concatenates the token lists of all records, and cuts the
 stream into ``batch_size`` rows of ``seq_len`` tokens (document boundaries are not marked;
@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from zephyr.io.tokens import token_array
 from zephyr.io import expand_glob, read_jsonl, read_parquet
+from zephyr.io.vortex import read_vortex
 from zephyr.readers import FileFormat, format_for
 
 __all__ = ["DataPosition", "MixturePosition", "TokenBatches", "position_from_dict", "read_records", "resolve_shards"]
@@ -75,7 +76,7 @@ def resolve_shards(source: str | Sequence[str]) -> list[str]:
 
     Raises:
         FileNotFoundError: if nothing matches.
-        ValueError: if a path is neither JSONL nor Parquet by its extension.
+        ValueError: if a path is not JSONL, Parquet or Vortex by its extension.
     """
     patterns = [source] if isinstance(source, str) else list(source)
     if not patterns:
@@ -90,7 +91,9 @@ def resolve_shards(source: str | Sequence[str]) -> list[str]:
 
 def read_records(path: str, field: str) -> Iterator[list[int]]:
     """Yield the token list in ``field`` of each record of one shard (via ``zephyr.io``)."""
-    records = read_parquet(path, columns=[field]) if format_for(path) is FileFormat.PARQUET else read_jsonl(path)
+    fmt = format_for(path)
+    readers = {FileFormat.PARQUET: read_parquet, FileFormat.VORTEX: read_vortex}
+    records = readers[fmt](path, columns=[field]) if fmt in readers else read_jsonl(path)
     for index, record in enumerate(records):
         if not isinstance(record, dict) or field not in record:
             keys = sorted(record) if isinstance(record, dict) else type(record).__name__

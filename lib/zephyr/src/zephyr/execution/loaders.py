@@ -1,45 +1,75 @@
-"""Reading a path item into records: what a shard task does for load_jsonl/load_parquet/load_file.
+"""Reading a path item into records: what a shard task does for load_jsonl/load_parquet/load_vortex/load_file.
 
 A loader op carries what pushdown folded into it (a projection and a filter, see
 `zephyr.plan.pushdown`) and the file path column. Parquet gets both inside pyarrow (the filter
 where it provably agrees with Python, see `zephyr.expr.arrow`); JSON Lines applies them to
-each record, in the same order: filter, then the file path, then projection.
+each record, in the same order: filter, then the file path, then projection. An
+`InputFileSpec` item brings its own row range, filter and columns (`zephyr.io.load`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
-from zephyr.plan import ops as op
+from zephyr.io.batches import parquet_batches
 from zephyr.io.formats import FileFormat, format_for
 from zephyr.io.jsonl import read_jsonl
+from zephyr.io.load import InputFileSpec, load_file
 from zephyr.io.parquet import read_parquet
+from zephyr.io.vortex import read_vortex
+from zephyr.plan import ops as op
 from zephyr.plan.ops import select_columns
 from zephyr.plan.sources import ParquetSlice, input_path_of
 
 __all__ = ["read_path"]
 
 
-def read_path(item: Any, load: op.LoadJsonl | op.LoadParquet | op.LoadFile) -> Iterator[Any]:
+_FIXED_FORMATS = {op.LoadJsonl: FileFormat.JSONL, op.LoadParquet: FileFormat.PARQUET, op.LoadVortex: FileFormat.VORTEX}
+
+
+def read_path(item: Any, load: op.LoadOp) -> Iterator[Any]:
     """Records of one path item (a path, or a slice of a Parquet file) as `load` asks."""
+    if isinstance(item, InputFileSpec):
+        return _read_spec(item, load)
     path = input_path_of(item)
     if path is None:
-        raise TypeError(f"load_* expects path strings as items, got {type(item).__name__}: {item!r:.100}")
-    fmt = FileFormat.JSONL if isinstance(load, op.LoadJsonl) else FileFormat.PARQUET if isinstance(load, op.LoadParquet) else format_for(path)
+        raise TypeError(f"load_* expects path strings or InputFileSpec as items, got {type(item).__name__}: {item!r:.100}")
+    fmt = _FIXED_FORMATS.get(type(load)) or format_for(path)
     path_column = load.file_path_column if load.include_file_paths else None
+    if getattr(load, "batch_mode", False):
+        row_groups = item.row_groups if isinstance(item, ParquetSlice) else None
+        return parquet_batches(path, load.columns, load.filter, row_groups, path_column)
     if fmt is FileFormat.JSONL:
         records = read_jsonl(path, on_bad_record=load.on_bad_record)
         if load.filter is not None:
             records = filter(load.filter, records)
         return _shaped(records, path, path_column, load.columns)
-    row_groups = item.row_groups if isinstance(item, ParquetSlice) else None
     file_columns = None if load.columns is None else [c for c in load.columns if c != path_column]
-    records = read_parquet(path, columns=file_columns, filter=load.filter, row_groups=row_groups)
+    if fmt is FileFormat.VORTEX:
+        records = read_vortex(path, file_columns, load.filter)
+    else:
+        row_groups = item.row_groups if isinstance(item, ParquetSlice) else None
+        records = read_parquet(path, columns=file_columns, filter=load.filter, row_groups=row_groups)
     if path_column is None:
         return records
     # pyarrow already projected; only the file path column still needs its place
-    return _shaped(records, path, path_column, load.columns if load.columns and path_column in load.columns else None)
+    return _shaped(records, path, path_column, _columns_naming(load.columns, path_column))
+
+
+def _columns_naming(columns: tuple[str, ...] | None, path_column: str) -> tuple[str, ...] | None:
+    """A projection still to apply after a reader projected: only one that places the path column."""
+    return columns if columns and path_column in columns else None
+
+
+def _read_spec(spec: InputFileSpec, load: op.LoadOp) -> Iterator[Any]:
+    """Records of an `InputFileSpec` item: the spec's own range, filter and columns, then `load`'s."""
+    fixed = _FIXED_FORMATS.get(type(load))
+    records = load_file(spec if fixed is None else replace(spec, format=fixed.value))
+    if load.filter is not None:
+        records = filter(load.filter, records)
+    return _shaped(records, spec.path, load.file_path_column if load.include_file_paths else None, load.columns)
 
 
 def _shaped(records: Iterator[Any], path: str, path_column: str | None, columns: tuple[str, ...] | None) -> Iterator[Any]:

@@ -20,6 +20,7 @@ from zephyr.plan import ops as op
 from zephyr.errors import ShardError, is_transient_storage_error
 from zephyr.execution.failed_record import failed_record
 from zephyr.io.files import exists, file_size
+from zephyr.io.batches import map_batches
 from zephyr.io.binary import write_binary_file
 from zephyr.io.jsonl import write_jsonl_file
 from zephyr.io.parquet import write_parquet_file
@@ -32,6 +33,7 @@ from zephyr.execution.memory import task_budget
 from zephyr.execution.usage import measuring
 from zephyr.plan.join_shuffled import TwoSided
 from zephyr.tasks import ShardResult, ShardTask, StageProgram
+from zephyr.io.vortex import write_vortex_file
 
 __all__ = ["ShardResult", "ShardTask", "StageProgram", "run_shard"]
 
@@ -98,7 +100,7 @@ def _run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
     )
 
 
-_LOADERS = (op.LoadJsonl, op.LoadParquet, op.LoadFile)
+_LOADERS = op.LOAD_OPS
 
 
 def _reread(program: StageProgram, task: ShardTask, ctx: _Context) -> Iterator:
@@ -165,6 +167,11 @@ def _(record, stream, ctx):
 
 
 @_apply.register
+def _(record: op.MapBatches, stream, ctx):
+    return map_batches(record.fn, stream)
+
+
+@_apply.register
 def _(record: op.MapShard, stream, ctx):
     result = record.fn(stream, op.ShardInfo(ctx.shard, ctx.num_shards)) if record.with_info else record.fn(stream)
     if not isinstance(result, Iterable):
@@ -189,6 +196,7 @@ def _(record: op.TakePerShard, stream, ctx):
 
 @_apply.register(op.LoadJsonl)
 @_apply.register(op.LoadParquet)
+@_apply.register(op.LoadVortex)
 @_apply.register(op.LoadFile)
 def _(record, stream, ctx):
     return itertools.chain.from_iterable(read_path(item, record) for item in stream)
@@ -204,6 +212,12 @@ def _(record: op.WriteJsonl, stream, ctx):
 def _(record: op.WriteParquet, stream, ctx):
     path = _output_path(record, ctx)
     return _written(path, lambda: write_parquet_file(stream, path, record.schema, remove_stale=False), ctx)
+
+
+@_apply.register
+def _(record: op.WriteVortex, stream, ctx):
+    path = _output_path(record, ctx)
+    return _written(path, lambda: write_vortex_file(stream, path, record.schema, remove_stale=False), ctx)
 
 
 @_apply.register

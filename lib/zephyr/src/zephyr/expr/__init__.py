@@ -4,7 +4,7 @@
 
     ds.filter((col("score") > 0.5) & col("lang").is_not_null() & (col("meta")["source"] == "web"))
 
-An expression is data, not a function: a plan prints it (`filter((col('score') > 0.5))`), and
+An expression is data, not a function: a plan prints it (`filter((col('score') > lit(0.5)))`), and
 a filter right after `load_parquet()` is handed to pyarrow, which skips row groups whose
 statistics rule the predicate out (see `zephyr.plan.pushdown`), wherever pyarrow provably gives
 the same result as Python (see `zephyr.expr.arrow`). Here it evaluates on Python dicts, with
@@ -15,254 +15,32 @@ value (`filter(col("n"))` on a number is an error, not a truthiness test). Use `
 (Python's `and`, `or`, `not` cannot be overloaded and raise a TypeError on an expression).
 """
 
-from __future__ import annotations
-
-import operator
-from dataclasses import dataclass
-from typing import Any
-
-__all__ = ["Expr", "col", "lit", "referenced_columns"]
-
-
-class Expr:
-    """Base of every expression; build them with `col`, `lit` and the operators."""
-
-    def evaluate(self, record: Any) -> Any:
-        """The value of this expression for one record (a dict); None stands for null."""
-        raise NotImplementedError
-
-    def __call__(self, record: Any) -> bool:
-        """As a predicate: true only when the expression is true (null counts as false)."""
-        return _truth(self.evaluate(record), self, "filter({!r})") is True
-
-    def __bool__(self) -> bool:
-        raise TypeError(f"the truth value of the expression {self!r} is unknown until it runs; use & | ~ instead of and/or/not")
-
-    def __hash__(self) -> int:
-        return hash(repr(self))
-
-    # comparisons build expressions (so `==` does not compare expressions)
-    def __eq__(self, other: Any) -> Expr:  # type: ignore[override]
-        return Compare("==", self, _wrap(other))
-
-    def __ne__(self, other: Any) -> Expr:  # type: ignore[override]
-        return Compare("!=", self, _wrap(other))
-
-    def __lt__(self, other: Any) -> Expr:
-        return Compare("<", self, _wrap(other))
-
-    def __le__(self, other: Any) -> Expr:
-        return Compare("<=", self, _wrap(other))
-
-    def __gt__(self, other: Any) -> Expr:
-        return Compare(">", self, _wrap(other))
-
-    def __ge__(self, other: Any) -> Expr:
-        return Compare(">=", self, _wrap(other))
-
-    def __add__(self, other: Any) -> Expr:
-        return Arithmetic("+", self, _wrap(other))
-
-    def __radd__(self, other: Any) -> Expr:
-        return Arithmetic("+", _wrap(other), self)
-
-    def __sub__(self, other: Any) -> Expr:
-        return Arithmetic("-", self, _wrap(other))
-
-    def __rsub__(self, other: Any) -> Expr:
-        return Arithmetic("-", _wrap(other), self)
-
-    def __mul__(self, other: Any) -> Expr:
-        return Arithmetic("*", self, _wrap(other))
-
-    def __rmul__(self, other: Any) -> Expr:
-        return Arithmetic("*", _wrap(other), self)
-
-    def __truediv__(self, other: Any) -> Expr:
-        return Arithmetic("/", self, _wrap(other))
-
-    def __rtruediv__(self, other: Any) -> Expr:
-        return Arithmetic("/", _wrap(other), self)
-
-    def __and__(self, other: Any) -> Expr:
-        return Logical("&", self, _wrap(other))
-
-    def __rand__(self, other: Any) -> Expr:
-        return Logical("&", _wrap(other), self)
-
-    def __or__(self, other: Any) -> Expr:
-        return Logical("|", self, _wrap(other))
-
-    def __ror__(self, other: Any) -> Expr:
-        return Logical("|", _wrap(other), self)
-
-    def __invert__(self) -> Expr:
-        return Not(self)
-
-    def __getitem__(self, name: str) -> Expr:
-        """A field of a nested (struct / dict) value: `col("meta")["score"]`."""
-        if not isinstance(name, str):
-            raise TypeError(f"nested fields are named by strings, got {name!r}")
-        return Field(self, name)
-
-    def is_null(self) -> Expr:
-        return IsNull(self)
-
-    def is_not_null(self) -> Expr:
-        return Not(IsNull(self))
-
-
-def _wrap(value: Any) -> Expr:
-    return value if isinstance(value, Expr) else Literal(value)
-
-
-def col(name: str) -> Expr:
-    """The value of the top-level field `name` of each record (null when it is missing).
-
-    >>> col("score") > 0.5
-    (col('score') > 0.5)
-    """
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"col() takes a column name, got {name!r}")
-    return Column(name)
-
-
-def lit(value: Any) -> Expr:
-    """A constant; plain Python values in an expression are wrapped in `lit` automatically."""
-    return Literal(value)
-
-
-@dataclass(frozen=True, eq=False, repr=False)
-class Column(Expr):
-    name: str
-
-    def evaluate(self, record: Any) -> Any:
-        if not isinstance(record, dict):
-            raise TypeError(f"{self!r} needs dict records, got {type(record).__name__}: {record!r:.80}")
-        return record.get(self.name)
-
-    def __repr__(self) -> str:
-        return f"col({self.name!r})"
-
-
-@dataclass(frozen=True, eq=False, repr=False)
-class Literal(Expr):
-    value: Any
-
-    def evaluate(self, record: Any) -> Any:
-        return self.value
-
-    def __repr__(self) -> str:
-        return repr(self.value)
-
-
-@dataclass(frozen=True, eq=False, repr=False)
-class Field(Expr):
-    parent: Expr
-    name: str
-
-    def evaluate(self, record: Any) -> Any:
-        value = self.parent.evaluate(record)
-        return value.get(self.name) if isinstance(value, dict) else None
-
-    def __repr__(self) -> str:
-        return f"{self.parent!r}[{self.name!r}]"
-
-
-_COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
-_ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
-
-
-@dataclass(frozen=True, eq=False, repr=False)
-class Compare(Expr):
-    op: str
-    left: Expr
-    right: Expr
-
-    def evaluate(self, record: Any) -> Any:
-        a, b = self.left.evaluate(record), self.right.evaluate(record)
-        return None if a is None or b is None else _COMPARE[self.op](a, b)
-
-    def __repr__(self) -> str:
-        return f"({self.left!r} {self.op} {self.right!r})"
-
-
-@dataclass(frozen=True, eq=False, repr=False)
-class Arithmetic(Expr):
-    op: str
-    left: Expr
-    right: Expr
-
-    def evaluate(self, record: Any) -> Any:
-        a, b = self.left.evaluate(record), self.right.evaluate(record)
-        return None if a is None or b is None else _ARITHMETIC[self.op](a, b)
-
-    def __repr__(self) -> str:
-        return f"({self.left!r} {self.op} {self.right!r})"
-
-
-def _truth(value: Any, node: Expr, where: str = "{!r}") -> bool | None:
-    """A boolean operand (None for null); any other value is a TypeError naming `node` (its
-    text, formatted into `where`, is built only then: this runs once per record)."""
-    if value is None or isinstance(value, bool):
-        return value
-    raise TypeError(f"{where.format(node)} needs true, false or null, got {type(value).__name__} {value!r:.80}; "
-                    "compare it explicitly")
-
-
-@dataclass(frozen=True, eq=False, repr=False)
-class Logical(Expr):
-    """`&` / `|` with three-valued (Kleene) logic: false & null is false, true | null is true."""
-
-    op: str
-    left: Expr
-    right: Expr
-
-    def evaluate(self, record: Any) -> Any:
-        decisive = self.op == "|"  # the value that settles the result on its own
-        a = _truth(self.left.evaluate(record), self)
-        if a is decisive:
-            return decisive
-        b = _truth(self.right.evaluate(record), self)
-        if b is decisive:
-            return decisive
-        return None if a is None or b is None else not decisive
-
-    def __repr__(self) -> str:
-        return f"({self.left!r} {self.op} {self.right!r})"
-
-
-@dataclass(frozen=True, eq=False, repr=False)
-class Not(Expr):
-    child: Expr
-
-    def evaluate(self, record: Any) -> Any:
-        value = _truth(self.child.evaluate(record), self)
-        return None if value is None else not value
-
-    def __repr__(self) -> str:
-        if isinstance(self.child, IsNull):
-            return f"{self.child.child!r}.is_not_null()"
-        return f"~{self.child!r}"
-
-
-@dataclass(frozen=True, eq=False, repr=False)
-class IsNull(Expr):
-    child: Expr
-
-    def evaluate(self, record: Any) -> Any:
-        return self.child.evaluate(record) is None
-
-    def __repr__(self) -> str:
-        return f"{self.child!r}.is_null()"
-
-
-def referenced_columns(expr: Expr) -> set[str]:
-    """The top-level column names an expression reads."""
-    if isinstance(expr, Column):
-        return {expr.name}
-    if isinstance(expr, (Field, Not, IsNull)):
-        return referenced_columns(expr.parent if isinstance(expr, Field) else expr.child)
-    if isinstance(expr, (Compare, Arithmetic, Logical)):
-        return referenced_columns(expr.left) | referenced_columns(expr.right)
-    return set()
+from zephyr.expr.arrow import to_pyarrow_expr
+from zephyr.expr.nodes import (
+    Arithmetic,
+    ArithmeticExpr,
+    Column,
+    ColumnExpr,
+    Compare,
+    CompareExpr,
+    Expr,
+    Field,
+    FieldAccessExpr,
+    IsNull,
+    IsNullExpr,
+    Literal,
+    LiteralExpr,
+    Logical,
+    LogicalExpr,
+    Not,
+    NotExpr,
+    col,
+    lit,
+    referenced_columns,
+)
+
+__all__ = [
+    "Arithmetic", "ArithmeticExpr", "Column", "ColumnExpr", "Compare", "CompareExpr", "Expr", "Field", "FieldAccessExpr",
+    "IsNull", "IsNullExpr", "Literal", "LiteralExpr", "Logical", "LogicalExpr", "Not", "NotExpr", "col", "lit",
+    "referenced_columns", "to_pyarrow_expr",
+]

@@ -26,9 +26,9 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from zephyr.expr import Arithmetic, Column, Compare, Expr, Field, IsNull, Literal, Logical, Not
+from zephyr.expr.nodes import Arithmetic, Column, Compare, Expr, Field, IsNull, Literal, Logical, Not
 
-__all__ = ["to_arrow_filter"]
+__all__ = ["to_arrow_filter", "to_pyarrow_expr", "translate_plainly"]
 
 _EXACT_FLOAT_INT = 2**53  # integers up to this magnitude convert to float64 exactly
 
@@ -203,4 +203,42 @@ def _boolean(expr: Expr, schema: Any) -> Any:
     arrow, kind, _ = _translate(expr, schema)
     if kind is not _Kind.BOOL:
         raise _NotIdentical(expr)
+    return arrow
+
+
+def translate_plainly(expr: Expr) -> Any:
+    """`expr` as a pyarrow expression node by node, with pyarrow's semantics (no schema, no
+    checks): what `zephyr.expr.to_pyarrow_expr(expr)` gives without a schema."""
+    import pyarrow.compute as pc
+
+    if isinstance(expr, Column):
+        return pc.field(expr.name)
+    if isinstance(expr, Field):
+        return pc.struct_field(translate_plainly(expr.parent), expr.name)
+    if isinstance(expr, Literal):
+        return pc.scalar(expr.value)
+    if isinstance(expr, Not):
+        return pc.invert(translate_plainly(expr.child))
+    if isinstance(expr, IsNull):
+        return pc.is_null(translate_plainly(expr.child))
+    functions = {Compare: _COMPARE_FUNCTIONS, Arithmetic: _ARITHMETIC_FUNCTIONS, Logical: {"&": "and_kleene", "|": "or_kleene"}}
+    for kind, names in functions.items():
+        if isinstance(expr, kind):
+            return getattr(pc, names[expr.op])(translate_plainly(expr.left), translate_plainly(expr.right))
+    raise TypeError(f"cannot translate {type(expr).__name__} {expr!r} to pyarrow")
+
+
+def to_pyarrow_expr(expr: Expr, schema: Any = None) -> Any:
+    """`expr` as a `pyarrow.compute.Expression`.
+
+    With a `schema` (a `pyarrow.Schema`), only where pyarrow provably gives Python's result on
+    files of that schema (`zephyr.expr.arrow`), else ValueError. Without one, node by node,
+    as the reference project does: then pyarrow's semantics apply (64-bit integers, casts
+    between int and float, errors on mixed types), which can differ from `evaluate`.
+    """
+    if schema is None:
+        return translate_plainly(expr)
+    arrow = to_arrow_filter(expr, schema)
+    if arrow is None:
+        raise ValueError(f"{expr!r} has no pyarrow filter that agrees with Python on schema {schema}")
     return arrow

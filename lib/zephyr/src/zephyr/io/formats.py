@@ -7,15 +7,21 @@ from enum import Enum
 
 from zephyr.io.compression import COMPRESSION_SUFFIXES, strip_compression_suffix
 
-__all__ = ["FileFormat", "format_for"]
+__all__ = ["DEFAULT_FILE_PATH_COLUMN", "FileFormat", "format_for"]
+
+DEFAULT_FILE_PATH_COLUMN = "__file_path"  # where include_file_paths puts each record's file
 
 
 class FileFormat(Enum):
     JSONL = "jsonl"
     PARQUET = "parquet"
+    VORTEX = "vortex"
 
 
-_EXTENSIONS = {".jsonl": FileFormat.JSONL, ".ndjson": FileFormat.JSONL, ".json": FileFormat.JSONL, ".parquet": FileFormat.PARQUET}
+_EXTENSIONS = {
+    ".jsonl": FileFormat.JSONL, ".ndjson": FileFormat.JSONL, ".json": FileFormat.JSONL, ".parquet": FileFormat.PARQUET,
+    ".vortex": FileFormat.VORTEX,
+}
 
 
 def format_for(path: str) -> FileFormat:
@@ -33,5 +39,5 @@ def format_for(path: str) -> FileFormat:
     for ext, fmt in _EXTENSIONS.items():
         if base.endswith(ext):
             return fmt
-    raise ValueError(f"Cannot tell the format of {path!r} from its extension; known: {', '.join(_EXTENSIONS)}, "
-                     f"each optionally compressed ({', '.join(COMPRESSION_SUFFIXES)})")
+    raise ValueError(f"Cannot tell the format of {path!r} from its extension (Unsupported extension); known: "
+                     f"{', '.join(_EXTENSIONS)}, each optionally compressed ({', '.join(COMPRESSION_SUFFIXES)})")

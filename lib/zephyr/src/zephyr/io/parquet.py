@@ -9,6 +9,7 @@ pushdown saves shows in every run's counters.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import os
 import shutil
@@ -136,7 +137,9 @@ def _project(row: dict, columns: list[str] | None) -> dict:
 
 
 def write_parquet_file(items: Iterable[dict[str, Any]], path: str, schema=None, *, remove_stale: bool = True) -> int:
-    """Write dict rows to `path` atomically, a row group per 8192 rows; returns the number written.
+    """Write dict rows (or dataclasses, as the dicts of their fields, or the rows of
+    `pyarrow.RecordBatch` items) to `path` atomically, a row group per 8192 rows or so;
+    returns the number written.
 
     Without `schema`, the file's schema covers every field of every record (nested dicts and
     lists too), in first-seen order, typed so that every value reads back unchanged: null +
@@ -353,9 +356,19 @@ def _check_columns(batch: list[dict], schema, path: str, offset: int) -> None:
 def _batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
     batch: list[Any] = []
     for item in items:
-        batch.append(item)
+        if isinstance(item, pa.RecordBatch):  # map_batches / batch_mode output: its rows
+            batch.extend(item.to_pylist())
+        else:
+            batch.append(_as_row(item))
         if len(batch) >= size:
             yield batch
             batch = []
     if batch:
         yield batch
+
+
+def _as_row(item: Any) -> Any:
+    """A dataclass record as the dict of its fields (nested dataclasses too), as JSONL writes it."""
+    if dataclasses.is_dataclass(item) and not isinstance(item, type):
+        return dataclasses.asdict(item)
+    return item

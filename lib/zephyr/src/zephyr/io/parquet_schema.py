@@ -111,7 +111,13 @@ def unify(a: Any, b: Any, field: str) -> Any:
         return ("struct", fields)
     why = " (an int beyond +-2**53 is not exact as a float)" if pair == {"int!", "float"} else ""
     first, second = sorted((_name(a), _name(b)))
-    raise SchemaConflict(field, f"values of types {first} and {second} in one field{why}; no Parquet type holds both exactly")
+    arrow = sorted(_ARROW_NAMES.get(d, "") if isinstance(d, str) else d[0] for d in (a, b))
+    arrow_text = f" (Arrow {arrow[0]} and {arrow[1]})" if all(arrow) else ""
+    raise SchemaConflict(field, f"values of types {first} and {second} in one field{arrow_text}{why}; "
+                                "no Parquet type holds both exactly")
+
+
+_ARROW_NAMES = {"int": "int64", "int!": "int64", "float": "double", "str": "string", "bytes": "binary", "bool": "bool"}
 
 
 def arrow_schema(desc: tuple):

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
+
 __all__ = ["UnwritableRecordError", "field_path"]
 
 
-class UnwritableRecordError(ValueError):
+class UnwritableRecordError(pa.ArrowInvalid):
     """A record a writer would change (or cannot store); names the output path, the record's
     index in the shard (0-based), the field (a dotted path, `[i]` for list elements) and why.
-    Raised before the output appears."""
+    Raised before the output appears. A ValueError, and pyarrow's ArrowInvalid (what the
+    reference project's writers raise for a type conflict)."""
 
     def __init__(self, path: str, record: int, field: str, reason: str):
         where = f", field {field!r}" if field else ""

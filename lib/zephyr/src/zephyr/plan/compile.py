@@ -135,7 +135,7 @@ def _versioned(shards: list[SourceShard], ops: tuple) -> list[SourceShard]:
     return shards
 
 
-_LOADERS = (op.LoadJsonl, op.LoadParquet, op.LoadFile)
+_LOADERS = op.LOAD_OPS
 
 
 def _parsed_json(record) -> bool:

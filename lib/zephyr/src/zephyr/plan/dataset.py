@@ -65,13 +65,21 @@ class Dataset:
         return Dataset(ListSource((tuple(iterable),), label="from_iterable"))
 
     @staticmethod
-    def from_files(pattern_or_list: str | Sequence[str], empty_glob_ok: bool = False) -> Dataset:
+    def from_files(pattern_or_list: str | Sequence[str], empty_glob_ok: bool | str = False, *more: bool) -> Dataset:
         """One shard per file matching an fsspec glob (or a list of paths/globs), sorted.
 
         The glob is expanded when the pipeline is planned; a pattern that matches nothing raises
         FileNotFoundError naming it, unless `empty_glob_ok`. Items are the file paths: follow with
-        `load_jsonl()`, `load_parquet()` or `load_file()` to read records.
+        `load_jsonl()`, `load_parquet()` or `load_file()` to read records. The older form
+        `from_files(directory, pattern[, empty_glob_ok])` globs `pattern` under `directory`.
         """
+        if isinstance(empty_glob_ok, str):  # from_files("/input", "**/*.jsonl.gz")
+            if not isinstance(pattern_or_list, str) or len(more) > 1:
+                raise TypeError(f"from_files(directory, pattern, empty_glob_ok) takes one directory, got {pattern_or_list!r}")
+            pattern_or_list = f"{pattern_or_list.rstrip('/')}/{empty_glob_ok.lstrip('/')}"
+            empty_glob_ok = bool(more[0]) if more else False
+        elif more:
+            raise TypeError(f"from_files takes a pattern and empty_glob_ok, got extra arguments {more!r}")
         patterns = (pattern_or_list,) if isinstance(pattern_or_list, str) else tuple(pattern_or_list)
         if not patterns or not all(isinstance(p, str) and p for p in patterns):
             raise ValueError(f"from_files expects a glob or a non-empty list of paths, got {pattern_or_list!r}")
@@ -86,6 +94,16 @@ class Dataset:
         """Apply `fn` to every item."""
         _check_callable(fn, "map fn")
         return self._then(op.Map(fn))
+
+    def map_batches(self, fn: Callable[[Any], Any]) -> Dataset:
+        """Apply `fn(batch) -> batch` to every `pyarrow.RecordBatch` item (one in, one out; it may
+        return zero rows). For `load_parquet(batch_mode=True)`; the Parquet and Vortex writers
+        take such batches as their rows.
+
+        >>> ds.load_parquet(batch_mode=True).map_batches(lambda b: b.filter(pc.greater(b["score"], 0.5)))
+        """
+        _check_callable(fn, "map_batches fn")
+        return self._then(op.MapBatches(fn))
 
     def filter(self, predicate: Callable[[Any], bool] | Expr) -> Dataset:
         """Keep the items for which `predicate(item)` is true.
@@ -177,16 +195,35 @@ class Dataset:
         approx_shard_bytes: int | None = None,
         include_file_paths: bool = False,
         file_path_column: str = DEFAULT_FILE_PATH_COLUMN,
+        *,
+        batch_mode: bool = False,
     ) -> Dataset:
         """Read each path item as Parquet, one dict per row (optionally only `columns`).
 
         `approx_shard_bytes` (right after `from_files`) splits each file into shards of about
         that many bytes of whole row groups, when planning. A `select` or an expression
-        `filter` right after this is read inside the reader (see `zephyr.plan.pushdown`).
+        `filter` right after this is read inside the reader (see `zephyr.plan.pushdown`). With
+        `batch_mode=True` the items are `pyarrow.RecordBatch`es, one per row group (the file
+        path, if asked, a string column), read without `pyarrow.dataset`.
         """
         _check_approx_shard_bytes(approx_shard_bytes)
         _check_path_column(file_path_column)
-        return self._then(op.LoadParquet(bool(include_file_paths), file_path_column, op.check_columns(columns), None, approx_shard_bytes))
+        return self._then(op.LoadParquet(bool(include_file_paths), file_path_column, op.check_columns(columns), None,
+                                         approx_shard_bytes, bool(batch_mode)))
+
+    def load_vortex(
+        self,
+        columns: Sequence[str] | None = None,
+        include_file_paths: bool = False,
+        file_path_column: str = DEFAULT_FILE_PATH_COLUMN,
+    ) -> Dataset:
+        """Read each path item as a Vortex file, one dict per row (optionally only `columns`).
+
+        A `select` or an expression `filter` right after this is read inside the reader; the
+        filter runs in Vortex only where it agrees with Python (see `zephyr.io.vortex`).
+        """
+        _check_path_column(file_path_column)
+        return self._then(op.LoadVortex(bool(include_file_paths), file_path_column, op.check_columns(columns)))
 
     def load_file(
         self,
@@ -239,12 +276,16 @@ class Dataset:
         shard with UnwritableRecordError naming the record, the field and both types; no file
         appears. See `zephyr.io.parquet.write_parquet_file` and docs/zephyr.md ("Files").
         """
-        if schema is not None:
-            import pyarrow as pa
-
-            if not isinstance(schema, pa.Schema):
-                raise TypeError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
+        _check_schema(schema)
         return self._then(op.WriteParquet(op.validate_output_pattern(pattern), schema, bool(skip_existing)))
+
+    def write_vortex(self, pattern: op.OutputPattern, schema: Any = None, skip_existing: bool = False) -> Dataset:
+        """Write each shard's dict items as a Vortex file to its path; yields the paths.
+
+        `pattern` as in `write_jsonl`; types, widening and refusals as in `write_parquet`.
+        """
+        _check_schema(schema)
+        return self._then(op.WriteVortex(op.validate_output_pattern(pattern), schema, bool(skip_existing)))
 
     def write_binary(self, pattern: op.OutputPattern, skip_existing: bool = False) -> Dataset:
         """Write each shard's bytes items back to back, unframed, to its path; yields the paths.
@@ -464,6 +505,14 @@ def _required_positional(fn: Callable) -> int:
         return 0
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return sum(1 for p in params if p.kind in kinds and p.default is inspect.Parameter.empty)
+
+
+def _check_schema(schema: Any) -> None:
+    if schema is not None:
+        import pyarrow as pa
+
+        if not isinstance(schema, pa.Schema):
+            raise TypeError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
 
 
 def _check_approx_shard_bytes(n: Any) -> None:

@@ -12,20 +12,25 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from zephyr.io.formats import DEFAULT_FILE_PATH_COLUMN
 from zephyr.naming import callable_name
 from zephyr.tasks import ShardInfo
 from zephyr.io.compression import strip_compression_suffix
 
 __all__ = [
     "DEFAULT_FILE_PATH_COLUMN",
+    "LOAD_OPS",
     "WRITE_OPS",
     "FilterExpr",
     "FlatMap",
     "Filter",
     "LoadFile",
     "LoadJsonl",
+    "LoadOp",
     "LoadParquet",
+    "LoadVortex",
     "Map",
+    "MapBatches",
     "MapShard",
     "Select",
     "ShardInfo",
@@ -37,6 +42,7 @@ __all__ = [
     "WriteJsonl",
     "WriteParquet",
     "WriteOp",
+    "WriteVortex",
     "WriteTokens",
     "callable_name",
     "check_columns",
@@ -45,7 +51,7 @@ __all__ = [
     "validate_output_pattern",
 ]
 
-DEFAULT_FILE_PATH_COLUMN = "__file_path"
+
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,14 @@ class Map:
 
     def describe(self) -> str:
         return f"map({callable_name(self.fn)})"
+
+
+@dataclass(frozen=True)
+class MapBatches:
+    fn: Callable[[Any], Any]  # pyarrow.RecordBatch -> pyarrow.RecordBatch
+
+    def describe(self) -> str:
+        return f"map_batches({callable_name(self.fn)})"
 
 
 @dataclass(frozen=True)
@@ -183,10 +197,18 @@ class LoadJsonl(_Load):
 @dataclass(frozen=True)
 class LoadParquet(_Load):
     approx_shard_bytes: int | None = None
+    batch_mode: bool = False  # yield pyarrow.RecordBatch items (a row group each) instead of dicts
 
     def describe(self) -> str:
         extras = [f"approx_shard_bytes={self.approx_shard_bytes}"] if self.approx_shard_bytes else []
+        extras += ["batch_mode=True"] if self.batch_mode else []
         return f"load_parquet({', '.join(extras + self._extras())})"
+
+
+@dataclass(frozen=True)
+class LoadVortex(_Load):
+    def describe(self) -> str:
+        return f"load_vortex({', '.join(self._extras())})"
 
 
 @dataclass(frozen=True)
@@ -246,11 +268,23 @@ class WriteTokens:
                 f"skip_existing={self.skip_existing})")
 
 
-WriteOp = Union[WriteJsonl, WriteParquet, WriteBinary, WriteTokens]
-WRITE_OPS = (WriteJsonl, WriteParquet, WriteBinary, WriteTokens)
+@dataclass(frozen=True)
+class WriteVortex:
+    pattern: OutputPattern
+    schema: Any = None
+    skip_existing: bool = False
+
+    def describe(self) -> str:
+        return f"write_vortex({_pattern_text(self.pattern)}, skip_existing={self.skip_existing})"
+
+
+LoadOp = Union[LoadJsonl, LoadParquet, LoadVortex, LoadFile]
+LOAD_OPS = (LoadJsonl, LoadParquet, LoadVortex, LoadFile)
+WriteOp = Union[WriteJsonl, WriteParquet, WriteVortex, WriteBinary, WriteTokens]
+WRITE_OPS = (WriteJsonl, WriteParquet, WriteVortex, WriteBinary, WriteTokens)
 StreamOp = Union[
-    Map, Filter, FilterExpr, Select, FlatMap, MapShard, Window, WindowBy, TakePerShard, LoadJsonl, LoadParquet, LoadFile,
-    WriteJsonl, WriteParquet, WriteBinary, WriteTokens,
+    Map, MapBatches, Filter, FilterExpr, Select, FlatMap, MapShard, Window, WindowBy, TakePerShard, LoadJsonl, LoadParquet, LoadVortex,
+    LoadFile, WriteJsonl, WriteParquet, WriteVortex, WriteBinary, WriteTokens,
 ]
 
 _PATTERN_FIELDS = ("shard", "total", "basename")

@@ -1,7 +1,7 @@
 """Pushdown: fold `select(...)` and expression filters that follow a loader into the loader.
 
     load_parquet() -> filter(col("score") > 0.9) -> select("id", "text")
-        becomes  load_parquet(columns=['id', 'text'], filter=(col('score') > 0.9))
+        becomes  load_parquet(columns=['id', 'text'], filter=(col('score') > lit(0.9)))
 
 so Parquet reads only the needed column chunks and skips row groups whose statistics rule
 the filter out (JSON Lines applies the same projection and filter per record). The result
@@ -14,7 +14,7 @@ is the same as without pushdown; these are the conditions under which folding ke
 - a filter that reads the file path column (`include_file_paths`) is left in place: the
   reader adds that column after filtering;
 - a later projection narrows an earlier one (keeping the later order); a projection that
-  leaves out the file path column turns `include_file_paths` off;
+  leaves out the file path column (with `include_file_paths`) raises DroppedPathColumnError;
 - a folded filter goes into pyarrow only where it provably gives Python's result for that
   file's schema (`zephyr.expr.arrow`); otherwise the reader evaluates it on the rows.
 """
@@ -23,12 +23,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from zephyr.errors import PlanError
 from zephyr.plan import ops as op
 from zephyr.expr import referenced_columns
 
-__all__ = ["push_down"]
+__all__ = ["DroppedPathColumnError", "push_down"]
 
-_LOADS = (op.LoadJsonl, op.LoadParquet, op.LoadFile)
+
+class DroppedPathColumnError(PlanError, RuntimeError):
+    """A `select` right after a loader with `include_file_paths` that leaves the path column out.
+
+    A RuntimeError too, as the reference project raises."""
+
+_LOADS = op.LOAD_OPS
 
 
 def push_down(ops: tuple) -> tuple:
@@ -52,8 +59,12 @@ def _fold(load, record):
     """`load` with `record` folded in, or None when it cannot fold (see the module docstring)."""
     if isinstance(record, op.Select):
         columns = record.columns if load.columns is None else tuple(c for c in record.columns if c in load.columns)
-        keeps_path = load.include_file_paths and load.file_path_column in columns
-        return replace(load, columns=columns, include_file_paths=keeps_path)
+        if load.include_file_paths and load.file_path_column not in columns:
+            raise DroppedPathColumnError(
+                f"Column filter must include file path column {load.file_path_column!r}: {record.describe()} right after "
+                f"{load.describe()} would drop the column include_file_paths adds; select it too, or leave "
+                "include_file_paths off")
+        return replace(load, columns=columns)
     if isinstance(record, op.FilterExpr):
         needed = referenced_columns(record.expr)
         if load.columns is not None and not needed <= set(load.columns):
