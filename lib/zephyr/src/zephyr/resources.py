@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal
 
-__all__ = ["TaskResources", "format_memory", "memory_argument", "parse_memory"]
+__all__ = ["TaskResources", "format_bytes", "format_memory", "memory_argument", "parse_memory"]
 
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10**15}
 _BINARY = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
@@ -106,3 +106,14 @@ class TaskResources:
             isinstance(k, str) and isinstance(v, (int, float)) for k, v in self.resources.items()
         ):
             raise ValueError(f"resources must map names to amounts, e.g. {{'TPU': 4}}, got {self.resources!r}")
+
+
+def format_bytes(n: int | float) -> str:
+    """An amount of data for people, in decimal units to one decimal ("412.0 MB"); see
+    `format_memory` for a size a user can type back in."""
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(value) < 1000 or unit == "TB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} TB"

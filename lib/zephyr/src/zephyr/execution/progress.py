@@ -11,6 +11,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from zephyr.resources import format_bytes
+
 if TYPE_CHECKING:
     from zephyr.plan.compile import Stage
     from zephyr.tasks import ShardResult
@@ -59,12 +61,5 @@ def make_progress(enabled: bool | None, stage: Stage, largest: list = ()):
 def format_largest(largest: list) -> str:
     """'partition 3: 412.0 MB in 16 key ranges, partition 0: 9.1 MB' (shuffle bytes)."""
     return ", ".join(
-        f"partition {p.partition}: {_size(p.bytes)}" + (f" in {p.pieces} key ranges" if p.pieces > 1 else "") for p in largest
+        f"partition {p.partition}: {format_bytes(p.bytes)}" + (f" in {p.pieces} key ranges" if p.pieces > 1 else "") for p in largest
     )
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:,.1f} {unit}"
-    return f"{n} B"

@@ -8,17 +8,9 @@ written before costs were measured have none and show nothing.
 from __future__ import annotations
 
 from zephyr.cost import RETRY_CAUSES
+from zephyr.resources import format_bytes
 
-__all__ = ["COMPARED", "compare_runs", "cost_line", "format_comparison", "format_bytes"]
-
-
-def format_bytes(n: int | float) -> str:
-    value = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(value) < 1000 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} TB"
+__all__ = ["COMPARED", "compare_runs", "cost_line", "format_comparison"]
 
 
 def cost_line(cost: dict | None) -> str | None:

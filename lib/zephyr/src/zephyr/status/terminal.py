@@ -10,7 +10,7 @@ import urllib.request
 import orjson
 
 from zephyr.status.costs import cost_line
-from zephyr.status.costs import format_bytes as _bytes
+from zephyr.resources import format_bytes as _bytes
 from zephyr.status.record import read_run_record
 
 __all__ = ["fetch_snapshot", "format_snapshot"]
