@@ -52,16 +52,17 @@ class _Unpublished:
 @contextmanager
 def publishing_off():
     """The runner without its status hooks: what it was before issue 15."""
+    import zephyr.execution.report as report
     import zephyr.execution.runner as runner
 
-    saved = runner.RunStatus, runner.ObservedBackend, runner.status_registry.publish
-    runner.RunStatus = lambda *args, **kwargs: _Unpublished()
+    saved = report.RunStatus, runner.ObservedBackend, report.status_registry.publish
+    report.RunStatus = lambda *args, **kwargs: _Unpublished()
     runner.ObservedBackend = lambda backend, *args, **kwargs: backend
-    runner.status_registry.publish = lambda status: None
+    report.status_registry.publish = lambda status: None
     try:
         yield
     finally:
-        runner.RunStatus, runner.ObservedBackend, runner.status_registry.publish = saved
+        report.RunStatus, runner.ObservedBackend, report.status_registry.publish = saved
 
 
 @contextmanager

@@ -207,10 +207,11 @@ def test_the_page_shows_each_stages_cost(chromium, tmp_path):
         Dataset.from_list([1, 2]).map(lambda x: {"x": x}).write_jsonl(str(out / "{shard}.jsonl"))))
     record = read_run_record(str(out))
     record["stages"][0]["cost"]["retries"] = {"user": 1, "lost": 2, "storage": 3, "memory": 4}
+    record["stages"][0]["cost"].update(peak_rss=123_456_789, peak_rss_shared=True)
     with start_dashboard(source=FileSource(record)) as page:
         dom = Elements(browse(chromium, page.url, tmp_path / "profile", "--dump-dom", "--virtual-time-budget=5000"))
     cost = record["stages"][0]["cost"]
     assert dom.find(data_field="cpu_s") == [f"{cost['cpu_s']:.2f}s"]
     assert dom.find(data_field="cost") == [f"{cost['cost']:.4f}"]
     assert dom.find(data_field="retries") == ["1 user, 2 lost, 3 storage, 4 memory"]
-    assert dom.find(data_field="peak_rss")[0].endswith("MB")
+    assert dom.find(data_field="peak_rss") == ["123.5 MB (shared)"]
