@@ -174,12 +174,23 @@ def test_annotate_labels_every_member_with_its_cluster_and_kept_document(local_b
 
 
 def test_boilerplate_bucket_links_members_in_a_star():
-    """Skew: a bucket of n identical pages gives 2(n-1) edge items (a star), not n(n-1)/2 pairs."""
-    n = 10_000
-    items = iter([(cc.BAND, (0, 1), i) for i in range(n)])
-    edges = list(cc.bucket_or_doc((0, 1), items))
-    assert len(edges) == 2 * (n - 1)
-    assert {min(e[1], e[2]) for e in edges} == {0}
+    """Skew: a bucket of n identical pages in 4 map shards gives a star of edges (each member
+    linked once to its shard's smallest, those to the smallest of all), never n(n-1)/2 pairs,
+    and the bucket stage sees one pair per map shard."""
+    import numpy as np
+
+    n, bands, shards = 10_000, 20, 4
+    edges, bucket_items = [], []
+    for s in range(shards):
+        ids = np.repeat(np.arange(s * n, (s + 1) * n, dtype=np.int64), bands)
+        keys = np.tile(np.arange(bands, dtype=np.uint64), n)  # every member in the same 20 buckets
+        for item in cc.local_stars(keys, ids, groups=1):
+            (edges if item[0] == cc.EDGE else bucket_items).append(item)
+    assert len(bucket_items) == shards and all(len(np.frombuffer(i[3], np.int64)) == bands for i in bucket_items)
+    edges += list(cc.link_buckets(bucket_items[0][1], iter(bucket_items)))
+    pairs = {(min(e[1], e[2]), max(e[1], e[2])) for e in edges}
+    assert len(edges) == 2 * len(pairs) == 2 * (shards * n - 1)  # a spanning tree, both directions
+    assert {a for a, _ in pairs} == {s * n for s in range(shards)}  # rooted at each shard's first
 
 
 def test_boilerplate_template_keeps_one_copy(local_backend):
