@@ -8,9 +8,8 @@ Items flowing between the shuffles are tagged tuples; the group key is always `i
   opens it and meets its labels there;
 - `(BANDS, ("b", group), keys, roots)`: a map shard's distinct bucket keys of one bucket group
   (uint64 bytes) with the smallest document id of each within that map shard (int64 bytes);
-- `(EDGE, node, other)`: one direction of an undirected candidate edge, grouped under `node`;
-- `(LABEL, ("d", shard, block), node, label)`: a document that is not its cluster's first,
-  grouped under its block.
+- `(EDGE, node, other)`: one direction of an undirected candidate edge, grouped under `node`
+  in the rounds, and under `node`'s block in the last stage.
 
 A document id is `shard << 40 | position` (input shard, then position), so the smallest id of a
 component is its first document by (input shard, position): the one kept. Only documents with
@@ -26,7 +25,7 @@ Components come from the large-star / small-star alternation (Kiveris et al., "C
 Components in MapReduce and Beyond", 2014): both keep every component connected and together
 converge to one star per component centred on its smallest node. Each reducer streams its
 group once, neighbours ascending, holding O(1) state: a node of huge degree is read, never
-held. `resolve` checks locally that the graph has become such a star forest (every node has
+held. The last stage (`apply_labels`, grouped by block) checks locally that the graph has become such a star forest (every node has
 either no smaller neighbour, or exactly one and no larger one) and raises otherwise, so a
 result is never silently wrong: more rounds (`cc_rounds`) fix it, and a rerun reuses the
 earlier stages.
@@ -34,6 +33,7 @@ earlier stages.
 
 from __future__ import annotations
 
+import itertools
 import pickle
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -44,11 +44,11 @@ import zstandard
 from zephyr.shuffle.columnar import dumps
 
 __all__ = [
-    "BANDS", "BLOCK", "DOCS", "EDGE", "LABEL", "NotConvergedError", "apply_labels", "block_key", "doc_id", "docs_block",
-    "large_star", "link_buckets", "local_stars", "node_of", "resolve", "small_star", "sort_key", "star_reducers",
+    "BANDS", "BLOCK", "DOCS", "EDGE", "NotConvergedError", "apply_labels", "block_key", "block_of", "doc_id", "docs_block",
+    "large_star", "link_buckets", "local_stars", "node_of", "node_order", "small_star", "sort_key", "star_reducers",
 ]
 
-DOCS, EDGE, BANDS, LABEL = 0, 1, 2, 3
+DOCS, EDGE, BANDS = 0, 1, 2
 _SHARD_SHIFT = 40
 BLOCK = 512  # documents per block: a block is pickled, compressed and opened as one
 
@@ -74,7 +74,7 @@ def block_key(ident: int) -> tuple:
 
 def docs_block(shard: int, start: int, records: list) -> tuple:
     """The DOCS item of `records`, positions `start`.. of input `shard` (start % BLOCK == 0)."""
-    payload = zstandard.ZstdCompressor(level=3).compress(dumps(records))
+    payload = zstandard.ZstdCompressor(level=1).compress(dumps(records))
     return (DOCS, ("d", shard, start // BLOCK), doc_id(shard, start), payload)
 
 
@@ -84,8 +84,8 @@ def node_of(item: tuple) -> Any:
 
 
 def sort_key(item: tuple) -> int:
-    """Within a group: a block or bucket items first, then neighbours (or labelled nodes) ascending."""
-    return item[2] if item[0] in (EDGE, LABEL) else -1
+    """Within a group: a block or bucket items first, then neighbours ascending."""
+    return item[2] if item[0] == EDGE else -1
 
 
 def _edges(u: int, v: int) -> Iterator[tuple]:
@@ -102,8 +102,12 @@ def _star_pairs(keys: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarr
     first[1:] = keys[1:] != keys[:-1]
     roots = ids[np.maximum.accumulate(np.where(first, np.arange(len(keys)), 0))]
     members = ~first & (ids != roots)
-    pairs = np.unique(np.stack([roots[members], ids[members]], axis=1), axis=0) if members.any() else np.empty((0, 2), np.int64)
-    return keys[first], ids[first], pairs
+    a, b = roots[members], ids[members]
+    order = np.lexsort((b, a))
+    a, b = a[order], b[order]
+    distinct = np.ones(len(a), dtype=bool)
+    distinct[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+    return keys[first], ids[first], np.stack([a[distinct], b[distinct]], axis=1)
 
 
 def local_stars(keys: np.ndarray, ids: np.ndarray, groups: int) -> Iterator[tuple]:
@@ -183,38 +187,48 @@ def _chain(first: tuple, items: Iterator[tuple]) -> Iterator[tuple]:
     yield from items
 
 
-def resolve(u: Any, items: Iterator[tuple], *, rounds: int) -> Iterator[tuple]:
-    """After the rounds: each node with a smaller neighbour learns its component's smallest id
-    (a LABEL for its block). Raises NotConvergedError where the edges are not yet a star forest."""
-    first = next(items)
-    if first[0] == DOCS:
-        yield first
-        return
-    smaller, larger = [], False
-    for v in _neighbours(_chain(first, items)):
-        if v < u:
-            smaller.append(v)
-            if len(smaller) > 1:
-                break
-        else:
-            larger = True
-            break
-    if len(smaller) > 1 or (smaller and larger):
-        shard, pos = doc_position(u)
-        raise NotConvergedError(
-            f"deduplicate_fuzzy: connected components did not converge in cc_rounds={rounds} "
-            f"(document {pos} of input shard {shard} still links to several nodes); rerun with a larger "
-            "cc_rounds (the signature and bucket stages are reused)"
-        )
-    if smaller:
-        yield (LABEL, block_key(u), u, smaller[0])
+def block_of(item: tuple) -> Any:
+    """The last stage's group key: a block, and the edges of every node in it."""
+    return item[1] if item[0] == DOCS else block_key(item[1])
 
 
-def apply_labels(key: Any, items: Iterator[tuple], *, annotate: bool, cluster_field: str, kept_field: str) -> Iterator[Any]:
-    """The last reducer: open a block and keep, drop or annotate each of its documents by its
-    label (a document without one is its cluster's first)."""
+def node_order(item: tuple) -> int:
+    """Within a block's group: the block first, then edges by node (a node's edges adjacent)."""
+    return -1 if item[0] == DOCS else item[1]
+
+
+def _labels(edges: Iterator[tuple], rounds: int) -> Iterator[tuple[int, int]]:
+    """(node, smallest id of its component) for each node of a block with a smaller neighbour,
+    from the edges after the rounds (adjacent per node, any order within). Raises
+    NotConvergedError where they are not yet a star forest: a node has two distinct smaller
+    neighbours, or a smaller and a larger one. O(1) state per node."""
+    for u, group in itertools.groupby(edges, key=node_of):
+        smaller, larger = None, False
+        for item in group:
+            v = item[2]
+            if v > u:
+                larger = True
+            elif smaller is None:
+                smaller = v
+            elif v != smaller:
+                larger = True  # a second smaller neighbour: as unconverged as a larger one
+            if smaller is not None and larger:
+                shard, pos = doc_position(u)
+                raise NotConvergedError(
+                    f"deduplicate_fuzzy: connected components did not converge in cc_rounds={rounds} "
+                    f"(document {pos} of input shard {shard} still links to several nodes); rerun with a larger "
+                    "cc_rounds (the signature and bucket stages are reused)"
+                )
+        if smaller is not None:
+            yield u, smaller
+
+
+def apply_labels(key: Any, items: Iterator[tuple], *, rounds: int, annotate: bool, cluster_field: str, kept_field: str) -> Iterator[Any]:
+    """The last reducer: a block meets the edges of its nodes after the rounds; each document is
+    kept, dropped or annotated by its component's smallest id (a document without a smaller
+    neighbour is its cluster's first)."""
     block = next(items)
-    labels = {item[2]: item[3] for item in items}
+    labels = dict(_labels(items, rounds))
     records = pickle.loads(zstandard.ZstdDecompressor().decompress(block[3]))
     for ident, record in enumerate(records, start=block[2]):
         label = labels.get(ident, ident)

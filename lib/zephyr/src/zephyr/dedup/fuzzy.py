@@ -6,9 +6,8 @@ resume it stage by stage and skewed partitions split like any shuffle's):
    bucket stars (edges) and one (key, smallest id) pair per bucket for its bucket group;
 2. buckets (group_by on the bucket group): each group links its buckets' map-shard roots;
 3. `cc_rounds` star rounds (group_by on node), alternating large-star and small-star;
-4. resolve (group_by on node): each node with a smaller neighbour gets a label for its block;
-5. apply (group_by on block): each block meets its labels once; documents are kept, dropped
-   or annotated.
+4. apply (group_by on block): each block meets the edges of its nodes once; each node checks
+   that the rounds converged and takes its label; documents are kept, dropped or annotated.
 
 Only small integer tuples go through the bucket and component rounds; a block passes through
 them unopened (the plan is one linear chain, so it rides along; see docs/zephyr.md for the
@@ -117,6 +116,6 @@ def apply(dataset, text: Callable[[Any], str], params: FuzzyParams):
     ds = ds.group_by(cc.node_of, cc.link_buckets, sort_by=cc.sort_key, num_output_shards=n)
     for reducer in cc.star_reducers(params.cc_rounds):
         ds = ds.group_by(cc.node_of, reducer, sort_by=cc.sort_key, num_output_shards=n)
-    ds = ds.group_by(cc.node_of, _Bound(cc.resolve, rounds=params.cc_rounds), sort_by=cc.sort_key, num_output_shards=n)
-    final = _Bound(cc.apply_labels, annotate=params.annotate, cluster_field=params.cluster_field, kept_field=params.kept_field)
-    return ds.group_by(cc.node_of, final, sort_by=cc.sort_key, num_output_shards=n)
+    final = _Bound(cc.apply_labels, rounds=params.cc_rounds, annotate=params.annotate, cluster_field=params.cluster_field,
+                   kept_field=params.kept_field)
+    return ds.group_by(cc.block_of, final, sort_by=cc.node_order, num_output_shards=n)
