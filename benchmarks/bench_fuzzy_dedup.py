@@ -284,13 +284,25 @@ def memory_child(in_dir: str, out_dir: str, scratch: str, budget: str) -> None:
 
     pa.array(["x"])  # as a worker would have it: pyarrow's lazy imports done before forking
     backend = _fork_per_task_backend(budget, scratch)
+    submit = backend.submit
+
+    def submit_counting(fn, shared, arg):  # each task's bytes written (its scatter runs or outputs)
+        done = submit(fn, shared, arg)
+        counters = getattr(done.value, "counters", None) or {}
+        backend.tasks[-1].update(bytes_written=counters.get("zephyr/bytes_written", 0), records=counters.get("zephyr/shuffle_records", 0))
+        return done
+
+    backend.submit = submit_counting
+    docs = sum(1 for path in _paths(in_dir) for _ in open(path, "rb"))
     execution = backend.execute(zephyr_pipeline(in_dir, out_dir))
     list(execution)
     stages = {}
     for stage in sorted({t["stage"] for t in backend.tasks}):
         tasks = [t for t in backend.tasks if t["stage"] == stage]
         stages[str(stage)] = {"tasks": len(tasks), "max_peak_rss_mib": max(t["peak_rss_mib"] for t in tasks),
-                              "rss_at_start_mib": max(t["rss_before_mib"] for t in tasks)}
+                              "rss_at_start_mib": max(t["rss_before_mib"] for t in tasks),
+                              "bytes_written_per_doc": round(sum(t.get("bytes_written", 0) for t in tasks) / docs, 1),
+                              "shuffle_records_per_doc": round(sum(t.get("records", 0) for t in tasks) / docs, 3)}
     print(json.dumps({"memory": budget, "driver_rss_mib": round(rss_mib(), 1), "stages": stages}))
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -58,6 +59,7 @@ def run_datatrove(in_dir: str, out_dir: str, work: str, cores: int) -> dict:
 
     config = MinhashConfig(n_grams=5, num_buckets=20, hashes_per_bucket=11, hash_config=HashConfig(precision=64, hash_fc="sha1"))
     files = sorted(os.listdir(in_dir))
+    shutil.rmtree(work, ignore_errors=True)  # datatrove skips the tasks its logs mark done
     sigs, buckets, clusters, logs = (os.path.join(work, f"datatrove-{n}") for n in ("sigs", "buckets", "clusters", "logs"))
 
     def reader():
