@@ -197,6 +197,20 @@ def test_annotate_labels_every_member_with_its_cluster_and_kept_document(local_b
     assert len(by_cluster) == len(set(rep.values()))
 
 
+@settings(max_examples=50, deadline=None)
+@given(words=st.lists(st.sampled_from(["a", "B", "c", "\u00e9", "dd"]), max_size=12), seps=st.sampled_from([" ", "  ", "\t", "\n "]),
+       n=st.integers(1, 6))
+def test_property_shingles_are_word_ngrams(words, seps, n):
+    """The signature's shingles: lower-cased whitespace-split word n-grams joined by one space,
+    a shorter text one shingle of all its words, none without words (plain-Python oracle)."""
+    from zephyr.dedup.minhash import shingles
+
+    w = [x.lower() for x in words]
+    m = min(n, len(w))
+    want = [" ".join(w[i : i + m]) for i in range(len(w) - m + 1)] if w else []
+    assert shingles(seps.join(words), n) == want
+
+
 def test_boilerplate_bucket_links_members_in_a_star():
     """Skew: a bucket of n identical pages in 4 map shards gives a star of edges (each member
     linked once to its shard's smallest, those to the smallest of all), never n(n-1)/2 pairs,
