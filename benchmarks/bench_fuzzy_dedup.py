@@ -13,7 +13,8 @@ a quarter of the originals), shuffled into `--shards` JSONL files (`id`, `n` = o
 - throughput (documents/s, files in, files out), back to back in one invocation: a hand-written
   single-process script (reads the files, the same `MinHasher` signatures and band keys, dict
   buckets, union-find in memory, writes the kept lines: the one-core limit), zephyr on a local
-  Ray with `--cores` CPUs, zephyr on a skewed corpus (30% of documents one identical template),
+  Ray with `--cores` CPUs (and with `cc_rounds=2`, enough for this corpus), zephyr on a skewed
+  corpus (30% of documents one identical template),
   datatrove's four MinHash steps on `--cores` workers and Daft (benchmarks/fuzzy_peers.py);
 - memory: zephyr's stages run once more with every task in a freshly forked process (the
   fork-per-task backend of bench_dedup.py): each task's peak RSS (VmHWM), per stage.
@@ -147,10 +148,10 @@ def zephyr_pipeline(in_dir: str, out_dir: str, **kwargs):
         os.path.join(out_dir, "part-{shard:05d}.jsonl"))
 
 
-def run_zephyr(in_dir: str, out_dir: str, backend) -> dict:
+def run_zephyr(in_dir: str, out_dir: str, backend, **kwargs) -> dict:
     shutil.rmtree(out_dir, ignore_errors=True)
     start = time.perf_counter()
-    execution = backend.execute(zephyr_pipeline(in_dir, out_dir))
+    execution = backend.execute(zephyr_pipeline(in_dir, out_dir, **kwargs))
     list(execution)
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "stages_s": [round(st.elapsed, 2) for st in execution.stats]}
@@ -247,6 +248,9 @@ def speed(args, work: str) -> dict:
         run["zephyr_ray"] = run_zephyr(in_uniform, zephyr_out, ray_backend)
         run["same_kept"] = kept_ids(script_out) == kept_ids(zephyr_out)
         run["zephyr_ray_skewed"] = run_zephyr(in_skewed, os.path.join(work, "out-skewed"), ray_backend)
+        two_out = os.path.join(work, "out-zephyr-2-rounds")  # enough rounds for this corpus (the default is 4)
+        run["zephyr_ray_2_rounds"] = run_zephyr(in_uniform, two_out, ray_backend, cc_rounds=2)
+        run["same_kept_2_rounds"] = kept_ids(two_out) == kept_ids(zephyr_out)
         if args.peers:
             dt_out = os.path.join(work, "out-datatrove")
             shutil.rmtree(dt_out, ignore_errors=True)
@@ -259,7 +263,7 @@ def speed(args, work: str) -> dict:
         run["load_after"] = load_average()
         out["runs"].append(run)
         print(json.dumps(run), file=sys.stderr, flush=True)
-    variants = [v for v in ("script", "zephyr_ray", "zephyr_ray_skewed", "datatrove", "daft") if "seconds" in out["runs"][0].get(v, {})]
+    variants = [v for v in ("script", "zephyr_ray", "zephyr_ray_skewed", "zephyr_ray_2_rounds", "datatrove", "daft") if "seconds" in out["runs"][0].get(v, {})]
     med = {v: statistics.median(r[v]["seconds"] for r in out["runs"]) for v in variants}
     out["median_s"] = {v: round(t, 2) for v, t in med.items()}
     out["docs_per_s"] = {v: round((n_skewed if v == "zephyr_ray_skewed" else n_uniform) / t) for v, t in med.items()}
