@@ -132,6 +132,30 @@ def test_property_matches_oracle_on_random_corpora(seed, num_shards):
     assert _ids(got) == _ids(want)
 
 
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 10_000), num_shards=st.integers(1, 3), block=st.sampled_from([1, 3, 7]))
+def test_property_small_blocks_match_oracle(seed, num_shards, block):
+    """Documents travel in blocks and band keys are sorted a batch at a time: with blocks of 1,
+    3 or 7 documents (batches of 16 blocks) a shard spans many blocks and batches, near copies
+    straddle them, and the kept documents still match the oracle, annotations included."""
+    import zephyr.dedup.fuzzy as fuzzy
+
+    shards = corpus(seed, originals=12, num_shards=num_shards)
+    want, rep = oracle_keep(shards)
+    saved = cc.BLOCK, fuzzy._SIGNATURE_BATCH
+    cc.BLOCK, fuzzy._SIGNATURE_BATCH = block, 16 * block  # the sync backend runs tasks in this process
+    b = create_backend("sync", progress=False)
+    try:
+        got = list(b.execute(_dataset(shards).deduplicate_fuzzy(_text)))
+        annotated = list(b.execute(_dataset(shards).deduplicate_fuzzy(_text, annotate=True)))
+    finally:
+        cc.BLOCK, fuzzy._SIGNATURE_BATCH = saved
+        b.close()
+    assert _ids(got) == _ids(want)
+    where = {r["id"]: (s, p) for s, shard in enumerate(shards) for p, r in enumerate(shard)}
+    assert {r["id"]: tuple(r["fuzzy_kept"]) for r in annotated} == {i: rep[sp] for i, sp in where.items()}
+
+
 def chain(length: int = 40, seed: int = 3) -> list[list[dict]]:
     """Each document is its predecessor with one more word edited: neighbours ~0.97, ends < 0.5."""
     rng = random.Random(seed)
@@ -173,13 +197,38 @@ def test_annotate_labels_every_member_with_its_cluster_and_kept_document(local_b
     assert len(by_cluster) == len(set(rep.values()))
 
 
+@settings(max_examples=50, deadline=None)
+@given(words=st.lists(st.sampled_from(["a", "B", "c", "\u00e9", "dd"]), max_size=12), seps=st.sampled_from([" ", "  ", "\t", "\n "]),
+       n=st.integers(1, 6))
+def test_property_shingles_are_word_ngrams(words, seps, n):
+    """The signature's shingles: lower-cased whitespace-split word n-grams joined by one space,
+    a shorter text one shingle of all its words, none without words (plain-Python oracle)."""
+    from zephyr.dedup.minhash import shingles
+
+    w = [x.lower() for x in words]
+    m = min(n, len(w))
+    want = [" ".join(w[i : i + m]) for i in range(len(w) - m + 1)] if w else []
+    assert shingles(seps.join(words), n) == want
+
+
 def test_boilerplate_bucket_links_members_in_a_star():
-    """Skew: a bucket of n identical pages gives 2(n-1) edge items (a star), not n(n-1)/2 pairs."""
-    n = 10_000
-    items = iter([(cc.BAND, (0, 1), i) for i in range(n)])
-    edges = list(cc.bucket_or_doc((0, 1), items))
-    assert len(edges) == 2 * (n - 1)
-    assert {min(e[1], e[2]) for e in edges} == {0}
+    """Skew: a bucket of n identical pages in 4 map shards gives a star of edges (each member
+    linked once to its shard's smallest, those to the smallest of all), never n(n-1)/2 pairs,
+    and the bucket stage sees one pair per map shard."""
+    import numpy as np
+
+    n, bands, shards = 10_000, 20, 4
+    edges, bucket_items = [], []
+    for s in range(shards):
+        ids = np.repeat(np.arange(s * n, (s + 1) * n, dtype=np.int64), bands)
+        keys = np.tile(np.arange(bands, dtype=np.uint64), n)  # every member in the same 20 buckets
+        for item in cc.local_stars(keys, ids, groups=1):
+            (edges if item[0] == cc.EDGE else bucket_items).append(item)
+    assert len(bucket_items) == shards and all(len(np.frombuffer(i[3], np.int64)) == bands for i in bucket_items)
+    edges += list(cc.link_buckets(bucket_items[0][1], iter(bucket_items)))
+    pairs = {(min(e[1], e[2]), max(e[1], e[2])) for e in edges}
+    assert len(edges) == 2 * len(pairs) == 2 * (shards * n - 1)  # a spanning tree, both directions
+    assert {a for a, _ in pairs} == {s * n for s in range(shards)}  # rooted at each shard's first
 
 
 def test_boilerplate_template_keeps_one_copy(local_backend):

@@ -1,21 +1,31 @@
-"""LSH buckets to candidate edges, and connected components by alternating star operations.
+"""LSH buckets to candidate edges, connected components by alternating star operations, and
+the labels joined back to the documents.
 
-Items flowing between the shuffles are tagged tuples:
-- `(DOC, id, record)`: a document, grouped under its own id in every round, so it travels with
-  its node and the last round can decide its fate;
-- `(EDGE, node, other)`: one direction of an undirected candidate edge, grouped under `node`;
-- `(BAND, (band, bucket), id)`: a document's bucket in one band, grouped under the bucket.
+Items flowing between the shuffles are tagged tuples; the group key is always `item[1]`:
+- `(DOCS, ("d", shard, block), first_id, payload)`: a block of up to `BLOCK` consecutive
+  documents of one input shard, pickled and compressed once by the signature stage; every
+  later stage passes it on unopened (a few hundred bytes of header per block), until the last
+  opens it and meets its labels there;
+- `(BANDS, ("b", group), keys, roots)`: a map shard's distinct bucket keys of one bucket group
+  (uint64 bytes) with the smallest document id of each within that map shard (int64 bytes);
+- `(EDGE, node, other)`: one direction of an undirected candidate edge, grouped under `node`
+  in the rounds, and under `node`'s block in the last stage.
 
 A document id is `shard << 40 | position` (input shard, then position), so the smallest id of a
-component is its first document by (input shard, position): the one kept.
+component is its first document by (input shard, position): the one kept. Only documents with
+a candidate edge appear in the component rounds, as small integer pairs.
 
-Every reducer streams its group once, items ordered by `sort_key` (the document first, then
-neighbours ascending), holding O(1) state: a bucket of a million identical pages links each
-member to the bucket's first one (a star: O(n) edges, never n**2 pairs), and a node of huge
-degree is read, never held. Components come from the large-star / small-star alternation
-(Kiveris et al., "Connected Components in MapReduce and Beyond", 2014): both keep every
-component connected and together converge to one star per component centred on its smallest
-node. `resolve` checks locally that the graph has become such a star forest (every node has
+LSH buckets are computed in blocks, vectorised: the signature stage sorts its (bucket key, id)
+pairs, links each bucket's members in that map shard to the smallest (a star, deduplicated
+over the bands) and sends one (key, smallest) pair per bucket to the bucket group
+`key % groups`; the bucket stage does the same across map shards. A bucket of a million
+identical pages is then O(map shards) pairs in its group and a star of edges, never n**2 pairs.
+
+Components come from the large-star / small-star alternation (Kiveris et al., "Connected
+Components in MapReduce and Beyond", 2014): both keep every component connected and together
+converge to one star per component centred on its smallest node. Each reducer streams its
+group once, neighbours ascending, holding O(1) state: a node of huge degree is read, never
+held. The last stage (`apply_labels`, grouped by block) checks locally that the graph has become such a star forest (every node has
 either no smaller neighbour, or exactly one and no larger one) and raises otherwise, so a
 result is never silently wrong: more rounds (`cc_rounds`) fix it, and a rerun reuses the
 earlier stages.
@@ -23,13 +33,24 @@ earlier stages.
 
 from __future__ import annotations
 
+import itertools
+import pickle
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["BAND", "DOC", "EDGE", "NotConvergedError", "bucket_or_doc", "doc_id", "large_star", "node_of", "resolve", "small_star", "sort_key", "star_reducers"]
+import numpy as np
+import zstandard
 
-DOC, EDGE, BAND = 0, 1, 2
+from zephyr.shuffle.columnar import dumps
+
+__all__ = [
+    "BANDS", "BLOCK", "DOCS", "EDGE", "NotConvergedError", "apply_labels", "block_key", "block_of", "doc_id", "docs_block",
+    "large_star", "link_buckets", "local_stars", "node_of", "node_order", "small_star", "sort_key", "star_reducers",
+]
+
+DOCS, EDGE, BANDS = 0, 1, 2
 _SHARD_SHIFT = 40
+BLOCK = 512  # documents per block: a block is pickled, compressed and opened as one
 
 
 class NotConvergedError(RuntimeError):
@@ -45,101 +66,176 @@ def doc_position(ident: int) -> tuple[int, int]:
     return ident >> _SHARD_SHIFT, ident & ((1 << _SHARD_SHIFT) - 1)
 
 
+def block_key(ident: int) -> tuple:
+    """The group key of the block holding document `ident`."""
+    shard, position = doc_position(ident)
+    return ("d", shard, position // BLOCK)
+
+
+def docs_block(shard: int, start: int, records: list) -> tuple:
+    """The DOCS item of `records`, positions `start`.. of input `shard` (start % BLOCK == 0)."""
+    payload = zstandard.ZstdCompressor(level=1).compress(dumps(records))
+    return (DOCS, ("d", shard, start // BLOCK), doc_id(shard, start), payload)
+
+
 def node_of(item: tuple) -> Any:
-    """The group key: a document's or edge's node, a band item's (band, bucket)."""
+    """The group key: a node, a block or a bucket group."""
     return item[1]
 
 
 def sort_key(item: tuple) -> int:
-    """Within a group: the document first, then neighbours (or bucket members) ascending."""
-    return -1 if item[0] == DOC else item[2]
+    """Within a group: a block or bucket items first, then neighbours ascending."""
+    return item[2] if item[0] == EDGE else -1
 
 
-def _edge(u: int, v: int) -> Iterator[tuple]:
+def _edges(u: int, v: int) -> Iterator[tuple]:
     yield (EDGE, u, v)
     yield (EDGE, v, u)
 
 
-def _neighbours(items: Iterator[tuple], docs: list) -> Iterator[int]:
-    """The distinct neighbours of a group in ascending order; its document goes into `docs`."""
+def _star_pairs(keys: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(distinct keys, smallest id of each, (root, member) pairs linking the other ids of a key
+    to its smallest, distinct, sorted)."""
+    order = np.lexsort((ids, keys))
+    keys, ids = keys[order], ids[order]
+    first = np.ones(len(keys), dtype=bool)
+    first[1:] = keys[1:] != keys[:-1]
+    roots = ids[np.maximum.accumulate(np.where(first, np.arange(len(keys)), 0))]
+    members = ~first & (ids != roots)
+    a, b = roots[members], ids[members]
+    order = np.lexsort((b, a))
+    a, b = a[order], b[order]
+    distinct = np.ones(len(a), dtype=bool)
+    distinct[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+    return keys[first], ids[first], np.stack([a[distinct], b[distinct]], axis=1)
+
+
+def local_stars(keys: np.ndarray, ids: np.ndarray, groups: int) -> Iterator[tuple]:
+    """The signature stage's bucket output for (bucket key, id) pairs: edges within the map
+    shard, then one BANDS item per bucket group holding each bucket's smallest id."""
+    keys, roots, pairs = _star_pairs(keys, ids)
+    for root, member in pairs.tolist():
+        yield from _edges(root, member)
+    group = keys % np.uint64(groups)
+    order = np.argsort(group, kind="stable")
+    group, keys, roots = group[order], keys[order], roots[order]
+    cuts = np.flatnonzero(group[1:] != group[:-1]) + 1
+    for start, end in zip([0, *cuts.tolist()], [*cuts.tolist(), len(group)]):
+        if end > start:
+            yield (BANDS, ("b", int(group[start])), keys[start:end].tobytes(), roots[start:end].tobytes())
+
+
+def link_buckets(key: Any, items: Iterator[tuple]) -> Iterator[tuple]:
+    """Bucket stage: a bucket group links each bucket's map-shard roots to the smallest of them;
+    blocks and edges pass on."""
+    first = next(items)
+    if first[0] != BANDS:
+        yield first
+        yield from items
+        return
+    batches = [first, *items]
+    keys = np.concatenate([np.frombuffer(b[2], dtype=np.uint64) for b in batches])
+    ids = np.concatenate([np.frombuffer(b[3], dtype=np.int64) for b in batches])
+    for root, member in _star_pairs(keys, ids)[2].tolist():
+        yield from _edges(root, member)
+
+
+def _neighbours(items: Iterator[tuple]) -> Iterator[int]:
+    """The distinct neighbours of an edge group in ascending order."""
     previous = None
     for item in items:
-        if item[0] == DOC:
-            docs.append(item)
-            continue
         v = item[2]
         if v != previous:
             previous = v
             yield v
 
 
-def bucket_or_doc(key: Any, items: Iterator[tuple]) -> Iterator[tuple]:
-    """A document passes on; a bucket links every member to its first (smallest id) member."""
+def large_star(u: Any, items: Iterator[tuple]) -> Iterator[tuple]:
+    """Link every larger neighbour of u to the smallest of u and its neighbours."""
     first = next(items)
-    if first[0] == DOC:
+    if first[0] == DOCS:
         yield first
         return
-    root = first[2]
-    for item in items:
-        if item[2] != root:
-            yield from _edge(root, item[2])
-
-
-def large_star(u: int, items: Iterator[tuple]) -> Iterator[tuple]:
-    """Link every larger neighbour of u to the smallest of u and its neighbours."""
-    docs: list = []
     m = None
-    for v in _neighbours(items, docs):
+    for v in _neighbours(_chain(first, items)):
         if m is None:
             m = min(u, v)
         if v > u:
-            yield from _edge(v, m)
-    yield from docs
+            yield from _edges(v, m)
 
 
-def small_star(u: int, items: Iterator[tuple]) -> Iterator[tuple]:
+def small_star(u: Any, items: Iterator[tuple]) -> Iterator[tuple]:
     """Link u and its smaller neighbours to the smallest of them (larger neighbours do it from their side)."""
-    docs: list = []
+    first = next(items)
+    if first[0] == DOCS:
+        yield first
+        return
     m = u
-    for v in _neighbours(items, docs):
+    for v in _neighbours(_chain(first, items)):
         if v >= u:
-            continue  # larger neighbours: emitted from their own group
+            break  # ascending: the rest are larger neighbours, emitted from their own groups
         if m == u:
             m = v  # ascending: the first smaller neighbour is the smallest
         elif v != m:
-            yield from _edge(v, m)
+            yield from _edges(v, m)
     if m != u:
-        yield from _edge(u, m)
-    yield from docs
+        yield from _edges(u, m)
 
 
-def resolve(u: int, items: Iterator[tuple], *, annotate: bool, cluster_field: str, kept_field: str, rounds: int) -> Iterator[Any]:
-    """The last reducer: label each document with its component's smallest id, then keep,
-    drop or annotate it. Raises NotConvergedError where the edges are not yet a star forest.
-    (A generator function, bound with `functools.partial`, so group_by streams what it yields.)"""
-    docs: list = []
-    smaller, larger = [], False
-    for v in _neighbours(items, docs):
-        if v < u:
-            smaller.append(v)
-            if len(smaller) > 1:
-                break
-        else:
-            larger = True
-            break
-    if len(smaller) > 1 or (smaller and larger):
-        shard, pos = doc_position(u)
-        raise NotConvergedError(
-            f"deduplicate_fuzzy: connected components did not converge in cc_rounds={rounds} "
-            f"(document {pos} of input shard {shard} still links to several nodes); rerun with a larger "
-            "cc_rounds (the signature and bucket stages are reused)"
-        )
-    label = smaller[0] if smaller else u
-    for item in docs:  # the group's document (every node id comes from one)
+def _chain(first: tuple, items: Iterator[tuple]) -> Iterator[tuple]:
+    yield first
+    yield from items
+
+
+def block_of(item: tuple) -> Any:
+    """The last stage's group key: a block, and the edges of every node in it."""
+    return item[1] if item[0] == DOCS else block_key(item[1])
+
+
+def node_order(item: tuple) -> int:
+    """Within a block's group: the block first, then edges by node (a node's edges adjacent)."""
+    return -1 if item[0] == DOCS else item[1]
+
+
+def _labels(edges: Iterator[tuple], rounds: int) -> Iterator[tuple[int, int]]:
+    """(node, smallest id of its component) for each node of a block with a smaller neighbour,
+    from the edges after the rounds (adjacent per node, any order within). Raises
+    NotConvergedError where they are not yet a star forest: a node has two distinct smaller
+    neighbours, or a smaller and a larger one. O(1) state per node."""
+    for u, group in itertools.groupby(edges, key=node_of):
+        smaller, larger = None, False
+        for item in group:
+            v = item[2]
+            if v > u:
+                larger = True
+            elif smaller is None:
+                smaller = v
+            elif v != smaller:
+                larger = True  # a second smaller neighbour: as unconverged as a larger one
+            if smaller is not None and larger:
+                shard, pos = doc_position(u)
+                raise NotConvergedError(
+                    f"deduplicate_fuzzy: connected components did not converge in cc_rounds={rounds} "
+                    f"(document {pos} of input shard {shard} still links to several nodes); rerun with a larger "
+                    "cc_rounds (the signature and bucket stages are reused)"
+                )
+        if smaller is not None:
+            yield u, smaller
+
+
+def apply_labels(key: Any, items: Iterator[tuple], *, rounds: int, annotate: bool, cluster_field: str, kept_field: str) -> Iterator[Any]:
+    """The last reducer: a block meets the edges of its nodes after the rounds; each document is
+    kept, dropped or annotated by its component's smallest id (a document without a smaller
+    neighbour is its cluster's first)."""
+    block = next(items)
+    labels = dict(_labels(items, rounds))
+    records = pickle.loads(zstandard.ZstdDecompressor().decompress(block[3]))
+    for ident, record in enumerate(records, start=block[2]):
+        label = labels.get(ident, ident)
         if annotate:
-            yield _annotated(item[2], label, cluster_field, kept_field)
-        elif label == u:
-            yield item[2]
+            yield _annotated(record, label, cluster_field, kept_field)
+        elif label == ident:
+            yield record
 
 
 def _annotated(record: Any, label: int, cluster_field: str, kept_field: str) -> dict:

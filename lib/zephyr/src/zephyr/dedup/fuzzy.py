@@ -1,15 +1,17 @@
 """`Dataset.deduplicate_fuzzy` as a chain of ordinary zephyr stages (so plans print it, runs
 resume it stage by stage and skewed partitions split like any shuffle's):
 
-1. signatures: each document is tagged with its id (input shard, position) and emits itself
-   plus one (band, bucket) item per LSH band;
-2. buckets (group_by on (band, bucket)): each bucket links its members to its first one;
+1. signatures (map_shard): documents go into blocks of `components.BLOCK`, pickled and
+   compressed once; their MinHash band keys, a few thousand documents at a time, become local
+   bucket stars (edges) and one (key, smallest id) pair per bucket for its bucket group;
+2. buckets (group_by on the bucket group): each group links its buckets' map-shard roots;
 3. `cc_rounds` star rounds (group_by on node), alternating large-star and small-star;
-4. resolve (group_by on node): each document learns its component's first document and is
-   kept, dropped or annotated.
+4. apply (group_by on block): each block meets the edges of its nodes once; each node checks
+   that the rounds converged and takes its label; documents are kept, dropped or annotated.
 
-Documents travel with their node through every shuffle, which keeps the stages a single linear
-chain (no side input); the cost is their bytes once per shuffle (see docs/zephyr.md).
+Only small integer tuples go through the bucket and component rounds; a block passes through
+them unopened (the plan is one linear chain, so it rides along; see docs/zephyr.md for the
+bytes).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import functools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from zephyr.dedup import components as cc
 from zephyr.dedup.minhash import MinHasher
@@ -28,6 +32,8 @@ __all__ = ["DEFAULT_CC_ROUNDS", "DEFAULT_NUM_PERMS", "FuzzyParams", "apply"]
 
 DEFAULT_NUM_PERMS = 220
 DEFAULT_CC_ROUNDS = 4
+BUCKET_GROUPS_PER_SHARD = 16  # bucket groups per bucket-stage shard: bounds a group's pairs
+_SIGNATURE_BATCH = 16 * cc.BLOCK  # documents whose band keys are sorted together on the map side
 
 
 @dataclass(frozen=True)
@@ -47,47 +53,69 @@ class FuzzyParams:
 
 @dataclass(frozen=True)
 class Signatures:
-    """map_shard fn: each document, then its band buckets (documents without words get none)."""
+    """map_shard fn: blocks of documents, local bucket stars and bucket-group pairs."""
 
     text: Callable[[Any], str]
     hasher: MinHasher
+    bucket_shards: int | None  # the bucket stage's shard count (None: as many as the input)
 
     def __call__(self, items: Iterable[Any], info: ShardInfo) -> Iterator[tuple]:
+        shard = info.shard_idx
+        groups = BUCKET_GROUPS_PER_SHARD * (self.bucket_shards or info.total_shards)
+        block: list = []
+        signatures: list = []
+        ids: list = []
         for position, record in enumerate(items):
-            ident = cc.doc_id(info.shard_idx, position)
-            yield (cc.DOC, ident, record)
+            if len(block) == cc.BLOCK:
+                yield cc.docs_block(shard, position - cc.BLOCK, block)
+                block = []
+                if len(ids) >= _SIGNATURE_BATCH:
+                    yield from self._buckets(signatures, ids, groups)
+                    signatures, ids = [], []
+            block.append(record)
             text = self.text(record)
             if not isinstance(text, str):
                 raise TypeError(
                     f"deduplicate_fuzzy text function {callable_name(self.text)} must return a str; got "
-                    f"{type(text).__name__} for record {position} of shard {info.shard_idx}: {record!r:.120}"
+                    f"{type(text).__name__} for record {position} of shard {shard}: {record!r:.120}"
                 )
             signature = self.hasher.signature(text)
             if signature is not None:
-                for band, bucket in enumerate(self.hasher.band_keys(signature)):
-                    yield (cc.BAND, (band, bucket), ident)
+                signatures.append(signature)
+                ids.append(cc.doc_id(shard, position))
+        if block:
+            yield cc.docs_block(shard, position + 1 - len(block), block)
+        yield from self._buckets(signatures, ids, groups)
+
+    def _buckets(self, signatures: list, ids: list, groups: int) -> Iterator[tuple]:
+        if not ids:
+            return
+        keys = self.hasher.band_key_matrix(np.stack(signatures))
+        doc_ids = np.repeat(np.asarray(ids, dtype=np.int64), self.hasher.bands)
+        yield from cc.local_stars(keys.reshape(-1), doc_ids, groups)
 
     def name_for_plan(self) -> str:
         h = self.hasher
         return f"minhash({callable_name(self.text)}, ngram={h.ngram}, {h.bands}x{h.rows}, seed={h.seed})"
 
 
-class _Resolve(functools.partial):
-    """`components.resolve` bound to its options: still a generator function to group_by
-    (which unwraps partials), and named in plans."""
+class _Bound(functools.partial):
+    """A reducer bound to its options: still a generator function to group_by (which unwraps
+    partials), and named in plans."""
 
     def name_for_plan(self) -> str:
-        return "resolve(annotate=True)" if self.keywords.get("annotate") else "resolve"
+        options = ", ".join(f"{k}={v!r}" for k, v in self.keywords.items() if k in ("annotate", "rounds"))
+        return f"{self.func.__name__}({options})"
 
 
 def apply(dataset, text: Callable[[Any], str], params: FuzzyParams):
     """The stages of near-duplicate removal appended to `dataset` (lazy)."""
     n = params.num_output_shards
-    ds = dataset.map_shard(Signatures(text, MinHasher(params.ngram, params.bands, params.rows, params.seed)))
-    ds = ds.group_by(cc.node_of, cc.bucket_or_doc, sort_by=cc.sort_key, num_output_shards=n)
+    hasher = MinHasher(params.ngram, params.bands, params.rows, params.seed)
+    ds = dataset.map_shard(Signatures(text, hasher, n))
+    ds = ds.group_by(cc.node_of, cc.link_buckets, sort_by=cc.sort_key, num_output_shards=n)
     for reducer in cc.star_reducers(params.cc_rounds):
         ds = ds.group_by(cc.node_of, reducer, sort_by=cc.sort_key, num_output_shards=n)
-    final = _Resolve(
-        cc.resolve, annotate=params.annotate, cluster_field=params.cluster_field, kept_field=params.kept_field, rounds=params.cc_rounds
-    )
-    return ds.group_by(cc.node_of, final, sort_by=cc.sort_key, num_output_shards=n)
+    final = _Bound(cc.apply_labels, rounds=params.cc_rounds, annotate=params.annotate, cluster_field=params.cluster_field,
+                   kept_field=params.kept_field)
+    return ds.group_by(cc.block_of, final, sort_by=cc.node_order, num_output_shards=n)

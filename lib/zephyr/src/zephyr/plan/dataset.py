@@ -378,8 +378,9 @@ class Dataset:
         id) and `kept_field` ([input shard, position] of the item kept).
 
         Lazy; runs as 2 + `cc_rounds` shuffles (7 stages with the default 4 rounds) in which
-        each task streams its groups; the output is hash-partitioned (as `deduplicate`) into
-        `num_output_shards`. Raises NotConvergedError (naming the item) if the component
+        each task streams its groups; items are compressed once into blocks of 512 that ride
+        through the shuffles unopened, so the output is hash-partitioned by block into
+        `num_output_shards`, each block's items in their input order. Raises NotConvergedError (naming the item) if the component
         rounds were too few for the data: rerun with more, the earlier stages are reused.
         """
         _check_callable(text, "deduplicate_fuzzy text")

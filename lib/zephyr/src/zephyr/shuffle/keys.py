@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-__all__ = ["HASH_SPACE", "hash_key_bytes", "key_bytes", "partition_of", "split_points"]
+__all__ = ["HASH_SPACE", "hash_key_bytes", "key_bytes", "partition_of", "split_points", "splitmix64"]
 
 _STR_TAG = b"s"
 HASH_SPACE = 1 << 64
@@ -116,13 +116,17 @@ def _chunk(out: bytearray, tag: bytes, data: bytes) -> None:
     out += tag + _length_prefixed(data)
 
 
-def _mix(crc: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer over (crc | length << 32): uniform 64-bit values."""
+def splitmix64(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer over uint64 values: a bijection that spreads every input bit."""
     with np.errstate(over="ignore"):
-        z = crc.astype(np.uint64) | (lengths.astype(np.uint64) << np.uint64(32))
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         return z ^ (z >> np.uint64(31))
+
+
+def _mix(crc: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """splitmix64 over (crc | length << 32): uniform 64-bit values."""
+    return splitmix64(crc.astype(np.uint64) | (lengths.astype(np.uint64) << np.uint64(32)))
 
 
 def hash_key_bytes(kbs: Sequence[bytes]) -> np.ndarray:
