@@ -108,6 +108,37 @@ class Dataset:
             raise ValueError(f"select() got a column twice: {columns!r}")
         return self._then(op.Select(tuple(columns)))
 
+    def with_columns(self, **columns: Expr) -> Dataset:
+        """Set columns of each dict item to column expressions, all computed from the item as
+        it comes in: an existing column keeps its place, a new one goes last.
+
+        Runs on Arrow batches where the stage does (see `zephyr.batch`), else per record.
+        >>> ds.with_columns(num_chars=col("text").str_len(), source=lit("web"))
+        """
+        if not columns:
+            raise ValueError("with_columns() needs at least one column, e.g. with_columns(n=col('text').str_len())")
+        for name, expr in columns.items():
+            if not isinstance(expr, Expr):
+                raise TypeError(f"with_columns({name}=...) takes a column expression (col, lit), got {type(expr).__name__}: "
+                                f"{expr!r:.80}; use map() for a Python function")
+        from zephyr.batch.ops import WithColumns
+
+        return self._then(WithColumns(tuple(columns.items())))
+
+    def map_batches(self, fn: Callable[[Any], Any], batch_size: int = 4096) -> Dataset:
+        """Replace batches of rows by `fn(pyarrow.Table) -> pyarrow.Table` (or RecordBatch).
+
+        On the batch path `fn` gets the rows of an input block as they are; after a Python op,
+        up to `batch_size` records as `pyarrow.Table.from_pylist` builds them. Batch bounds
+        differ between the two, so `fn` must treat each row on its own (as a map does).
+        The output rows become the items (dicts, as `Table.to_pylist` gives them).
+        """
+        _check_callable(fn, "map_batches fn")
+        _check_positive(batch_size, "batch_size")
+        from zephyr.batch.ops import MapBatches
+
+        return self._then(MapBatches(fn, batch_size))
+
     def flat_map(self, fn: Callable[[Any], Iterable[Any]]) -> Dataset:
         """Replace every item by the items of the iterable `fn(item)` (streamed, not collected)."""
         _check_callable(fn, "flat_map fn")
@@ -282,8 +313,11 @@ class Dataset:
         (if given), then by input shard and position. `combiner(key, items)` (associative,
         returning one item like those it combines) pre-aggregates on the map side. Output has
         `num_output_shards` shards (default: as many as the input). Memory: neither side holds a
-        shard or a group; map-side buffers spill sorted runs to the scratch directory.
+        shard or a group; map-side buffers spill sorted runs to the scratch directory. `key` may
+        be a column expression (`col("k")`): its value is the key, and on the batch path a
+        column key is hashed in Arrow.
         """
+        key = _expr_key(key)
         _check_callable(key, "group_by key")
         _check_callable(reducer, "group_by reducer")
         for fn, what in ((sort_by, "sort_by"), (combiner, "combiner")):
@@ -298,7 +332,10 @@ class Dataset:
 
         Keys are equal when their types and values are, as in `group_by`: `1`, `1.0` and `True`
         are three keys, a tuple is not a list, NaN equals NaN (see docs/zephyr.md, Keys).
+        `key` may be a column expression (`deduplicate(col("text"))`), hashed in Arrow on the
+        batch path.
         """
+        key = _expr_key(key)
         _check_callable(key, "deduplicate key")
         if num_output_shards is not None:
             _check_positive(num_output_shards, "num_output_shards")
@@ -430,6 +467,15 @@ class Dataset:
     def describe(self) -> str:
         """The plan as text: stages, shard counts and fused ops."""
         return self.plan().describe()
+
+
+def _expr_key(key: Any) -> Any:
+    """A column expression as a key function (its value); anything else unchanged."""
+    if isinstance(key, Expr):
+        from zephyr.batch.ops import ExprKey
+
+        return ExprKey(key)
+    return key
 
 
 def _count_items(items: Iterable[Any]) -> int:

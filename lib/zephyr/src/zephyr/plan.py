@@ -40,7 +40,9 @@ class Stage:
     not_resumable: str = ""
 
     def describe(self) -> str:
-        chain = " -> ".join([self.input_label] + [o.describe() for o in self.ops])
+        from zephyr.batch.stage import plan_labels
+
+        chain = " -> ".join([self.input_label] + plan_labels(self.ops, self.sink, [o.describe() for o in self.ops]))
         sink = f" => {self.sink.describe()}" if self.sink is not None else ""
         return f"stage {self.index} [{self.num_shards} shards]: {chain}{sink}"
 

@@ -17,6 +17,9 @@ from typing import Any
 
 from zephyr import counters
 from zephyr import ops as op
+from zephyr.batch.ops import MapBatches, WithColumns
+from zephyr.batch.rows import Pieces
+from zephyr.batch.stage import load_batches, map_batches_records, write_jsonl_pieces
 from zephyr.errors import ShardError, is_transient_storage_error
 from zephyr.failed_record import failed_record
 from zephyr.io.files import exists
@@ -88,7 +91,7 @@ def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
             start_at, stream = _resume_point(program.ops, ctx)
             if stream is None:
                 stream = program.reader.read(task) if program.reader is not None else iter(task.items)
-                start_at, stream = _load(program.ops, stream, ctx)
+                start_at, stream = _load(program.ops, stream, ctx, program.sink, task.memory)
                 writes_jsonl = start_at < len(program.ops) and isinstance(program.ops[start_at], op.WriteJsonl)
                 stream, counted = _counted(stream, writes_jsonl)
             for index in range(start_at, len(program.ops)):
@@ -126,11 +129,15 @@ _LOADERS = (op.LoadJsonl, op.LoadParquet, op.LoadFile)
 def _reread(program: StageProgram, task: ShardTask, ctx: _Context) -> Iterator:
     """The shard's records again, as its first per-item op saw them (for `failed_record`)."""
     stream = program.reader.read(task) if program.reader is not None else iter(task.items)
-    return iter(_load(program.ops, stream, ctx)[1])
+    return iter(_load(program.ops, stream, ctx, program.sink, task.memory)[1])
 
 
-def _load(ops: tuple, stream: Iterator, ctx: _Context) -> tuple[int, Iterator]:
-    """Apply the stage's leading loaders: the records they yield are the stage's items in."""
+def _load(ops: tuple, stream: Iterator, ctx: _Context, sink: Any = None, memory: int | None = None) -> tuple[int, Iterator]:
+    """Apply the stage's leading loaders: the records they yield are the stage's items in.
+    Where the stage starts on Arrow batches (`zephyr.batch`), also the ops that run on them."""
+    batched = load_batches(ops, stream, sink, memory)
+    if batched is not None:
+        return batched
     start = 0
     while start < len(ops) and isinstance(ops[start], _LOADERS):
         stream = _apply(ops[start], stream, ctx)
@@ -146,6 +153,8 @@ def _counted(stream: Iterator, writes_jsonl: bool = False) -> tuple[Iterator, It
     is only to a JSONL writer (`writes_jsonl`), which copies its bytes and counts them; anything
     else gets its plain iterator of records, counted like any stream.
     """
+    if isinstance(stream, Pieces):
+        return stream, stream.counted()
     if isinstance(stream, JsonLines):
         if writes_jsonl:
             return stream, stream.copied()
@@ -197,6 +206,16 @@ def _(record: op.Select, stream, ctx):
 
 
 @_apply.register
+def _(record: WithColumns, stream, ctx):
+    return map(record.apply, stream)
+
+
+@_apply.register
+def _(record: MapBatches, stream, ctx):
+    return map_batches_records(record, iter(stream))
+
+
+@_apply.register
 def _(record: op.FlatMap, stream, ctx):
     return itertools.chain.from_iterable(map(record.fn, stream))
 
@@ -234,6 +253,8 @@ def _(record, stream, ctx):
 @_apply.register
 def _(record: op.WriteJsonl, stream, ctx):
     path = _output_path(record, ctx)
+    if isinstance(stream, Pieces):
+        return _written(path, lambda: write_jsonl_pieces(stream, path))
     return _written(path, lambda: write_jsonl_file(stream, path, remove_stale=False))
 
 
