@@ -94,8 +94,11 @@ def block_bytes(memory: int | None) -> int:
 
 def read_jsonl_pieces(path: str, on_bad_record: str, size: int) -> Iterator[Rows | list]:
     """The blocks of a JSON-lines file: `Rows` where exact (see the module doc), else records."""
+    from zephyr import counters
+
     for block, line_no in jsonl_blocks(path, size):
         rows = rows_of_block(block)
+        counters.increment("zephyr/blocks_as_batches" if rows is not None else "zephyr/blocks_as_records")
         yield rows if rows is not None else decode_block(block, path, line_no, on_bad_record)
 
 

@@ -3,7 +3,7 @@
 `batch_span` decides how far a stage stays columnar: from a `load_jsonl()` (without the file
 path column) through the column-expression ops after it (`filter(col(...))`, `select`,
 `with_columns`, `map_batches`). The batch path is taken only where something gains from it:
-a column-expression op, a `write_jsonl` right after, or a shuffle keyed by a column
+a column-expression op (or one pushdown folded into the loader), a `write_jsonl` right after, or a shuffle keyed by a column
 (`deduplicate(col("text"))`, `group_by(col("k"), ...)`) or a `reshard`. Each op works on one
 piece at a time (`rows.Rows`, or a list of records for a block read as records), so memory
 is one block and what the ops make of it (`rows.block_bytes`).
@@ -40,7 +40,8 @@ def batch_span(ops: tuple, sink: Any) -> int | None:
     end = 1
     while end < len(ops) and isinstance(ops[end], _COLUMN_OPS):
         end += 1
-    gains = end > 1 or (end < len(ops) and isinstance(ops[end], op.WriteJsonl)) or (end == len(ops) and takes_batches(sink))
+    folded = ops[0].filter is not None or ops[0].columns is not None  # pushdown put column ops in the loader
+    gains = end > 1 or folded or (end < len(ops) and isinstance(ops[end], op.WriteJsonl)) or (end == len(ops) and takes_batches(sink))
     return end if gains else None
 
 
