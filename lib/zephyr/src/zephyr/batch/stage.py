@@ -1,7 +1,7 @@
 """Running the leading ops of a stage on Arrow batches, and where the plan switches to records.
 
-`batch_span` decides how far a stage stays columnar: from a `load_jsonl()` (without the file
-path column) through the column-expression ops after it (`filter(col(...))`, `select`,
+`batch_span` decides how far a stage stays columnar: from a `load_jsonl()` or `load_parquet()`
+(without the file path column; Parquet row batches are exact as they are) through the column-expression ops after it (`filter(col(...))`, `select`,
 `with_columns`, `map_batches`). The batch path is taken only where something gains from it:
 a column-expression op (or one pushdown folded into the loader), a `write_jsonl` right after, or a shuffle keyed by a column
 (`deduplicate(col("text"))`, `group_by(col("k"), ...)`) or a `reshard`. Each op works on one
@@ -35,7 +35,7 @@ SWITCH_LABEL = "to_records"
 def batch_span(ops: tuple, sink: Any) -> int | None:
     """How many leading ops run on batches (the index of the first op handed `Pieces`), or
     None when the stage runs on records from the start."""
-    if not enabled() or not ops or not isinstance(ops[0], op.LoadJsonl) or ops[0].include_file_paths:
+    if not enabled() or not ops or not isinstance(ops[0], (op.LoadJsonl, op.LoadParquet)) or ops[0].include_file_paths:
         return None
     end = 1
     while end < len(ops) and isinstance(ops[end], _COLUMN_OPS):
@@ -80,20 +80,28 @@ def load_batches(ops: tuple, items: Iterator[Any], sink: Any, memory: int | None
     load = ops[0]
     size = block_bytes(memory)
     pieces: Iterator = itertools.chain.from_iterable(_read(item, load, size) for item in items)
-    if load.filter is not None:
-        pieces = _each(_filter, load.filter, pieces)
-    if load.columns is not None:
-        pieces = _each(_select, load.columns, pieces)
+    if isinstance(load, op.LoadJsonl):  # the Parquet reader applies them itself
+        if load.filter is not None:
+            pieces = _each(_filter, load.filter, pieces)
+        if load.columns is not None:
+            pieces = _each(_select, load.columns, pieces)
     for record in ops[1:end]:
         pieces = _each(_STEPS[type(record)], _argument(record), pieces)
     return end, Pieces(pieces)
 
 
-def _read(item: Any, load: op.LoadJsonl, size: int) -> Iterator[Rows | list]:
+def _read(item: Any, load: op.LoadJsonl | op.LoadParquet, size: int) -> Iterator[Rows | list]:
     path = input_path_of(item)
     if path is None:
         raise TypeError(f"load_* expects path strings as items, got {type(item).__name__}: {item!r:.100}")
-    return read_jsonl_pieces(path, load.on_bad_record, size)
+    if isinstance(load, op.LoadJsonl):
+        return read_jsonl_pieces(path, load.on_bad_record, size)
+    from zephyr.io.parquet import read_parquet_pieces
+    from zephyr.sources import ParquetSlice
+
+    row_groups = item.row_groups if isinstance(item, ParquetSlice) else None
+    pieces = read_parquet_pieces(path, columns=load.columns, filter=load.filter, row_groups=row_groups)
+    return (piece if isinstance(piece, list) else Rows(pa.Table.from_batches([piece])) for piece in pieces)
 
 
 def _each(step, argument, pieces: Iterator) -> Iterator:
