@@ -77,6 +77,9 @@ def child_main(spec: dict) -> None:
     import resource
 
     os.environ["ZEPHYR_COLUMNAR"] = "0" if spec["variant"] == "zephyr-records" else "1"  # Ray's workers inherit it
+    # Ray starts its workers at niceness 15, which a shared machine's other work starves: every
+    # variant here runs at the default priority (as bench_dedup.py --niceness 0)
+    os.environ["RAY_worker_niceness"] = "0"
     if spec["variant"] in ZEPHYR:
         result = run_zephyr(spec)
     else:

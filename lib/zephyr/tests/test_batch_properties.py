@@ -258,3 +258,33 @@ def test_block_size_follows_the_memory_budget():
     assert block_bytes(256 * 2**20) == MAX_BLOCK
     assert block_bytes(64 * 2**20) == 2**20
     assert block_bytes(2**20) == MIN_BLOCK
+
+
+def fail_on_late_ids(table: pa.Table) -> pa.Table:
+    if max(table.column("id").to_pylist()) >= 2500:
+        raise ValueError("an id this function cannot take")
+    return table
+
+
+def py_tag(record):
+    return {**record, "tag": 1}
+
+
+def test_an_error_in_a_batch_op_names_no_wrong_record(tmp_path):
+    """Regression: a map_batches error in the second block was blamed on the last record of the
+    first block (the rows counted so far), when a per-record op followed."""
+    path = _write(tmp_path / "in.jsonl", [orjson.dumps({"id": i, "text": "x" * 120}) for i in range(3000)])
+    assert os.path.getsize(path) > MIN_BLOCK  # two blocks with no memory budget's minimum
+    for columnar in ("1", "0"):
+        os.environ["ZEPHYR_COLUMNAR"] = columnar
+        try:
+            ds = Dataset.from_files([path]).load_jsonl().map_batches(fail_on_late_ids).map(py_tag).write_jsonl(str(tmp_path / "o.jsonl"))
+            backend = create_backend("sync", progress=False, scratch_dir=str(tmp_path / "s"), memory="16MiB")
+            with pytest.raises(Exception, match="an id this function cannot take") as raised:
+                list(backend.execute(ds))
+        finally:
+            os.environ.pop("ZEPHYR_COLUMNAR", None)
+        error = raised.value
+        while error is not None and not hasattr(error, "record"):
+            error = error.__cause__
+        assert error is not None and error.record is None, (columnar, error and error.record)

@@ -67,9 +67,18 @@ class Pieces:
         self._rows = 0  # rows of the pieces handed out by chunks()
         self._records: Iterator[Any] | None = None
         self._record_count: Iterator[int] | None = None
+        self._failed = False  # a batch op raised: no record of the stream's is the one at fault
 
     def chunks(self) -> Iterator[Rows | list]:
-        for piece in self._pieces:
+        pieces = iter(self._pieces)
+        while True:
+            try:
+                piece = next(pieces)
+            except StopIteration:
+                return
+            except Exception:
+                self._failed = True
+                raise
             if len(piece):
                 self._rows += len(piece)
                 yield piece
@@ -82,8 +91,10 @@ class Pieces:
         return self._records
 
     def counted(self) -> Iterator[int]:
-        """An iterator whose next value is how many rows have been handed on so far."""
-        return iter(lambda: self._rows if self._record_count is None else next(self._record_count), None)
+        """An iterator whose next value is how many rows have been handed on so far (0 once a
+        batch op failed, so that `failed_record` names none: the rows it was given are not
+        the ones counted)."""
+        return iter(lambda: 0 if self._failed else self._rows if self._record_count is None else next(self._record_count), None)
 
 
 def block_bytes(memory: int | None) -> int:
