@@ -120,7 +120,9 @@ def rows_of_block(block: bytes) -> Rows | None:
         table = pj.read_json(pa.BufferReader(block), read_options=pj.ReadOptions(use_threads=False, block_size=len(block) + 1))
     except (pa.ArrowException, ValueError):
         return None
-    plain = b"\\" not in block and _control_bytes(block) == block.count(b"\n")
+    # no backslash and no control byte but a newline per row: no string holds anything to escape
+    # (exact once the block is accepted below: then it has exactly one newline per row)
+    plain = b"\\" not in block and _control_bytes(block) == table.num_rows
     lines = json_lines_of(table, plain)
     if lines is None or not same_bytes(lines, block):
         return None
