@@ -288,3 +288,34 @@ def test_an_error_in_a_batch_op_names_no_wrong_record(tmp_path):
         while error is not None and not hasattr(error, "record"):
             error = error.__cause__
         assert error is not None and error.record is None, (columnar, error and error.record)
+
+
+@pytest.mark.ray
+def test_on_ray_the_batch_path_writes_the_record_paths_bytes(ray_shared, tmp_path):
+    """Ray workers run the batch path (on by default there); the sync record path is the reference."""
+    inputs = [_write(tmp_path / f"in-{i}.jsonl", [orjson.dumps({"id": i * 100 + j, "text": "abcde"[j % 5] * (j % 7)}) for j in range(60)])
+              for i in range(3)]
+
+    def pipelines(out):
+        base = Dataset.from_files(inputs).load_jsonl()
+        return [base.deduplicate(col("text"), num_output_shards=2).write_jsonl(out + "/d-{shard}.jsonl.gz"),
+                base.with_columns(n=col("text").str_len()).filter(col("n") >= 3).write_jsonl(out + "/w-{shard}.jsonl")]
+
+    ray_out, record_out = str(tmp_path / "ray"), str(tmp_path / "records")
+    backend = create_backend("ray", progress=False, scratch_dir=str(tmp_path / "s1"))
+    batches = 0
+    for ds in pipelines(ray_out):
+        execution = backend.execute(ds)
+        list(execution)
+        batches += execution.counters.get("zephyr/blocks_as_batches", 0)
+    assert batches == 6  # each input file is one block, in both pipelines
+    os.environ["ZEPHYR_COLUMNAR"] = "0"
+    try:
+        for ds in pipelines(record_out):
+            list(create_backend("sync", progress=False, scratch_dir=str(tmp_path / "s2")).execute(ds))
+    finally:
+        os.environ.pop("ZEPHYR_COLUMNAR", None)
+    names = sorted(n for n in os.listdir(record_out) if not n.startswith("."))
+    assert names == sorted(n for n in os.listdir(ray_out) if not n.startswith(".")) and len(names) == 5
+    for name in names:
+        assert open(os.path.join(ray_out, name), "rb").read() == open(os.path.join(record_out, name), "rb").read(), name
