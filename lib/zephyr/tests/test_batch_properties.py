@@ -319,3 +319,18 @@ def test_on_ray_the_batch_path_writes_the_record_paths_bytes(ray_shared, tmp_pat
     assert names == sorted(n for n in os.listdir(ray_out) if not n.startswith(".")) and len(names) == 5
     for name in names:
         assert open(os.path.join(ray_out, name), "rb").read() == open(os.path.join(record_out, name), "rb").read(), name
+
+
+def first_two(items):
+    return [next(items), next(items)]
+
+
+def test_a_map_shard_after_batches_gets_an_iterator(tmp_path):
+    """Regression: after a batch-path op a map_shard function got the stream as a plain
+    iterable, so `next(items)` raised TypeError (records give it an iterator)."""
+    path = _write(tmp_path / "in.jsonl", [orjson.dumps({"k": i}) for i in range(5)])
+    ds = Dataset.from_files([path]).load_jsonl().filter(col("k") > 0).map_shard(first_two)
+    backend = create_backend("sync", progress=False, scratch_dir=str(tmp_path / "s"))
+    assert "[batches] -> filter((col('k') > 0)) -> to_records -> map_shard(first_two)" in ds.describe() or \
+        "load_jsonl(filter=(col('k') > 0)) [batches] -> to_records -> map_shard(first_two)" in ds.describe()
+    assert list(backend.execute(ds)) == [{"k": 1}, {"k": 2}]

@@ -90,6 +90,10 @@ class Pieces:
             self._records = map(_first, zip(records, self._record_count))
         return self._records
 
+    def __next__(self) -> Any:
+        """Pieces is an iterator of records too, for ops (a `map_shard` function) that call `next`."""
+        return next(iter(self))
+
     def counted(self) -> Iterator[int]:
         """An iterator whose next value is how many rows have been handed on so far (0 once a
         batch op failed, so that `failed_record` names none: the rows it was given are not
