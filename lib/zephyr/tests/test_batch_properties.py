@@ -91,6 +91,14 @@ def py_identity(record: Any) -> Any:
     return record
 
 
+def ks_of_group(key, items):
+    return {"key": key, "ks": [item.get("k") for item in items]}
+
+
+def repr_k(record):
+    return repr(record.get("k"))
+
+
 def count_group(key, items):
     return {"key": key, "count": sum(1 for _ in items)}
 
@@ -114,6 +122,7 @@ SINKS = {
     "dedup k": lambda ds, out: ds.deduplicate(col("k"), num_output_shards=2).write_jsonl(out + "/d-{shard:03d}.jsonl"),
     "group_by s": lambda ds, out: ds.group_by(col("s"), count_group, num_output_shards=2).write_jsonl(out + "/g-{shard:03d}.jsonl"),
     "reshard": lambda ds, out: ds.reshard(2).write_jsonl(out + "/r-{shard:03d}.jsonl.gz"),
+    "group_by b sorted": lambda ds, out: ds.group_by(col("b"), ks_of_group, sort_by=repr_k).write_jsonl(out + "/g-{shard:03d}.jsonl"),
 }
 
 
@@ -334,3 +343,22 @@ def test_a_map_shard_after_batches_gets_an_iterator(tmp_path):
     assert "[batches] -> filter((col('k') > 0)) -> to_records -> map_shard(first_two)" in ds.describe() or \
         "load_jsonl(filter=(col('k') > 0)) [batches] -> to_records -> map_shard(first_two)" in ds.describe()
     assert list(backend.execute(ds)) == [{"k": 1}, {"k": 2}]
+
+
+def text_of(record):
+    return str(record.get("text"))
+
+
+def texts_of_group(key, items):
+    return {"key": key, "texts": [item["text"] for item in items]}
+
+
+def test_a_group_by_with_sort_by_after_batches_orders_its_groups(tmp_path):
+    """Regression: Arrow rows reached a scatter with `sort_by` and were buffered without their
+    sort values, so groups came out in input order instead of sorted."""
+    path = _write(tmp_path / "in.jsonl", [orjson.dumps({"k": i % 2, "text": t}) for i, t in enumerate("dcbahgfe")])
+    ds = (Dataset.from_files([path]).load_jsonl().filter(col("k") >= 0)
+          .group_by(col("k"), texts_of_group, sort_by=text_of).write_jsonl(str(tmp_path / "o-{shard}.jsonl")))
+    list(create_backend("sync", progress=False, scratch_dir=str(tmp_path / "s")).execute(ds))
+    got = sorted((json.loads(line) for line in open(tmp_path / "o-0.jsonl")), key=lambda g: g["key"])
+    assert got == [{"key": 0, "texts": sorted("dbhf")}, {"key": 1, "texts": sorted("cage")}]

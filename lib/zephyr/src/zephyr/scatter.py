@@ -174,8 +174,9 @@ class _Buffer:
         return self._assembled(key, len(items), values, first_pos, payload)
 
     def _rows_batch(self, rows: Rows, first_pos: int) -> pa.RecordBatch | None:
-        """A batch of Arrow rows as they are: their JSON lines, keys from their key column."""
-        if self.schema is not None and not is_json(self.schema):
+        """A batch of Arrow rows as they are: their JSON lines, keys from their key column (None
+        where records are needed: a `sort_by` function, or a buffer that holds fields)."""
+        if (self.hashed and self.part.sort_by is not None) or (self.schema is not None and not is_json(self.schema)):
             return None
         lines = rows.json_lines()
         key = arrow_key_column(rows.table, self.part.key) if self.hashed else None
