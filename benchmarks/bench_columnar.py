@@ -27,11 +27,17 @@ import time
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_dedup import _proc_cpu_s, _ray_worker_rss_mib, _status_kib, kept_ids, reset_peak_rss  # noqa: E402
-from bench_ray_backend import w1_corpus  # noqa: E402
-from columnar_peers import PEERS, run_peer  # noqa: E402
-from corpus import ensure_corpus  # noqa: E402
-from machine import load_average, machine, start_local_ray, work_dir  # noqa: E402
+from bench_dedup import (
+    _proc_cpu_s,
+    _ray_worker_rss_mib,
+    _status_kib,
+    kept_ids,
+    reset_peak_rss,
+)
+from bench_ray_backend import w1_corpus
+from columnar_peers import PEERS, run_peer
+from corpus import ensure_corpus
+from machine import load_average, machine, start_local_ray, work_dir
 
 ZEPHYR = ("zephyr-batches", "zephyr-records")
 

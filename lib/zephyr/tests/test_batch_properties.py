@@ -23,9 +23,8 @@ import pyarrow as pa
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-
 from zephyr import Dataset, col, create_backend, lit
-from zephyr.batch.rows import block_bytes, MAX_BLOCK, MIN_BLOCK
+from zephyr.batch.rows import MAX_BLOCK, MIN_BLOCK, block_bytes
 
 FIELDS = ["k", "s", "b", "n"]
 text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=8)
@@ -205,6 +204,11 @@ def test_parquet_batches_and_records_write_the_same_bytes(tables, columns, ops, 
         assert batches[0] == records[0]
 
 
+def _read(path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def _write(path, lines: list[bytes]) -> str:
     with open(path, "wb") as f:
         f.write(b"".join(line + b"\n" for line in lines))
@@ -225,7 +229,7 @@ def test_uniform_blocks_run_on_batches_and_match_plain_python(tmp_path):
         if len(d["text"]) >= 2 and d["text"] not in seen:
             seen.add(d["text"])
             want.append({**d, "n": len(d["text"])})
-    got = [json.loads(line) for line in open(tmp_path / "out-0.jsonl", "rb")]
+    got = [json.loads(line) for line in _read(tmp_path / "out-0.jsonl").splitlines()]
     assert sorted(got, key=lambda d: d["id"]) == want
     assert execution.counters.get("zephyr/blocks_as_batches", 0) == 1
     assert execution.counters.get("zephyr/blocks_as_records", 0) == 0
@@ -244,7 +248,7 @@ def test_blocks_that_arrow_cannot_hold_exactly_are_read_as_records(tmp_path):
         assert execution.counters.get("zephyr/blocks_as_records", 0) == 1, data
         want = b"".join(orjson.dumps(r) + b"\n" if r["k"] < 2**64 else json.dumps(r, separators=(",", ":")).encode() + b"\n"
                         for r in map(json.loads, data.split(b"\n")) if r.get("k") is not None)
-        assert open(tmp_path / f"o{i}.jsonl", "rb").read() == want
+        assert _read(tmp_path / f"o{i}.jsonl") == want
     path = _write(tmp_path / "nan.jsonl", [b'{"k":1}', b'{"k":NaN}'])
     ds = Dataset.from_files([path]).load_jsonl().filter(col("k") > 0).write_jsonl(str(tmp_path / "nan-out.jsonl"))
     with pytest.raises(Exception, match=r"nan.jsonl:2"):
@@ -327,7 +331,7 @@ def test_on_ray_the_batch_path_writes_the_record_paths_bytes(ray_shared, tmp_pat
     names = sorted(n for n in os.listdir(record_out) if not n.startswith("."))
     assert names == sorted(n for n in os.listdir(ray_out) if not n.startswith(".")) and len(names) == 5
     for name in names:
-        assert open(os.path.join(ray_out, name), "rb").read() == open(os.path.join(record_out, name), "rb").read(), name
+        assert _read(os.path.join(ray_out, name)) == _read(os.path.join(record_out, name)), name
 
 
 def first_two(items):
@@ -360,5 +364,5 @@ def test_a_group_by_with_sort_by_after_batches_orders_its_groups(tmp_path):
     ds = (Dataset.from_files([path]).load_jsonl().filter(col("k") >= 0)
           .group_by(col("k"), texts_of_group, sort_by=text_of).write_jsonl(str(tmp_path / "o-{shard}.jsonl")))
     list(create_backend("sync", progress=False, scratch_dir=str(tmp_path / "s")).execute(ds))
-    got = sorted((json.loads(line) for line in open(tmp_path / "o-0.jsonl")), key=lambda g: g["key"])
+    got = sorted((json.loads(line) for line in _read(tmp_path / "o-0.jsonl").splitlines()), key=lambda g: g["key"])
     assert got == [{"key": 0, "texts": sorted("dbhf")}, {"key": 1, "texts": sorted("cage")}]
