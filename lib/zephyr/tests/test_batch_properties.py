@@ -268,9 +268,9 @@ def test_the_plan_shows_where_batches_become_records(tmp_path):
 
 
 def test_block_size_follows_the_memory_budget():
-    assert block_bytes(256 * 2**20) == MAX_BLOCK
-    assert block_bytes(64 * 2**20) == 2**20
-    assert block_bytes(2**20) == MIN_BLOCK
+    assert block_bytes(2 * 2**30) == MAX_BLOCK
+    assert block_bytes(256 * 2**20) == 2**20
+    assert block_bytes(16 * 2**20) == MIN_BLOCK
 
 
 def fail_on_late_ids(table: pa.Table) -> pa.Table:
