@@ -366,3 +366,15 @@ def test_a_group_by_with_sort_by_after_batches_orders_its_groups(tmp_path):
     list(create_backend("sync", progress=False, scratch_dir=str(tmp_path / "s")).execute(ds))
     got = sorted((json.loads(line) for line in _read(tmp_path / "o-0.jsonl").splitlines()), key=lambda g: g["key"])
     assert got == [{"key": 0, "texts": sorted("dbhf")}, {"key": 1, "texts": sorted("cage")}]
+
+
+def test_files_of_long_lines_are_read_as_records(tmp_path):
+    """Long documents parse faster in orjson: such a file takes the record reader, same bytes."""
+    docs = [orjson.dumps({"id": i, "text": "word " * (300 + i)}) for i in range(20)]
+    path = _write(tmp_path / "in.jsonl", docs)
+    ds = Dataset.from_files([path]).load_jsonl().filter(col("id") > 4).write_jsonl(str(tmp_path / "o.jsonl"))
+    execution = create_backend("sync", progress=False, scratch_dir=str(tmp_path / "s")).execute(ds)
+    list(execution)
+    assert execution.counters.get("zephyr/blocks_as_records", 0) == 1
+    assert execution.counters.get("zephyr/blocks_as_batches", 0) == 0
+    assert _read(tmp_path / "o.jsonl") == b"".join(d + b"\n" for d in docs[5:])
