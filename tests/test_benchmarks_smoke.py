@@ -97,3 +97,12 @@ def test_token_cache_benchmark_runs(tmp_path):
                "--vocab", "300", tmp_path=tmp_path)
     assert "| zephyr tokenize step (sync) |" in out and "| hand-written loop |" in out
     assert "| 16 |" in out
+
+
+@pytest.mark.slow
+def test_columnar_benchmark_runs(tmp_path):
+    """zephyr's two paths only (the peers are in the bench group, which CI does not install)."""
+    out = _run("bench_columnar.py", "--docs", "2000", "--w1-docs", "400", "--shards", "2", "--peers", "", tmp_path=tmp_path)
+    assert "| zephyr-batches |" in out and "| zephyr-records |" in out
+    batches = [line for line in out.splitlines() if line.startswith("| zephyr-batches |")]
+    assert len(batches) == 2 and all("| True |" in line for line in batches)  # both jobs: the record path's bytes

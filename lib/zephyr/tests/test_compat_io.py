@@ -343,6 +343,22 @@ def test_infer_arrow_schema():
         infer_arrow_schema([{"foo": 1.5}, {"foo": "bar"}])
 
 
+def test_map_batches_on_dict_records_hands_tables_of_batch_size_and_returns_records(local_backend):
+    """Dict records go to `fn` as pyarrow Tables of at most `batch_size` rows; its rows come back as records."""
+    sizes = []
+
+    def double_ids(table):
+        import pyarrow.compute as pc
+
+        sizes.append(table.num_rows)
+        return table.set_column(0, "id", pc.multiply(table.column("id"), 2))
+
+    rows = [{"id": i, "s": str(i)} for i in range(10)]
+    out = list(local_backend.execute(Dataset.from_list([rows]).flat_map(list).map_batches(double_ids, batch_size=4)))
+    assert out == [{"id": 2 * r["id"], "s": r["s"]} for r in rows]
+    assert sizes == [4, 4, 2]
+
+
 def _keep_big_and_double(batch):
     import pyarrow.compute as pc
 
@@ -359,9 +375,9 @@ def test_map_batches_from_batch_mode_to_a_parquet_writer(backend, tmp_path):
     assert list(load_parquet(written)) == [{"id": r["id"], "score": r["score"], "double": 2 * r["id"]} for r in ROWS if r["score"] >= 700]
 
 
-def test_map_batches_refuses_rows_and_non_batch_results(local_backend):
-    with pytest.raises(Exception, match="map_batches needs pyarrow.RecordBatch items"):
-        list(local_backend.execute(Dataset.from_list([{"id": 1}]).map_batches(lambda b: b)))
+def test_map_batches_refuses_other_items_and_non_batch_results(local_backend):
+    with pytest.raises(Exception, match="map_batches needs dict records or pyarrow.RecordBatch items"):
+        list(local_backend.execute(Dataset.from_list([1, 2]).map_batches(lambda b: b)))
     batch = pa.RecordBatch.from_pylist([{"id": 1}])
     with pytest.raises(Exception, match="must return a pyarrow.RecordBatch, got list"):
         list(local_backend.execute(Dataset.from_list([batch]).map_batches(lambda b: b.to_pylist())))

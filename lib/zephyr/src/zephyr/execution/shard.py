@@ -17,10 +17,11 @@ from typing import Any
 
 from zephyr import counters
 from zephyr.plan import ops as op
+from zephyr.io.arrow_rows import Pieces
+from zephyr.execution.batch_stage import load_batches, map_batches_items, write_jsonl_pieces
 from zephyr.errors import ShardError, is_transient_storage_error
 from zephyr.execution.failed_record import failed_record
 from zephyr.io.files import exists, file_size
-from zephyr.io.batches import map_batches
 from zephyr.io.binary import write_binary_file
 from zephyr.io.jsonl import write_jsonl_file
 from zephyr.io.parquet import write_parquet_file
@@ -67,7 +68,7 @@ def _run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
             start_at, stream = _resume_point(program.ops, ctx)
             if stream is None:
                 stream = program.reader.read(task) if program.reader is not None else iter(task.items)
-                start_at, stream = _load(program.ops, stream, ctx)
+                start_at, stream = _load(program.ops, stream, ctx, program.sink, task.memory)
                 writes_jsonl = start_at < len(program.ops) and isinstance(program.ops[start_at], op.WriteJsonl)
                 stream, counted = _counted(stream, writes_jsonl)
             for index in range(start_at, len(program.ops)):
@@ -106,11 +107,15 @@ _LOADERS = op.LOAD_OPS
 def _reread(program: StageProgram, task: ShardTask, ctx: _Context) -> Iterator:
     """The shard's records again, as its first per-item op saw them (for `failed_record`)."""
     stream = program.reader.read(task) if program.reader is not None else iter(task.items)
-    return iter(_load(program.ops, stream, ctx)[1])
+    return iter(_load(program.ops, stream, ctx, program.sink, task.memory)[1])
 
 
-def _load(ops: tuple, stream: Iterator, ctx: _Context) -> tuple[int, Iterator]:
-    """Apply the stage's leading loaders: the records they yield are the stage's items in."""
+def _load(ops: tuple, stream: Iterator, ctx: _Context, sink: Any = None, memory: int | None = None) -> tuple[int, Iterator]:
+    """Apply the stage's leading loaders: the records they yield are the stage's items in.
+    Where the stage starts on Arrow batches (`zephyr.execution.batch_stage`), also the ops that run on them."""
+    batched = load_batches(ops, stream, sink, memory)
+    if batched is not None:
+        return batched
     start = 0
     while start < len(ops) and isinstance(ops[start], _LOADERS):
         stream = _apply(ops[start], stream, ctx)
@@ -126,6 +131,8 @@ def _counted(stream: Iterator, writes_jsonl: bool = False) -> tuple[Iterator, It
     is only to a JSONL writer (`writes_jsonl`), which copies its bytes and counts them; anything
     else gets its plain iterator of records, counted like any stream.
     """
+    if isinstance(stream, Pieces):
+        return stream, stream.counted()
     if isinstance(stream, JsonLines):
         if writes_jsonl:
             return stream, stream.copied()
@@ -162,13 +169,14 @@ def _apply(record: Any, stream: Iterator, ctx: _Context) -> Iterator:
 @_apply.register(op.FilterExpr)
 @_apply.register(op.Select)
 @_apply.register(op.FlatMap)
+@_apply.register(op.WithColumns)
 def _(record, stream, ctx):
     return record.apply(stream)
 
 
 @_apply.register
 def _(record: op.MapBatches, stream, ctx):
-    return map_batches(record.fn, stream)
+    return map_batches_items(record, stream)
 
 
 @_apply.register
@@ -205,6 +213,8 @@ def _(record, stream, ctx):
 @_apply.register
 def _(record: op.WriteJsonl, stream, ctx):
     path = _output_path(record, ctx)
+    if isinstance(stream, Pieces):
+        return _written(path, lambda: write_jsonl_pieces(stream, path), ctx)
     return _written(path, lambda: write_jsonl_file(stream, path, remove_stale=False), ctx)
 
 

@@ -34,6 +34,7 @@ from zephyr.expr.nodes import (
     LogicalExpr,
     Not,
     NotExpr,
+    StrLen,
     col,
     lit,
     referenced_columns,
@@ -41,6 +42,6 @@ from zephyr.expr.nodes import (
 
 __all__ = [
     "Arithmetic", "ArithmeticExpr", "Column", "ColumnExpr", "Compare", "CompareExpr", "Expr", "Field", "FieldAccessExpr",
-    "IsNull", "IsNullExpr", "Literal", "LiteralExpr", "Logical", "LogicalExpr", "Not", "NotExpr", "col", "lit",
+    "IsNull", "IsNullExpr", "Literal", "LiteralExpr", "Logical", "LogicalExpr", "Not", "NotExpr", "StrLen", "col", "lit",
     "referenced_columns", "to_pyarrow_expr",
 ]

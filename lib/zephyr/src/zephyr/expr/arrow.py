@@ -14,6 +14,7 @@ only when every part of it provably agrees with Python:
 - `+ - *` with at least one float operand (an integer operand is converted to float
   first, as Python does); `/` only by a non-zero literal, with a float on either side;
 - `&`, `|`, `~` of booleans (three-valued in both), `.is_null()` of any translatable value;
+- `.str_len()` of a string (both count code points);
 - as a filter, the whole expression must be boolean.
 
 Anything else (integer arithmetic, mixed kinds, other types, literals of other types) is
@@ -26,9 +27,9 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from zephyr.expr.nodes import Arithmetic, Column, Compare, Expr, Field, IsNull, Literal, Logical, Not
+from zephyr.expr.nodes import Arithmetic, Column, Compare, Expr, Field, IsNull, Literal, Logical, Not, StrLen
 
-__all__ = ["to_arrow_filter", "to_pyarrow_expr", "translate_plainly"]
+__all__ = ["to_arrow_filter", "to_arrow_value", "to_pyarrow_expr", "translate_plainly"]
 
 _EXACT_FLOAT_INT = 2**53  # integers up to this magnitude convert to float64 exactly
 
@@ -54,6 +55,16 @@ def to_arrow_filter(expr: Expr, schema: Any) -> Any:
     except _NotIdentical:
         return None
     return arrow if kind is _Kind.BOOL else None
+
+
+def to_arrow_value(expr: Expr, schema: Any) -> Any:
+    """`expr` as a `pyarrow.compute.Expression` computing the value Python would compute
+    (booleans, integers, floats, strings or bytes), or None where pyarrow could differ."""
+    try:
+        arrow, kind, _ = _translate(expr, schema)
+    except _NotIdentical:
+        return None
+    return None if kind is _Kind.OTHER else arrow
 
 
 def _kind_of(arrow_type: Any) -> _Kind:
@@ -98,6 +109,11 @@ def _translate(expr: Expr, schema: Any) -> tuple[Any, _Kind, Any]:
         return pc.invert(_boolean(expr.child, schema)), _Kind.BOOL, None
     if isinstance(expr, IsNull):
         return pc.is_null(_translate(expr.child, schema)[0]), _Kind.BOOL, None
+    if isinstance(expr, StrLen):
+        arrow, kind, _ = _translate(expr.child, schema)
+        if kind is not _Kind.STR:
+            raise _NotIdentical(expr)  # Python raises on anything but a string (or null)
+        return pc.utf8_length(arrow), _Kind.INT, None
     raise _NotIdentical(expr)
 
 

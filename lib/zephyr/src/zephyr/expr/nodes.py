@@ -100,6 +100,11 @@ class Expr:
     def is_not_null(self) -> Expr:
         return Not(IsNull(self))
 
+    def str_len(self) -> Expr:
+        """The length of a string value in characters (code points, as Python's `len`); null
+        stays null, and any other value is a TypeError."""
+        return StrLen(self)
+
 
 def _wrap(value: Any) -> Expr:
     return value if isinstance(value, Expr) else Literal(value)
@@ -268,11 +273,25 @@ class IsNull(Expr):
         return f"{self.child!r}.is_null()"
 
 
+@dataclass(frozen=True, eq=False, repr=False)
+class StrLen(Expr):
+    child: Expr
+
+    def evaluate(self, record: Any) -> Any:
+        value = self.child.evaluate(record)
+        if value is None or isinstance(value, str):
+            return None if value is None else len(value)
+        raise TypeError(f"{self!r} needs a string, got {type(value).__name__} {value!r:.80}")
+
+    def __repr__(self) -> str:
+        return f"{self.child!r}.str_len()"
+
+
 def referenced_columns(expr: Expr) -> set[str]:
     """The top-level column names an expression reads."""
     if isinstance(expr, Column):
         return {expr.name}
-    if isinstance(expr, (Field, Not, IsNull)):
+    if isinstance(expr, (Field, Not, IsNull, StrLen)):
         return referenced_columns(expr.parent if isinstance(expr, Field) else expr.child)
     if isinstance(expr, (Compare, Arithmetic, Logical)):
         return referenced_columns(expr.left) | referenced_columns(expr.right)

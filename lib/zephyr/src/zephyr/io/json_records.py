@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-__all__ = ["JsonLines", "json_exact"]
+__all__ = ["JsonLines", "json_exact", "line_bytes"]
 
 _JSON_TYPES = frozenset({dict, list, str, int, float, bool, type(None)})
 _CONTAINERS = frozenset({dict, list})
@@ -51,7 +51,7 @@ class JsonLines:
         for array in self._arrays:
             if len(array):
                 self._copied += len(array)
-                yield _line_bytes(array), len(array)
+                yield line_bytes(array), len(array)
 
     def copied(self) -> Iterator[int]:
         """An iterator whose next value is how many records `blocks()` has copied so far."""
@@ -62,7 +62,7 @@ def _decode(array) -> Iterator[Any]:
     return map(orjson.loads, array.to_pylist())
 
 
-def _line_bytes(array) -> memoryview:
+def line_bytes(array) -> memoryview:
     """The data bytes of a (possibly sliced) large_binary array's rows, without copying."""
     _, offsets, data = array.buffers()
     bounds = np.frombuffer(offsets, dtype=np.int64, count=array.offset + len(array) + 1)

@@ -17,6 +17,7 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import numpy as np
 import orjson
 
 from zephyr.io.json_records import JsonLines, json_exact
@@ -25,7 +26,7 @@ from zephyr.io.files import open_input, open_output
 from zephyr.io.records import UnwritableRecordError, field_path
 from zephyr import counters
 
-__all__ = ["BadRecordError", "read_jsonl", "write_jsonl_file"]
+__all__ = ["BadRecordError", "decode_block", "encode_records", "jsonl_blocks", "read_jsonl", "write_jsonl_file"]
 
 _BLOCK = 256 * 1024  # bytes of lines decoded per orjson batch
 _CHUNK = 1024  # records encoded (and checked) per write
@@ -66,30 +67,47 @@ def read_jsonl(path: str, on_bad_record: str = "raise") -> Iterator[dict]:
     """
     if on_bad_record not in ("raise", "skip"):
         raise ValueError(f"on_bad_record must be 'raise' or 'skip', got {on_bad_record!r}")
+    for block, line_no in jsonl_blocks(path):
+        yield from decode_block(block, path, line_no, on_bad_record)
 
+
+def jsonl_blocks(path: str, size: int = _BLOCK) -> Iterator[tuple[bytes, int]]:
+    """(block, lines before it) for each block of whole lines of `path` (about `size` bytes,
+    or one longer line); counts `zephyr/bytes_read`. Truncated or corrupt compressed input
+    raises naming the file and the last line of the blocks before."""
     line_no = 0
     read = 0
     with open_input(path) as reader:
         try:
-            while block := reader.read(_BLOCK):
+            while block := reader.read(size):
                 if not block.endswith(b"\n"):
                     block += reader.readline()  # finish the last line (however long), or EOF
                 read += len(block)
-                lines = block.split(b"\n")
-                if block.endswith(b"\n"):
-                    lines.pop()  # split leaves an empty piece after the last newline
-                try:
-                    values = list(map(orjson.loads, lines))
-                except orjson.JSONDecodeError:  # a blank or bad line: found line by line
-                    values = None
-                if values is None or _long_digits(block) or set(map(type, values)) != {dict}:
-                    values = _decode_lines(lines, path, line_no, on_bad_record)
-                line_no += len(lines)
-                yield from values
+                yield block, line_no
+                line_no += _newlines(block) + (not block.endswith(b"\n"))
         except (TruncatedInputError, CorruptInputError) as e:
             raise type(e)(f"{path}: {e} (after line {line_no})") from e
         finally:
             counters.increment("zephyr/bytes_read", read)
+
+
+def _newlines(block: bytes) -> int:
+    """`block.count(b"\n")`, three times faster (NumPy compares 32 bytes at a time)."""
+    return int(np.count_nonzero(np.frombuffer(block, dtype=np.uint8) == 10))
+
+
+def decode_block(block: bytes, path: str, line_no: int, on_bad_record: str = "raise") -> list:
+    """The records of a block of lines (the first being line `line_no + 1`), as `read_jsonl` reads them."""
+    lines = block.split(b"\n")
+    if block.endswith(b"\n"):
+        lines.pop()  # split leaves an empty piece after the last newline
+    try:
+        values = list(map(orjson.loads, lines))
+    except orjson.JSONDecodeError:  # a blank or bad line: found line by line
+        values = None
+    if values is None or _long_digits(block) or set(map(type, values)) != {dict}:
+        values = _decode_lines(lines, path, line_no, on_bad_record)
+    return values
 
 
 def _long_digits(data: bytes) -> bool:
@@ -139,12 +157,12 @@ def write_jsonl_file(items: Iterable[Any], path: str, *, remove_stale: bool = Tr
             return count
         iterator = iter(items)
         while chunk := list(itertools.islice(iterator, _CHUNK)):
-            out.write(_encoded(chunk, path, count))
+            out.write(encode_records(chunk, path, count))
             count += len(chunk)
     return count
 
 
-def _encoded(chunk: list, path: str, offset: int) -> bytearray:
+def encode_records(chunk: list, path: str, offset: int) -> bytearray:
     """The chunk's JSON lines, checked in bulk (`json_exact`); a chunk that fails the bulk
     check is walked record by record to find what JSON would change, or to accept it."""
     buffer = bytearray()

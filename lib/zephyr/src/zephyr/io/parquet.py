@@ -82,6 +82,18 @@ def read_parquet(
             is evaluated on the rows in Python.
         row_groups: read only these row groups (a slice made by `approx_shard_bytes`).
     """
+    for piece in read_parquet_pieces(path, columns, filter, row_groups):
+        yield from piece if isinstance(piece, list) else piece.to_pylist()
+
+
+def read_parquet_pieces(
+    path: str,
+    columns: Sequence[str] | None = None,
+    filter: Any = None,
+    row_groups: Sequence[int] | None = None,
+) -> Iterator[Any]:
+    """What `read_parquet` reads, a row batch at a time: a `pyarrow.RecordBatch` whose
+    `to_pylist()` is the rows, or a list of rows where the filter ran in Python."""
     import pyarrow.dataset as pads
 
 
@@ -111,10 +123,7 @@ def read_parquet(
                 needed = referenced_columns(filter)
                 wanted = wanted if wanted is None else wanted + sorted((needed & set(names)) - set(wanted))
         for batch in _row_group_batches(fragment, row_groups, wanted, pushed):
-            rows = batch.to_pylist()
-            if late is not None:
-                rows = [_project(r, keep) for r in rows if late(r)]
-            yield from rows
+            yield batch if late is None else [_project(r, keep) for r in batch.to_pylist() if late(r)]
     finally:
         handle.close()
         counters.increment("zephyr/bytes_read", reader.bytes_read)

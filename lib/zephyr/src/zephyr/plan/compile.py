@@ -18,6 +18,7 @@ from zephyr.plan import ops as op
 from zephyr.plan import shuffle_ops as sop
 from zephyr.errors import PlanError
 from zephyr.plan.fingerprint import Identity, identify
+from zephyr.plan.batch_span import plan_labels
 from zephyr.plan.pushdown import push_down
 from zephyr.shuffle.reduce import Concatenate, FirstPerKey, HashPartition, ReduceGroups, RoundRobin, ScatterSink, ShuffleReader, keep_first
 from zephyr.plan.sources import SourceShard, resolve_source, split_parquet_shards, with_path_versions
@@ -43,7 +44,7 @@ class Stage:
     not_resumable: str = ""
 
     def describe(self) -> str:
-        chain = " -> ".join([self.input_label] + [o.describe() for o in self.ops])
+        chain = " -> ".join([self.input_label] + plan_labels(self.ops, self.sink, [o.describe() for o in self.ops]))
         sink = f" => {self.sink.describe()}" if self.sink is not None else ""
         return f"stage {self.index} [{self.num_shards} shards]: {chain}{sink}"
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from zephyr.plan import ops as op
 from zephyr.plan import shuffle_ops as sop
 from zephyr.expr import Expr
+from zephyr.expr.key import ExprKey
 from zephyr.plan.ops import DEFAULT_FILE_PATH_COLUMN, ShardInfo
 from zephyr.plan.sources import FilesSource, ListSource, Source
 from zephyr.dedup import fuzzy
@@ -95,16 +96,6 @@ class Dataset:
         _check_callable(fn, "map fn")
         return self._then(op.Map(fn))
 
-    def map_batches(self, fn: Callable[[Any], Any]) -> Dataset:
-        """Apply `fn(batch) -> batch` to every `pyarrow.RecordBatch` item (one in, one out; it may
-        return zero rows). For `load_parquet(batch_mode=True)`; the Parquet and Vortex writers
-        take such batches as their rows.
-
-        >>> ds.load_parquet(batch_mode=True).map_batches(lambda b: b.filter(pc.greater(b["score"], 0.5)))
-        """
-        _check_callable(fn, "map_batches fn")
-        return self._then(op.MapBatches(fn))
-
     def filter(self, predicate: Callable[[Any], bool] | Expr) -> Dataset:
         """Keep the items for which `predicate(item)` is true.
 
@@ -130,6 +121,38 @@ class Dataset:
         if len(set(columns)) != len(columns):
             raise ValueError(f"select() got a column twice: {columns!r}")
         return self._then(op.Select(tuple(columns)))
+
+    def with_columns(self, **columns: Expr) -> Dataset:
+        """Set columns of each dict item to column expressions, all computed from the item as
+        it comes in: an existing column keeps its place, a new one goes last.
+
+        Runs on Arrow batches where the stage does (see `zephyr.execution.batch_stage`), else per record.
+        >>> ds.with_columns(num_chars=col("text").str_len(), source=lit("web"))
+        """
+        if not columns:
+            raise ValueError("with_columns() needs at least one column, e.g. with_columns(n=col('text').str_len())")
+        for name, expr in columns.items():
+            if not isinstance(expr, Expr):
+                raise TypeError(f"with_columns({name}=...) takes a column expression (col, lit), got {type(expr).__name__}: "
+                                f"{expr!r:.80}; use map() for a Python function")
+        return self._then(op.WithColumns(tuple(columns.items())))
+
+    def map_batches(self, fn: Callable[[Any], Any], batch_size: int = 4096) -> Dataset:
+        """Replace batches of rows by what `fn` makes of them; `fn` must treat each row on its
+        own (as a map does), since where batches start differs between the paths below.
+
+        - `pyarrow.RecordBatch` items (`load_parquet(batch_mode=True)`): `fn(batch)` for each,
+          returning a RecordBatch (or Table) that is the item out, as in the reference project;
+          the Parquet and Vortex writers take such batches as their rows.
+        - dict records: `fn(pyarrow.Table) -> pyarrow.Table` (or RecordBatch) on up to
+          `batch_size` records (on the batch path: an input block as it is); the rows it
+          returns are the records out.
+
+        >>> ds.load_parquet(batch_mode=True).map_batches(lambda b: b.filter(pc.greater(b["score"], 0.5)))
+        """
+        _check_callable(fn, "map_batches fn")
+        _check_positive(batch_size, "batch_size")
+        return self._then(op.MapBatches(fn, batch_size))
 
     def flat_map(self, fn: Callable[[Any], Iterable[Any]]) -> Dataset:
         """Replace every item by the items of the iterable `fn(item)` (streamed, not collected)."""
@@ -327,8 +350,11 @@ class Dataset:
         returning one item like those it combines, or a generator yielding several, as in the
         reference project) pre-aggregates on the map side. Output has
         `num_output_shards` shards (default: as many as the input). Memory: neither side holds a
-        shard or a group; map-side buffers spill sorted runs to the scratch directory.
+        shard or a group; map-side buffers spill sorted runs to the scratch directory. `key` may
+        be a column expression (`col("k")`): its value is the key, and on the batch path a
+        column key is hashed in Arrow.
         """
+        key = _expr_key(key)
         _check_callable(key, "group_by key")
         _check_callable(reducer, "group_by reducer")
         for fn, what in ((sort_by, "sort_by"), (combiner, "combiner")):
@@ -343,7 +369,10 @@ class Dataset:
 
         Keys are equal when their types and values are, as in `group_by`: `1`, `1.0` and `True`
         are three keys, a tuple is not a list, NaN equals NaN (see docs/zephyr.md, Keys).
+        `key` may be a column expression (`deduplicate(col("text"))`), hashed in Arrow on the
+        batch path.
         """
+        key = _expr_key(key)
         _check_callable(key, "deduplicate key")
         if num_output_shards is not None:
             _check_positive(num_output_shards, "num_output_shards")
@@ -476,6 +505,13 @@ class Dataset:
     def describe(self) -> str:
         """The plan as text: stages, shard counts and fused ops."""
         return self.plan().describe()
+
+
+def _expr_key(key: Any) -> Any:
+    """A column expression as a key function (its value); anything else unchanged."""
+    if isinstance(key, Expr):
+        return ExprKey(key)
+    return key
 
 
 def _count_items(items: Iterable[Any]) -> int:

@@ -38,6 +38,7 @@ __all__ = [
     "TakePerShard",
     "Window",
     "WindowBy",
+    "WithColumns",
     "WriteBinary",
     "WriteJsonl",
     "WriteParquet",
@@ -67,10 +68,41 @@ class Map:
 
 @dataclass(frozen=True)
 class MapBatches:
-    fn: Callable[[Any], Any]  # pyarrow.RecordBatch -> pyarrow.RecordBatch
+    """`fn` over batches of rows. `pyarrow.RecordBatch` items (`load_parquet(batch_mode=True)`)
+    are handed to `fn` one by one and its batches are the items out; dict records are handed
+    over `batch_size` at a time as a `pyarrow.Table` (on the batch path: an input block as it
+    is) and the rows `fn` returns are the records out."""
+
+    fn: Callable[[Any], Any]
+    batch_size: int = 4096
 
     def describe(self) -> str:
         return f"map_batches({callable_name(self.fn)})"
+
+
+@dataclass(frozen=True)
+class WithColumns:
+    """Set columns to expression values, all computed from the record as it comes in: an
+    existing column keeps its place, a new one goes last (in the order given)."""
+
+    columns: tuple = field(compare=False)  # ((name, zephyr.expr.Expr), ...)
+    columns_text: str = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "columns_text", self.describe())
+
+    def describe(self) -> str:
+        return f"with_columns({', '.join(f'{name}={expr!r}' for name, expr in self.columns)})"
+
+    def apply(self, stream: Iterator) -> Iterator:
+        return map(self.apply_one, stream)
+
+    def apply_one(self, record: Any) -> dict:
+        if not isinstance(record, dict):
+            raise TypeError(f"{self.describe()} needs dict records, got {type(record).__name__}: {record!r:.80}")
+        out = dict(record)
+        out.update([(name, expr.evaluate(record)) for name, expr in self.columns])
+        return out
 
 
 @dataclass(frozen=True)
@@ -283,7 +315,7 @@ LOAD_OPS = (LoadJsonl, LoadParquet, LoadVortex, LoadFile)
 WriteOp = Union[WriteJsonl, WriteParquet, WriteVortex, WriteBinary, WriteTokens]
 WRITE_OPS = (WriteJsonl, WriteParquet, WriteVortex, WriteBinary, WriteTokens)
 StreamOp = Union[
-    Map, MapBatches, Filter, FilterExpr, Select, FlatMap, MapShard, Window, WindowBy, TakePerShard, LoadJsonl, LoadParquet, LoadVortex,
+    Map, MapBatches, WithColumns, Filter, FilterExpr, Select, FlatMap, MapShard, Window, WindowBy, TakePerShard, LoadJsonl, LoadParquet, LoadVortex,
     LoadFile, WriteJsonl, WriteParquet, WriteVortex, WriteBinary, WriteTokens,
 ]
 
@@ -358,7 +390,7 @@ def check_columns(columns: Sequence[str] | None) -> tuple[str, ...] | None:
     return tuple(columns)
 
 
-PER_ITEM_OPS = (Map, Filter, FilterExpr, Select, FlatMap)  # each item in, its items out: `.apply(stream)`
+PER_ITEM_OPS = (Map, Filter, FilterExpr, Select, FlatMap, WithColumns)  # each item in, its items out: `.apply(stream)`
 
 
 def select_columns(record: Any, columns: tuple[str, ...]) -> dict:

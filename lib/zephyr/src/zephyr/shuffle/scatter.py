@@ -29,7 +29,9 @@ import orjson
 import pyarrow as pa
 
 from zephyr import counters
-from zephyr.shuffle.columnar import FIELDS_META, batch_rows, conform, dumps, is_json, key_column, payload_of, sort_value_column, unify_schemas
+from zephyr.io.arrow_rows import Pieces, Rows
+from zephyr.shuffle.arrow_keys import arrow_key_column
+from zephyr.shuffle.columnar import FIELDS_META, JSON_COLUMN, JSON_DESCRIPTION, batch_rows, conform, dumps, is_json, key_column, payload_of, sort_value_column, unify_schemas
 from zephyr.io.files import atomic_write
 from zephyr.shuffle.merge import group_starts, sort_order
 from zephyr.naming import callable_name
@@ -102,7 +104,9 @@ class ScatterSink:
         runs: list[dict] = []
         records = 0
         rows = FIRST_CHUNK_ROWS  # until the first chunk has measured what a record takes
-        for chunk in iter(lambda: list(itertools.islice(stream, rows)), []):
+        # the batch path's pieces (Arrow rows or lists of records) are chunks as they come
+        chunks = stream.chunks() if isinstance(stream, Pieces) else iter(lambda: list(itertools.islice(stream, rows)), [])
+        for chunk in chunks:
             buffer.add(chunk, records)
             records += len(chunk)
             rows = buffer.chunk_rows()
@@ -140,7 +144,16 @@ class _Buffer:
     def chunk_rows(self) -> int:
         return int(min(16384, max(MIN_CHUNK_ROWS, CHUNK_BYTES / max(self._bytes_per_row, 1.0))))
 
-    def add(self, items: list, first_pos: int) -> None:
+    def add(self, items: list | Rows, first_pos: int) -> None:
+        if isinstance(items, Rows):
+            batch = None if self.pickled is not None else self._rows_batch(items, first_pos)
+            if batch is None:
+                return self.add(items.records(), first_pos)
+            self.batches.append(batch)
+            self.used += batch.nbytes
+            self.rows += len(items)
+            self._bytes_per_row = batch.nbytes / len(items)
+            return None
         keys = list(map(self.part.key, items)) if self.hashed else None
         sort_by = self.part.sort_by if self.hashed else None
         values = list(map(sort_by, items)) if sort_by is not None else None
@@ -160,11 +173,24 @@ class _Buffer:
         payload = payload_of(items, parsed_json=self.sink.parsed_json, fields_only=fields_only)
         if payload is None:
             return None
-        n = len(items)
-        if self.hashed:
-            key = key_column(keys)
-            if key is None:
-                return None
+        key = key_column(keys) if self.hashed else None
+        if self.hashed and key is None:
+            return None
+        return self._assembled(key, len(items), values, first_pos, payload)
+
+    def _rows_batch(self, rows: Rows, first_pos: int) -> pa.RecordBatch | None:
+        """A batch of Arrow rows as they are: their JSON lines, keys from their key column (None
+        where records are needed: a `sort_by` function, or a buffer that holds fields)."""
+        if (self.hashed and self.part.sort_by is not None) or (self.schema is not None and not is_json(self.schema)):
+            return None
+        lines = rows.json_lines()
+        key = arrow_key_column(rows.table, self.part.key) if self.hashed else None
+        if lines is None or (self.hashed and key is None):
+            return None
+        return self._assembled(key, len(rows), None, first_pos, ([lines], [JSON_COLUMN], JSON_DESCRIPTION))
+
+    def _assembled(self, key, n: int, values, first_pos: int, payload) -> pa.RecordBatch | None:
+        if key is not None:
             kb, h = key
             p = (h % np.uint64(self.sink.num_partitions)).astype(np.uint32)
         else:

@@ -1,0 +1,215 @@
+"""Column-expression pipelines on Arrow batches (issue 26): zephyr vs Polars, DuckDB and Daft.
+
+Two jobs, each variant in its own fresh process, on the same corpus and all cores:
+  - dedup: keep the first document per `text` of bench_dedup.py's corpus (2,000,000 docs, 10%
+    exact duplicates, 616 MB of JSONL in 8 JSONL.zst shards), write JSONL.zst;
+  - w1: bench_ray_backend.py's W1 input, add `num_chars` and keep documents of at least
+    `--min-chars` characters, write JSONL.zst.
+Zephyr runs on a warm local Ray (as bench_dedup.py's Ray variant: seconds exclude ray.init and
+a warm-up) with `memory=--memory`, once on batches (`deduplicate(col("text"))`,
+`with_columns(...).filter(col(...))`) and once on records (`ZEPHYR_COLUMNAR=0`, the same
+pipeline); the two must write the same bytes. Peak RSS: each Ray worker's high-water mark
+(VmHWM) for zephyr, the process's for the peers (which run in-process).
+
+    uv run --group bench python benchmarks/bench_columnar.py --json benchmarks/results/columnar.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import json
+import os
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_dedup import (
+    _proc_cpu_s,
+    _ray_worker_rss_mib,
+    _status_kib,
+    kept_ids,
+    reset_peak_rss,
+)
+from bench_ray_backend import w1_corpus
+from columnar_peers import DAFT_COMMAND, PEERS, run_peer
+from corpus import ensure_corpus
+from machine import load_average, machine, start_local_ray, work_dir
+
+ZEPHYR = ("zephyr-batches", "zephyr-records")
+
+
+def zephyr_pipeline(job: str, paths: list[str], out_dir: str, min_chars: int):
+    from zephyr import Dataset, col
+
+    ds = Dataset.from_files(list(paths)).load_jsonl()
+    if job == "dedup":
+        ds = ds.deduplicate(col("text"))
+    else:
+        ds = ds.with_columns(num_chars=col("text").str_len()).filter(col("num_chars") >= min_chars)
+    return ds.write_jsonl(os.path.join(out_dir, "part-{shard:05d}.jsonl.zst"))
+
+
+def run_zephyr(spec: dict) -> dict:
+    import ray
+    from zephyr import Dataset, create_backend
+
+    start_local_ray(spec["cores"])
+    try:
+        backend = create_backend("ray", memory=spec["memory"], progress=False, scratch_dir=spec["scratch"])
+        list(backend.execute(Dataset.from_list(list(range(4 * spec["cores"]))).reshard(2)))  # warm the workers
+        idle = _ray_worker_rss_mib()
+        cpu_before = {pid: _proc_cpu_s(pid) for pid in idle}
+        for pid in idle:
+            reset_peak_rss(pid)
+        driver_cpu = time.process_time()
+        start = time.perf_counter()
+        execution = backend.execute(zephyr_pipeline(spec["job"], spec["paths"], spec["out_dir"], spec["min_chars"]))
+        list(execution)
+        seconds = time.perf_counter() - start
+        peaks = _ray_worker_rss_mib("VmHWM")
+        cpu = time.process_time() - driver_cpu + sum(_proc_cpu_s(pid) - cpu_before.get(pid, 0.0) for pid in peaks)
+    finally:
+        ray.shutdown()
+    return {"seconds": seconds, "cpu_s": cpu, "peak_rss_mib": round(max(peaks.values()), 1) if peaks else None,
+            "rss_note": "per Ray worker", "blocks_as_batches": execution.counters.get("zephyr/blocks_as_batches", 0),
+            "blocks_as_records": execution.counters.get("zephyr/blocks_as_records", 0)}
+
+
+def child_main(spec: dict) -> None:
+    import resource
+
+    os.environ["ZEPHYR_COLUMNAR"] = "0" if spec["variant"] == "zephyr-records" else "1"  # Ray's workers inherit it
+    # Ray starts its workers at niceness 15, which a shared machine's other work starves: every
+    # variant here runs at the default priority (as bench_dedup.py --niceness 0)
+    os.environ["RAY_worker_niceness"] = "0"
+    if spec["variant"] in ZEPHYR:
+        result = run_zephyr(spec)
+    else:
+        reset_peak_rss()
+        start = time.perf_counter()
+        run_peer(spec["variant"], spec["job"], spec["paths"], spec["out_dir"], spec["cores"], spec["min_chars"])
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        result = {"seconds": time.perf_counter() - start, "cpu_s": usage.ru_utime + usage.ru_stime,
+                  "peak_rss_mib": round(_status_kib("VmHWM") / 1024, 1), "rss_note": "process"}
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def run_child(spec: dict) -> dict:
+    command = DAFT_COMMAND if spec["variant"] == "daft" else [sys.executable, os.path.abspath(__file__), "--child"]
+    proc = subprocess.run(command + [json.dumps(spec)],
+                          capture_output=True, text=True, check=False, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{spec['variant']} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+def output_rows(out_dir: str) -> int:
+    import zstandard
+
+    rows = 0
+    for root, _, names in os.walk(out_dir):
+        for name in names:
+            if name.startswith(".") or not (".json" in name):
+                continue
+            with open(os.path.join(root, name), "rb") as f:
+                data = zstandard.ZstdDecompressor().stream_reader(f).read() if name.endswith(".zst") else f.read()
+            rows += data.count(b"\n")
+    return rows
+
+
+def same_files(a: str, b: str) -> bool:
+    names = sorted(n for n in os.listdir(a) if not n.startswith("."))
+    return names == sorted(n for n in os.listdir(b) if not n.startswith(".")) and all(
+        filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False) for n in names)
+
+
+def run_job(args, work: str, job: str, paths: list[str], variants: list[str]) -> list[dict]:
+    results = []
+    for variant in variants:
+        out_dir = os.path.join(work, f"out-{job}-{variant}")
+        subprocess.run(["rm", "-rf", out_dir], check=True)
+        spec = {"variant": variant, "job": job, "paths": paths, "out_dir": out_dir, "cores": args.cores,
+                "memory": args.memory, "scratch": os.path.join(work, "scratch"), "min_chars": args.min_chars}
+        before = load_average()
+        try:
+            r = run_child(spec)
+        except RuntimeError as e:
+            print(f"{variant} failed: {e}", file=sys.stderr)
+            results.append({"name": variant, "failed": str(e)[-400:]})
+            continue
+        r |= {"name": variant, "load_before": before, "load_after": load_average(), "rows_out": output_rows(out_dir)}
+        if job == "dedup":
+            r["kept_ids"] = kept_ids(out_dir)
+        results.append(r)
+        print(f"{job} {variant}: {r['seconds']:.2f} s, peak RSS {r['peak_rss_mib']} MiB, load {before}", flush=True)
+    ok = [r for r in results if "failed" not in r]
+    if job == "dedup":
+        reference = next(r["kept_ids"] for r in ok if r["name"] == "zephyr-records")
+        for r in ok:
+            r["same_ids_as_records"] = r.pop("kept_ids") == reference
+    names = [r["name"] for r in ok]
+    if set(ZEPHYR) <= set(names):
+        ok[names.index("zephyr-batches")]["same_bytes_as_records"] = same_files(
+            os.path.join(work, f"out-{job}-zephyr-batches"), os.path.join(work, f"out-{job}-zephyr-records"))
+    return results
+
+
+def print_table(job: str, results: list[dict], corpus: dict) -> None:
+    print(f"\n{job}: {corpus['docs']:,} docs, {corpus['mb_jsonl']} MB JSONL in {corpus['shards']} JSONL.zst shards")
+    print("| variant | seconds | docs/s | vs zephyr on records | rows out | same as records | peak RSS (MiB) | CPU s | load before |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    base = next((r for r in results if r["name"] == "zephyr-records" and "failed" not in r), None)
+    for r in results:
+        if "failed" in r:
+            print(f"| {r['name']} | failed | | | | | | | |")
+            continue
+        same = r.get("same_bytes_as_records", r.get("same_ids_as_records", ""))
+        ratio = f"{base['seconds'] / r['seconds']:.2f}x" if base else ""
+        print(f"| {r['name']} | {r['seconds']:.2f} | {corpus['docs'] / r['seconds']:,.0f} | {ratio} | {r['rows_out']:,} | {same} "
+              f"| {r['peak_rss_mib']} ({r['rss_note']}) | {r['cpu_s']:.1f} | {r['load_before']} |")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--docs", type=int, default=2_000_000, help="dedup corpus documents (default 2,000,000, as bench_dedup.py)")
+    parser.add_argument("--shards", type=int, default=8, help="input shards of each corpus (default 8)")
+    parser.add_argument("--w1-docs", type=int, default=400_000, help="W1 corpus documents (default 400,000; 200-2,000 chars each)")
+    parser.add_argument("--min-chars", type=int, default=1000, help="W1's filter: num_chars >= this (default 1000)")
+    parser.add_argument("--memory", default="256MiB", help="zephyr's task memory budget (default 256MiB)")
+    parser.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="cores for every variant (default: all)")
+    parser.add_argument("--jobs", default="dedup,w1", help="which jobs (default dedup,w1)")
+    parser.add_argument("--peers", default=",".join(PEERS), help="which peers (default polars,duckdb,daft; '' for none)")
+    parser.add_argument("--work-dir", default=None, help="where corpora and outputs go (default: a temp dir, removed after)")
+    parser.add_argument("--json", default=None, help="also write the results to this JSON file")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child_main(json.loads(args.child))
+        return
+    variants = list(ZEPHYR) + [p for p in args.peers.split(",") if p]
+    out = {"benchmark": "columnar", "machine": machine(), "load_before": load_average(), "params": vars(args) | {"child": None}}
+    with work_dir(args.work_dir, "zephyr-bench-columnar-") as work:
+        for job in args.jobs.split(","):
+            if job == "dedup":
+                info = ensure_corpus(os.path.join(work, "corpus"), num_shards=args.shards, docs_per_shard=args.docs // args.shards,
+                                     dup_fraction=0.1, min_chars=50, max_chars=400, seed=4)
+            else:
+                info = w1_corpus(os.path.join(work, "w1"), args.shards, args.w1_docs // args.shards)
+            corpus = {"docs": info.num_docs, "mb_jsonl": round(info.bytes_uncompressed / 1e6, 1), "shards": args.shards}
+            results = run_job(args, work, job, list(info.paths), variants)
+            out[job] = {"corpus": corpus, "variants": results}
+            print_table(job, results, corpus)
+    out["load_after"] = load_average()
+    print(f"\nmachine: {out['machine']}; load average before {out['load_before']}, after {out['load_after']}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""The two jobs of `bench_columnar.py` in Polars, DuckDB and Daft, each on all cores.
+
+- dedup: read the JSONL.zst corpus, keep the first document per `text`, write JSON lines;
+- w1: read, add `num_chars` (characters of `text`), keep documents with at least `min_chars`,
+  write JSON lines.
+
+Polars holds the whole corpus in memory (`read_ndjson` of each decompressed file, then one
+frame) and its output is zstd-compressed (level 3, all cores) by `zstandard`; DuckDB reads
+and writes `.jsonl.zst` itself (`COPY ... (FORMAT json, COMPRESSION zstd)`); Daft reads the
+files itself and writes uncompressed JSON (its `write_json` has no compression option). Keep-
+first order: Polars `unique(keep="first", maintain_order=True)`; DuckDB the first row of each
+text by scan order (`row_number() OVER ()`); Daft `distinct("text")`, which does not say which
+row of a group it keeps (so its kept ids may differ; the count must match).
+
+Polars and DuckDB are in the bench group (`uv run --group bench python
+benchmarks/bench_columnar.py`). Daft 0.7.26 pins pyarrow below the project's, so it runs in its
+own environment: `bench_columnar.py` starts this file as a script under
+`uv run --isolated --no-project --with daft==0.7.26` (`DAFT_COMMAND`), which prints the same
+RESULT line a peer child of `bench_columnar.py` prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+
+__all__ = ["DAFT_COMMAND", "PEERS", "run_peer"]
+
+PEERS = ("polars", "duckdb", "daft")
+DAFT_COMMAND = ["uv", "run", "--isolated", "--no-project", "--with", "daft==0.7.26", "--with", "zstandard", "python",
+                os.path.abspath(__file__)]
+
+
+def run_peer(name: str, job: str, paths: list[str], out_dir: str, cores: int, min_chars: int) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    {"polars": _polars, "duckdb": _duckdb, "daft": _daft}[name](job, paths, out_dir, cores, min_chars)
+
+
+def _polars(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int) -> None:
+    os.environ["POLARS_MAX_THREADS"] = str(cores)  # read before polars is imported
+    import io
+
+    import polars as pl
+    import zstandard
+
+    frames = []
+    for path in paths:
+        with open(path, "rb") as f:
+            frames.append(pl.read_ndjson(zstandard.ZstdDecompressor().stream_reader(f).read()))
+    df = pl.concat(frames)
+    del frames
+    if job == "dedup":
+        df = df.unique(subset=["text"], keep="first", maintain_order=True)
+    else:
+        df = df.with_columns(num_chars=pl.col("text").str.len_chars()).filter(pl.col("num_chars") >= min_chars)
+    buffer = io.BytesIO()
+    df.write_ndjson(buffer)
+    with open(os.path.join(out_dir, "part-0.jsonl.zst"), "wb") as f:
+        f.write(zstandard.ZstdCompressor(level=3, threads=cores).compress(buffer.getvalue()))
+
+
+def _duckdb(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int) -> None:
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"SET threads = {cores}")
+    files = "[" + ", ".join(f"'{p}'" for p in paths) + "]"
+    scan = (f"read_json({files}, format='newline_delimited', "
+            "columns={'id': 'VARCHAR', 'url': 'VARCHAR', 'text': 'VARCHAR'})")
+    out = os.path.join(out_dir, "part-0.jsonl.zst")
+    if job == "dedup":
+        query = (f"SELECT id, url, text FROM (SELECT *, row_number() OVER () AS rn FROM {scan}) "
+                 "QUALIFY row_number() OVER (PARTITION BY text ORDER BY rn) = 1")
+    else:
+        query = f"SELECT *, length(text) AS num_chars FROM {scan} WHERE length(text) >= {min_chars}"
+    con.execute(f"COPY ({query}) TO '{out}' (FORMAT json, COMPRESSION zstd)")
+
+
+def _daft(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int) -> None:
+    import daft
+    from daft import col
+
+    df = daft.read_json(list(paths))
+    if job == "dedup":
+        df = df.distinct("text")
+    else:
+        df = df.with_column("num_chars", col("text").length()).where(col("num_chars") >= min_chars)
+    df.write_json(out_dir)
+
+
+def _peak_rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        return round(next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024, 1)
+
+
+if __name__ == "__main__":  # one peer in a fresh process (for Daft, in its own environment)
+    spec = json.loads(sys.argv[1])
+    start = time.perf_counter()
+    run_peer(spec["variant"], spec["job"], spec["paths"], spec["out_dir"], spec["cores"], spec["min_chars"])
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print("RESULT " + json.dumps({"seconds": time.perf_counter() - start, "cpu_s": usage.ru_utime + usage.ru_stime,
+                                  "peak_rss_mib": _peak_rss_mib(), "rss_note": "process"}), flush=True)

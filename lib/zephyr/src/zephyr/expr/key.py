@@ -1,0 +1,29 @@
+"""A column expression used as a shuffle key (`deduplicate(col("text"))`, `group_by(col("k"), ...)`).
+
+A key is a callable on records everywhere in zephyr; this one is also data, so the batch path
+can hash a plain column's values in Arrow (`zephyr.shuffle.arrow_keys`) and plans print it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ExprKey"]
+
+
+@dataclass(frozen=True)
+class ExprKey:
+    """A column expression used as a shuffle key: its value for each record."""
+
+    expr: Any = field(compare=False)  # a zephyr.expr.Expr
+    expr_text: str = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "expr_text", repr(self.expr))
+
+    def __call__(self, record: Any) -> Any:
+        return self.expr.evaluate(record)
+
+    def name_for_plan(self) -> str:
+        return self.expr_text

@@ -1,0 +1,83 @@
+"""Arrow tables as JSON lines, byte for byte what `orjson.dumps(record)` writes for the records
+`table.to_pylist()` gives, for the column types where that can be done in Arrow.
+
+Written in Arrow: strings (escaped as orjson escapes them: `"`, `\\` and the control
+characters, nothing else), integers, booleans and all-null columns, any of them with nulls.
+Any other type (floats, whose shortest text Arrow does not write as orjson does; lists;
+structs; timestamps) gives None: the caller writes those rows as records instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.types as pt
+
+__all__ = ["json_lines_of", "same_bytes"]
+
+# what orjson writes for each character it escapes
+_CONTROLS = [(chr(c), orjson.dumps(chr(c))[1:-1].decode()) for c in range(32)]
+_NEEDS_ESCAPE = r'["\\\x00-\x1f]'
+_HAS_CONTROL = r"[\x00-\x1f]"
+
+
+def json_lines_of(table: pa.Table, plain: bool = False) -> pa.Array | None:
+    """Each row's JSON line (with its newline) as a large_binary array, or None when a column's
+    type is not written here. `plain`: the strings are known to hold nothing to escape."""
+    names = table.column_names
+    if not names or len(set(names)) != len(names):
+        return None
+    parts: list[Any] = []
+    for i, (name, column) in enumerate(zip(names, table.columns)):
+        values = _json_values(_one_chunk(column), plain)
+        if values is None:
+            return None
+        parts += [("{" if i == 0 else ",") + orjson.dumps(name).decode() + ":", values]
+    parts.append("}\n")
+    lines = pc.binary_join_element_wise(*parts, "")
+    return lines.cast(pa.large_binary())
+
+
+def _json_values(column: pa.Array, plain: bool) -> pa.Array | None:
+    kind = column.type
+    if pt.is_string(kind) or pt.is_large_string(kind):
+        text = column if plain else _escaped(column)
+        values = pc.binary_join_element_wise('"', text, '"', "")
+    elif pt.is_integer(kind):
+        values = column.cast(pa.string())
+    elif pt.is_boolean(kind):
+        values = pc.if_else(column, "true", "false")
+    elif pt.is_null(kind):
+        values = pa.nulls(len(column), pa.string())
+    else:
+        return None
+    return values.fill_null("null") if values.null_count else values
+
+
+def _escaped(column: pa.Array) -> pa.Array:
+    if not len(column) or not pc.any(pc.match_substring_regex(column, _NEEDS_ESCAPE)).as_py():
+        return column
+    column = pc.replace_substring(column, "\\", "\\\\")
+    column = pc.replace_substring(column, '"', '\\"')
+    if pc.any(pc.match_substring_regex(column, _HAS_CONTROL)).as_py():
+        for char, escape in _CONTROLS:
+            column = pc.replace_substring(column, char, escape)
+    return column
+
+
+def _one_chunk(column):
+    if isinstance(column, pa.ChunkedArray):
+        return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    return column
+
+
+def same_bytes(lines: pa.Array, data: bytes) -> bool:
+    """Whether a large_binary array's rows, back to back, are exactly `data`."""
+    _, offsets, buffer = lines.buffers()
+    bounds = np.frombuffer(offsets, dtype=np.int64, count=lines.offset + len(lines) + 1)
+    start, end = int(bounds[lines.offset]), int(bounds[-1])
+    return end - start == len(data) and buffer.slice(start, end - start).equals(pa.py_buffer(data))
