@@ -106,3 +106,10 @@ def test_columnar_benchmark_runs(tmp_path):
     assert "| zephyr-batches |" in out and "| zephyr-records |" in out
     batches = [line for line in out.splitlines() if line.startswith("| zephyr-batches |")]
     assert len(batches) == 2 and all("| True |" in line for line in batches)  # both jobs: the record path's bytes
+
+
+@pytest.mark.slow
+def test_intra_shard_benchmark_runs(tmp_path):
+    out = _run("bench_intra_shard.py", "--rows", "3000", "--repeats", "1", tmp_path=tmp_path)
+    result = json.loads(out)
+    assert result["runs"][0]["same_rows"] and result["median_s"]["auto"] > 0

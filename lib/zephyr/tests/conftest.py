@@ -1,5 +1,7 @@
 """Zephyr test fixtures: the same behavioural suite runs on every backend."""
 
+import tempfile
+
 import pytest
 
 from zephyr import create_backend
@@ -13,6 +15,15 @@ def backend(request):
     b = create_backend(request.param, max_parallelism=4, progress=False)
     yield b
     b.close()
+
+
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    """This process's temp dir (tempfile.gettempdir()) is an empty folder of its own."""
+    path = tmp_path / "tmp"
+    path.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(path))
+    return path
 
 
 @pytest.fixture

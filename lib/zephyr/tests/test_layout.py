@@ -24,7 +24,7 @@ LAYERS = [
     ("execution", {"zephyr.execution"}),
     ("backends", {"zephyr.backends"}),
     ("entry points", {"zephyr", "zephyr.cli", "zephyr.__main__", "zephyr.dataset", "zephyr.readers", "zephyr.writers",
-                      "zephyr.context", "zephyr.worker_context"}),
+                      "zephyr.context", "zephyr.worker_context", "zephyr.runners"}),
 ]
 # what may be imported inside a function: heavy or optional, where a path must not need it
 LAZY_OK = ("pyarrow", "ray", "rensa", "tqdm", "fsspec", "gcsfs", "vortex", "zephyr.status.server", "zephyr.status.commands")

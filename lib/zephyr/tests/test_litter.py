@@ -7,9 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
-import time
 
 import fsspec
 import pytest
@@ -34,15 +32,6 @@ def shuffle_pipeline(out: str) -> Dataset:
     return Dataset.from_list(list(range(10))).flat_map(rows).group_by(lambda r: r["k"], count, num_output_shards=2).write_jsonl(
         out + "/part-{shard}.jsonl"
     )
-
-
-@pytest.fixture
-def private_tmp(tmp_path, monkeypatch):
-    """This process's temp dir (tempfile.gettempdir()) is an empty folder of its own."""
-    path = tmp_path / "tmp"
-    path.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(path))
-    return path
 
 
 @pytest.mark.parametrize("name", ["sync", "threadpool"])

@@ -112,11 +112,9 @@ class ZephyrWorkerError(ShardError):
 
 
 class IntraShardExecution(enum.StrEnum):
-    """The reference's switch for splitting one large input shard across several tasks.
-
-    Accepted for compatibility; every mode runs a shard as one task here (same results, same
-    order), so AUTO does not yet add parallelism inside a shard.
-    """
+    """Whether a stage with fewer shards than workers splits each shard's per-item ops over the
+    idle workers' share of processes (AUTO), keeping the shard's output and order; OFF runs each
+    shard as one task. See `zephyr.execution.intra_shard`."""
 
     OFF = "off"
     AUTO = "auto"
@@ -184,7 +182,7 @@ class _RunView(Backend):
     submits, waits and results go to the pool."""
 
     def __init__(self, pool: Backend, parallelism: int, task: ResourceConfig, shared: dict, scratch_dir: str | None,
-                 user_retries: int | None, infra_retries: int | None, name: str):
+                 user_retries: int | None, infra_retries: int | None, name: str, intra_shard: bool = False):
         super().__init__(
             parallelism,
             memory=ram_bytes(task.ram) or None,
@@ -202,6 +200,9 @@ class _RunView(Backend):
         self.on_finish = pool.on_finish
         self._pool = pool
         self._context_name = name
+        # split shards run their per-item ops in fresh processes, which the run's shared objects
+        # do not reach: a run with shared objects keeps each shard in its task
+        self.intra_shard_workers = parallelism if intra_shard and not shared else 0
         for key, obj in shared.items():
             self.put(key, obj)
 
@@ -265,7 +266,7 @@ class ZephyrContext:
             worker); None: `ZEPHYR_MAX_WORKERS`, else the backend's max_parallelism.
         resources: one worker's `ResourceConfig` (cpu, ram); a backend this context creates
             reserves it per task.
-        coordinator_resources, no_workers_timeout, stage_runner_factory, heartbeat_timeout,
+        coordinator_resources, no_workers_timeout, heartbeat_timeout,
             max_concurrent_pipelines: accepted for compatibility; our runner has no
             coordinator actor or worker heartbeat (the backend reports lost tasks itself).
         chunk_storage_prefix: where shuffles spill (the backend's scratch_dir); None: the
@@ -275,7 +276,13 @@ class ZephyrContext:
             resumes from the finished shards); user errors are never retried.
         max_shard_failures / max_shard_infra_failures: retries of one shard after a user
             error / a lost worker; None: the backend's own budgets.
-        intra_shard_execution: `IntraShardExecution.OFF` or `AUTO`; accepted, not yet acted on.
+        intra_shard_execution: `IntraShardExecution.OFF` (the default) or `AUTO`: a stage with
+            fewer shards than `max_workers` runs each shard's leading per-item ops (map, filter,
+            flat_map, select, with_columns) in max_workers // shards processes, its output and
+            order unchanged (`zephyr.execution.intra_shard`); not with shared objects (`put`).
+        stage_runner_factory: the reference's `InlineRunner`/`SubprocessRunner`
+            (`zephyr.runners`); accepted: shard tasks run in the backend's workers, and the
+            chunks of a split shard always in fresh processes.
     """
 
     client: Any = None
@@ -460,7 +467,8 @@ class ZephyrContext:
         delay = 1.0
         for attempt in range(self.max_execution_retries + 1):
             view = _RunView(pool, self._workers(pool) * per_worker, task, dict(self._shared_data.get() or {}),
-                            self.chunk_storage_prefix, self.max_shard_failures, self.max_shard_infra_failures, self.name)
+                            self.chunk_storage_prefix, self.max_shard_failures, self.max_shard_infra_failures, self.name,
+                            self.intra_shard_execution is IntraShardExecution.AUTO)
             try:
                 execution = Execution(view, plan)
                 results = list(execution)

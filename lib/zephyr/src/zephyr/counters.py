@@ -27,6 +27,7 @@ __all__ = [
     "Aggregation",
     "ScopedCounters",
     "Totals",
+    "absorb",
     "collecting",
     "current",
     "current_stage",
@@ -70,8 +71,7 @@ class _ShardCounts:
     def update(self, scope: str | None, name: str, value: Any, overwrite: bool = False) -> None:
         kind = self.kinds.get((scope, name), Aggregation.SUM) if self.kinds else Aggregation.SUM
         if not self.split and (scope is not None or kind is not Aggregation.SUM):
-            self.split = True
-            self.sums[None] = Counter(self.flat)
+            self.split_out()
         if kind is Aggregation.SUM:
             if not self.split:
                 self.flat[name] += value - self.flat.get(name, 0) if overwrite else value
@@ -93,6 +93,12 @@ class _ShardCounts:
             entry[1] += 1
         self._flatten(name, kind)
 
+    def split_out(self) -> None:
+        """Keep pipeline sums apart from the flat view from now on (a scoped or non-sum counter came)."""
+        if not self.split:
+            self.split = True
+            self.sums[None] = Counter(self.flat)
+
     def _flatten(self, name: str, kind: Aggregation) -> None:
         """The flat value of `name`: its scopes' entries combined by `kind`."""
         total: Counter = Counter()
@@ -106,6 +112,33 @@ class _ShardCounts:
         found = dict(self.sums.get(scope, {}))
         found.update({name: entry[0] for (s, name), entry in self.others.items() if s == scope})
         return found
+
+
+def absorb(counts: dict) -> None:
+    """Fold a part's counters (a shard dict, companions included) into the running shard's, as
+    the run folds shards (used for the chunks of a split shard; no-op outside a shard)."""
+    mine = _counts()
+    if mine is None or not counts:
+        return
+    kinds = {name: Aggregation(kind) for kind, _, name in (key[len(_COMPANION):].partition(":") for key in counts if key.startswith(_COMPANION))}
+    for name, value in counts.items():
+        if name.startswith(_COMPANION):
+            continue
+        kind = kinds.get(name)
+        if kind is None:
+            mine.update(None, name, value)
+            continue
+        mine.kinds[(None, name)] = kind
+        weight = counts[_companion(kind, name)] if kind is Aggregation.AVERAGE else 1
+        entry = mine.others.get((None, name))
+        if entry is None:
+            mine.split_out()
+            mine.others[(None, name)] = [value, weight]
+        else:
+            merged: Counter = Counter({name: entry[0], _companion(kind, name): entry[1]})
+            fold(merged, name, value, kind, weight)
+            mine.others[(None, name)] = [merged[name], merged[_companion(kind, name)] if kind is Aggregation.AVERAGE else 1]
+        mine._flatten(name, kind)
 
 
 def fold(totals: Counter, name: str, value: Any, kind: Aggregation, weight: int) -> None:

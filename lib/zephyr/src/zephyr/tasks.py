@@ -44,6 +44,7 @@ class ShardTask:
     memory: int | None = None  # the task's memory budget in bytes, for sizing buffers
     input_path: str | None = None  # the from_files input file of a source shard, for {basename}
     source: Any = None  # what the shard reads (provenance.ShardSource), for skip_existing writers
+    split: int = 1  # processes that may share the shard's per-item ops (zephyr.execution.intra_shard)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,9 @@ class Backend(ABC):
     name: ClassVar[str]
     default_user_retries: ClassVar[int] = 0
     requires_pickling: ClassVar[bool] = False  # tasks leave the process, so their functions must pickle
+    # processes a stage of fewer shards may split its shards' per-item ops over (0: no
+    # intra-shard execution; `ZephyrContext(intra_shard_execution="auto")` sets its max_workers)
+    intra_shard_workers: int = 0
 
     def __init__(
         self,

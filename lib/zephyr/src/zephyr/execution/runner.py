@@ -196,13 +196,15 @@ class Execution:
     def _tasks(self, stage: Stage, previous: list[ShardResult] | None) -> list[ShardTask]:
         memory = self.backend.task_resources.memory
         if isinstance(stage.input, tuple):
+            split = _split(getattr(self.backend, "intra_shard_workers", 0), stage.num_shards)
             return _with_sources(self.plan.stages, stage, [
-                ShardTask(stage.index, i, stage.num_shards, shard.label, shard.items, memory, shard.path)
+                ShardTask(stage.index, i, stage.num_shards, shard.label, shard.items, memory, shard.path, split=split)
                 for i, shard in enumerate(stage.input)
             ])
         tasks = stage.input.tasks(stage, previous)  # a list that may carry `largest` (partitions)
+        split = _split(getattr(self.backend, "intra_shard_workers", 0), len(tasks))
         for i, task in enumerate(tasks):
-            tasks[i] = replace(task, memory=memory)
+            tasks[i] = replace(task, memory=memory, split=split)
         return _with_sources(self.plan.stages, stage, tasks)
 
     def _run_stage(self, stage: Stage, program: StageProgram, tasks: list[ShardTask],
@@ -228,6 +230,12 @@ class Execution:
         if in_process or ceiling is None:
             return None
         return MemorySizer(self.backend.task_resources.memory, ceiling)
+
+
+def _split(workers: int, shards: int) -> int:
+    """Processes each shard's per-item ops may use: the workers a stage of fewer shards would
+    leave idle (`zephyr.execution.intra_shard`); 1 (no split) when intra-shard execution is off."""
+    return max(1, workers // shards) if workers > 1 and 0 < shards < workers else 1
 
 
 def _remove_write_temporaries(stage: Stage) -> None:

@@ -21,6 +21,7 @@ from zephyr.io.arrow_rows import Pieces
 from zephyr.execution.batch_stage import load_batches, map_batches_items, write_jsonl_pieces
 from zephyr.errors import ShardError, is_transient_storage_error
 from zephyr.execution.failed_record import failed_record
+from zephyr.execution.intra_shard import run_split, split_end
 from zephyr.io.files import exists, file_size
 from zephyr.io.binary import write_binary_file
 from zephyr.io.jsonl import write_jsonl_file
@@ -62,7 +63,7 @@ def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
 def _run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
     start = time.perf_counter()
     ctx = _Context(task.shard, task.num_shards, task.input_path if program.reader is None else None, task.source, dict(program.codes))
-    counted = None
+    counted, split = None, False
     with counters.collecting(f"stage{task.stage}") as counts:
         try:
             start_at, stream = _resume_point(program.ops, ctx)
@@ -71,10 +72,7 @@ def _run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
                 start_at, stream = _load(program.ops, stream, ctx, program.sink, task.memory)
                 writes_jsonl = start_at < len(program.ops) and isinstance(program.ops[start_at], op.WriteJsonl)
                 stream, counted = _counted(stream, writes_jsonl)
-            for index in range(start_at, len(program.ops)):
-                if index in ctx.codes and ctx.source is not None:
-                    claim_output(program.ops[index], _output_path(program.ops[index], ctx), ctx.source, ctx.codes[index])
-                stream = _apply(program.ops[index], stream, ctx)
+            stream, split = _apply_ops(program.ops, start_at, stream, ctx, task)
             if program.sink is None:
                 items = list(stream)
                 summary = None
@@ -84,7 +82,7 @@ def _run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
         except Exception as e:
             transient = is_transient_storage_error(e)  # here: the traceback does not survive pickling
             record = None
-            if counted is not None and not transient:
+            if counted is not None and not transient and not split:  # a split shard's reader runs ahead
                 record = failed_record(e, program.ops, start_at, next(counted), lambda: _reread(program, task, ctx))
             error = ShardError(task.stage, task.shard, task.label, type(e).__name__, str(e), traceback.format_exc(), transient,
                                record)
@@ -102,6 +100,19 @@ def _run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
 
 
 _LOADERS = op.LOAD_OPS
+
+
+def _apply_ops(ops: tuple, start_at: int, stream: Iterator, ctx: _Context, task: ShardTask) -> tuple[Iterator, bool]:
+    """The ops from `start_at` on, chained; with `task.split > 1` the per-item ones that come
+    first run in that many processes (`zephyr.execution.intra_shard`). Also says whether they did."""
+    end = split_end(ops, start_at) if task.split > 1 and not isinstance(stream, Pieces) else start_at
+    if end > start_at:
+        stream = run_split(ops[start_at:end], stream, task.split, f"stage{task.stage}")
+    for index in range(end, len(ops)):
+        if index in ctx.codes and ctx.source is not None:
+            claim_output(ops[index], _output_path(ops[index], ctx), ctx.source, ctx.codes[index])
+        stream = _apply(ops[index], stream, ctx)
+    return stream, end > start_at
 
 
 def _reread(program: StageProgram, task: ShardTask, ctx: _Context) -> Iterator:

@@ -1,0 +1,89 @@
+"""The process side of intra-shard parallelism: run per-item ops on chunk files, one at a time.
+
+Started by `zephyr.execution.intra_shard.ChunkPool` as `python -c` on two inherited pipe
+descriptors (never through multiprocessing, which would import the user's `__main__` again).
+Each request names the ops (cloudpickled once per shard), a chunk file of pickled lists of
+items and where to write the outputs; the answer is the number of items written and the chunk's
+counters, or the error the ops raised with its traceback. Standard output and error stay the
+user's (prints in a map reach the task's log).
+"""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+import sys
+import traceback
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
+from typing import Any
+
+import cloudpickle
+
+from zephyr import counters
+
+__all__ = ["FRAME_ITEMS", "main", "read_frames", "run_chunk", "write_frames"]
+
+FRAME_ITEMS = 256  # items per pickled list in a chunk file
+
+
+def read_frames(path: str) -> Iterator[Any]:
+    """The items of a chunk file, a pickled list at a time."""
+    with open(path, "rb") as f:
+        while True:
+            try:
+                frame = pickle.load(f)
+            except EOFError:
+                return
+            yield from frame
+
+
+def write_frames(items: Iterator[Any], path: str) -> int:
+    """Write `items` to `path` as pickled lists of `FRAME_ITEMS`; returns how many."""
+    count = 0
+    with open(path, "wb") as f:
+        while frame := list(itertools.islice(items, FRAME_ITEMS)):
+            pickle.dump(frame, f, protocol=pickle.HIGHEST_PROTOCOL)
+            count += len(frame)
+    return count
+
+
+def run_chunk(ops: tuple, stage_name: str, in_path: str, out_path: str) -> tuple[int, dict]:
+    """Apply `ops` (per-item op records, each with `.apply(stream)`) to a chunk file."""
+    with counters.collecting(stage_name) as counts:
+        stream: Iterator[Any] = read_frames(in_path)
+        for record in ops:
+            stream = record.apply(stream)
+        written = write_frames(iter(stream), out_path)
+    return written, dict(counts)
+
+
+def _error_of(e: BaseException) -> BaseException:
+    """`e` if it survives pickling (its type and message reach the task), else a RuntimeError."""
+    try:
+        pickle.loads(pickle.dumps(e))
+        return e
+    except Exception:
+        return RuntimeError(f"{type(e).__name__}: {e}")
+
+
+def main(read_fd: int, write_fd: int) -> None:
+    requests, answers = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
+    loaded: dict[bytes, tuple] = {}
+    while True:
+        try:
+            request = requests.recv()
+        except EOFError:
+            return
+        blob, stage_name, in_path, out_path = request
+        try:
+            if blob not in loaded:
+                loaded.clear()
+                loaded[blob] = cloudpickle.loads(blob)
+            answers.send(("ok", run_chunk(loaded[blob], stage_name, in_path, out_path)))
+        except Exception as e:
+            answers.send(("error", _error_of(e), traceback.format_exc()))
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]))
