@@ -109,6 +109,8 @@ def _count_and_double(x):
     counters.increment("seen")
     counters.pipeline.set_aggregation("peak", counters.Aggregation.MAX)
     counters.pipeline.update_counter("peak", x)
+    counters.pipeline.set_aggregation("mean", counters.Aggregation.AVERAGE)
+    counters.pipeline.update_counter("mean", x)
     return 2 * x
 
 
@@ -120,6 +122,7 @@ def test_counters_of_the_chunks_add_up_to_the_shards(tmp_path):
         ctx.shutdown()
     assert outcome.results == [2 * x for x in range(1000)]
     assert outcome.counters["seen"] == 1000 and outcome.counters["peak"] == 999
+    assert outcome.counters["mean"] == pytest.approx(499.5)  # weighted by each chunk's observations
 
 
 def _fails_on_777(x):
