@@ -1,7 +1,7 @@
 """Does `IntraShardExecution.AUTO` put idle cores to work on one big input file?
 
 One Parquet file (one shard) of `--rows` short texts; the pipeline is a CPU-bound Python map
-(`--work` rounds of hashing per row) written back to Parquet. Variants, each `--repeats` times,
+(`--work` SHA-256 rounds per row) written back to Parquet. Variants, each `--repeats` times,
 all back to back: zephyr through `ZephyrContext` on the sync backend with intra-shard execution
 OFF (one task: one core) and AUTO (`--workers` processes), and a hand-written baseline: the
 same map over the same rows with `multiprocessing.Pool.imap` in `--workers` processes (chunks of
@@ -13,6 +13,7 @@ same map over the same rows with `multiprocessing.Pool.imap` in `--workers` proc
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import multiprocessing
@@ -24,13 +25,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import load_average, work_dir  # noqa: E402
 
-WORK = 40
-
-
-def heavy(row: dict) -> dict:
-    """A CPU-bound per-row function (repeated hashing), ~`WORK` SHA-256 rounds."""
+def heavy(row: dict, work: int) -> dict:
+    """A CPU-bound per-row function: `work` rounds of SHA-256."""
     digest = row["text"].encode()
-    for _ in range(WORK):
+    for _ in range(work):
         digest = hashlib.sha256(digest).digest()
     return {"id": row["id"], "text": row["text"], "h": digest.hex()[:16]}
 
@@ -42,7 +40,7 @@ def make_input(path: str, rows: int) -> None:
     pq.write_table(pa.table({"id": range(rows), "text": [f"document {i} " * 8 for i in range(rows)]}), path, row_group_size=rows)
 
 
-def run_zephyr(src: str, out_dir: str, mode: str, workers: int) -> float:
+def run_zephyr(src: str, out_dir: str, mode: str, workers: int, fn) -> float:
     from zephyr.context import IntraShardExecution, ResourceConfig, ZephyrContext
     from zephyr.dataset import Dataset
 
@@ -50,20 +48,20 @@ def run_zephyr(src: str, out_dir: str, mode: str, workers: int) -> float:
                         intra_shard_execution=IntraShardExecution(mode))
     start = time.perf_counter()
     try:
-        ctx.execute(Dataset.from_files(src).load_parquet().map(heavy).write_parquet(os.path.join(out_dir, "part-{shard}.parquet")))
+        ctx.execute(Dataset.from_files(src).load_parquet().map(fn).write_parquet(os.path.join(out_dir, "part-{shard}.parquet")))
     finally:
         ctx.shutdown()
     return time.perf_counter() - start
 
 
-def run_pool(src: str, out_dir: str, workers: int) -> float:
+def run_pool(src: str, out_dir: str, workers: int, fn) -> float:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     start = time.perf_counter()
     rows = pq.read_table(src).to_pylist()
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
-        out = list(pool.imap(heavy, rows, chunksize=1024))
+        out = list(pool.imap(fn, rows, chunksize=1024))
     os.makedirs(out_dir, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(out), os.path.join(out_dir, "part-0.parquet"))
     return time.perf_counter() - start
@@ -77,7 +75,8 @@ def rows_of(out_dir: str) -> list:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--work", type=int, default=200, help="SHA-256 rounds per row")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--work-dir")
@@ -87,18 +86,19 @@ def main() -> None:
         os.makedirs(work, exist_ok=True)
         src = os.path.join(work, "input.parquet")
         make_input(src, args.rows)
+        fn = functools.partial(heavy, work=args.work)
         runs = []
         for repeat in range(args.repeats):
             run = {"load_before": load_average()}
             for variant in ("off", "auto", "pool"):
                 out = os.path.join(work, f"out-{variant}-{repeat}")
-                run[variant] = run_pool(src, out, args.workers) if variant == "pool" else run_zephyr(src, out, variant, args.workers)
+                run[variant] = run_pool(src, out, args.workers, fn) if variant == "pool" else run_zephyr(src, out, variant, args.workers, fn)
             run["same_rows"] = rows_of(os.path.join(work, f"out-off-{repeat}")) == rows_of(os.path.join(work, f"out-auto-{repeat}")) \
                 == rows_of(os.path.join(work, f"out-pool-{repeat}"))
             runs.append(run)
             print(json.dumps(run), file=sys.stderr, flush=True)
     median = {v: round(statistics.median(r[v] for r in runs), 2) for v in ("off", "auto", "pool")}
-    result = {"rows": args.rows, "workers": args.workers, "cores": os.cpu_count(), "runs": runs, "median_s": median,
+    result = {"rows": args.rows, "work": args.work, "workers": args.workers, "cores": os.cpu_count(), "runs": runs, "median_s": median,
               "auto_over_off": round(median["off"] / median["auto"], 2), "auto_over_pool": round(median["pool"] / median["auto"], 2),
               "load_after": load_average()}
     text = json.dumps(result, indent=2)

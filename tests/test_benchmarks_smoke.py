@@ -110,6 +110,6 @@ def test_columnar_benchmark_runs(tmp_path):
 
 @pytest.mark.slow
 def test_intra_shard_benchmark_runs(tmp_path):
-    out = _run("bench_intra_shard.py", "--rows", "3000", "--repeats", "1", tmp_path=tmp_path)
+    out = _run("bench_intra_shard.py", "--rows", "3000", "--work", "5", "--repeats", "1", tmp_path=tmp_path)
     result = json.loads(out)
     assert result["runs"][0]["same_rows"] and result["median_s"]["auto"] > 0
