@@ -193,3 +193,19 @@ def test_property_run_split_is_the_plain_python_chain_in_order(items, names, spl
         expected = ORACLE[name](expected)
     ops = tuple(MAKE[name]() for name in names)
     assert list(run_split(ops, iter(items), split, "stage0")) == expected
+
+
+def _pid_of(_):
+    return os.getpid()
+
+
+def test_stopping_early_stops_the_processes_and_removes_the_chunks(private_tmp):
+    """A consumer that stops (take_per_shard, an error downstream) leaves no process or file."""
+    outputs = run_split((op.Map(_pid_of),), iter(range(100_000)), 2, "stage0")
+    pids = {next(outputs) for _ in range(50)}
+    assert pids and os.getpid() not in pids
+    outputs.close()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert list(private_tmp.iterdir()) == []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import signal
 import sys
 import traceback
 from collections.abc import Iterator
@@ -68,21 +69,26 @@ def _error_of(e: BaseException) -> BaseException:
 
 
 def main(read_fd: int, write_fd: int) -> None:
+    """Serve requests until the task closes its end (or goes away: the next answer has no reader)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the task's to handle: it stops this process
     requests, answers = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
     loaded: dict[bytes, tuple] = {}
     while True:
         try:
-            request = requests.recv()
+            blob, stage_name, in_path, out_path = requests.recv()
         except EOFError:
             return
-        blob, stage_name, in_path, out_path = request
         try:
             if blob not in loaded:
                 loaded.clear()
                 loaded[blob] = cloudpickle.loads(blob)
-            answers.send(("ok", run_chunk(loaded[blob], stage_name, in_path, out_path)))
+            answer = ("ok", run_chunk(loaded[blob], stage_name, in_path, out_path))
         except Exception as e:
-            answers.send(("error", _error_of(e), traceback.format_exc()))
+            answer = ("error", _error_of(e), traceback.format_exc())
+        try:
+            answers.send(answer)
+        except OSError:  # the task is gone
+            return
 
 
 if __name__ == "__main__":
