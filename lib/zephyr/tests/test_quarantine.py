@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zephyr import Dataset, QuarantinedShardsError, ShardError, create_backend
+from zephyr import Dataset, QuarantineLimitError, QuarantinedShardsError, ShardError, create_backend
 from zephyr.status import read_run_record
 
 POISON = 37
@@ -253,3 +253,49 @@ def test_command_line_quarantine_exits_non_zero_with_the_report(tmp_path, option
         assert sorted(p.name for p in (tmp_path / "out").glob("p-*")) == [f"p-{i}.jsonl" for i in (0, 1, 2, 4, 5)]
     else:
         assert "ShardError: stage 0, shard 3" in result.stderr
+
+
+def fails_on_odd(x):
+    if x % 2:
+        raise ValueError(f"odd {x}")
+    return {"x": x}
+
+
+def test_a_stage_past_max_quarantined_stops_the_run_naming_the_limit(tmp_path):
+    """Half of the shards fail: the code, not a few inputs, is at fault; the run stops at the second."""
+    backend = create_backend("sync", progress=False, on_shard_failure="quarantine")  # default: 10%, at least one
+    out = tmp_path / "out"
+    with pytest.raises(QuarantineLimitError, match=r"stage 0: 2 of its 10 shards failed on every attempt, more than "
+                                                   r"max_quarantined allows \(1\).*shard 3 .*ValueError: odd 3") as caught:
+        list(backend.execute(Dataset.from_list(list(range(10))).map(fails_on_odd).write_jsonl(str(out / "p-{shard}.jsonl"))))
+    assert [q["shard"] for q in caught.value.shards] == [1]  # the one set aside before the limit
+    assert sorted(p.name for p in out.glob("p-*.jsonl")) == ["p-0.jsonl", "p-2.jsonl"]  # sync: nothing ran after shard 3
+    assert read_run_record(str(out))["state"] == "failed"
+
+
+@pytest.mark.parametrize("limit, shards", [(5, 5), (None, 5), (0.5, 5)])
+def test_max_quarantined_as_a_count_a_fraction_or_none_lets_the_run_finish(tmp_path, limit, shards):
+    backend = create_backend("threadpool", max_parallelism=4, progress=False, on_shard_failure="quarantine",
+                             max_quarantined=limit)
+    out = tmp_path / "out"
+    with pytest.raises(QuarantinedShardsError) as caught:
+        list(backend.execute(Dataset.from_list(list(range(10))).map(fails_on_odd).write_jsonl(str(out / "p-{shard}.jsonl"))))
+    backend.close()
+    assert [q["shard"] for q in caught.value.shards] == [1, 3, 5, 7, 9][:shards]
+    assert read_jsonl_dir(out) == [{"x": x} for x in range(0, 10, 2)]
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, 0.0, True, "10%"])
+def test_a_bad_max_quarantined_is_refused_saying_what_is_accepted(bad):
+    with pytest.raises(ValueError, match="max_quarantined must be None, a number of shards >= 0, or a fraction in"):
+        create_backend("sync", on_shard_failure="quarantine", max_quarantined=bad)
+
+
+def test_the_command_line_reads_max_quarantined_as_a_count_a_fraction_or_none():
+    import argparse
+
+    from zephyr.cli import _max_quarantined
+
+    assert _max_quarantined("5") == 5 and _max_quarantined("0.02") == 0.02 and _max_quarantined("none") is None
+    with pytest.raises(argparse.ArgumentTypeError, match="expected a count"):
+        _max_quarantined("lots")

@@ -16,7 +16,7 @@ from zephyr.errors import PlanError, ShardError
 from zephyr.expr import Expr, col, lit
 from zephyr.io import BadRecordError, CorruptInputError, TruncatedInputError, UnwritableRecordError
 from zephyr.execution.provenance import StaleOutputsError
-from zephyr.execution.quarantine import QuarantinedShardsError
+from zephyr.execution.quarantine import QuarantineLimitError, QuarantinedShardsError
 from zephyr.execution.run_lock import OutputBusyError
 from zephyr.execution.checks import NotPicklableWarning
 from zephyr.execution.memory import task_memory
@@ -31,6 +31,7 @@ __all__ = [
     "NotPicklableWarning",
     "OutputBusyError",
     "PlanError",
+    "QuarantineLimitError",
     "QuarantinedShardsError",
     "ShardError",
     "ShardInfo",

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 from zephyr.backends import Backend, backend_names, create_backend, set_flow_backend
 from zephyr.errors import PlanError, ShardError
-from zephyr.execution.quarantine import ON_SHARD_FAILURE, QuarantinedShardsError
+from zephyr.execution.quarantine import DEFAULT_MAX_QUARANTINED, ON_SHARD_FAILURE, QuarantinedShardsError, check_max_quarantined
 from zephyr.execution.interrupts import Interrupted, exit_after, handling_signals, signal_name
 from zephyr.execution.summary import format_summary
 from zephyr.resources import memory_argument
@@ -114,7 +114,19 @@ def _bare_dashboard(argv: list[str], parser: argparse.ArgumentParser) -> list[st
 # Options of ours that a script rarely takes and that change where or how it runs: after the script
 # they are refused with the corrected command (a script that does take one gets it after `--`).
 _MISPLACED = ("--backend", "--max-parallelism", "--memory", "--num-cpus", "--num-gpus", "--resources", "--address",
-              "--scratch-dir", "--on-shard-failure", "--cluster", "--dry-run", "--entry-point", "--dashboard", "--dashboard-host")
+              "--scratch-dir", "--on-shard-failure", "--max-quarantined", "--cluster", "--dry-run", "--entry-point",
+              "--dashboard", "--dashboard-host")
+
+
+def _max_quarantined(text: str) -> int | float | None:
+    """`--max-quarantined`: 'none', a count of shards, or a fraction of a stage's shards."""
+    if text.lower() == "none":
+        return None
+    try:
+        value = float(text) if "." in text else int(text)
+        return check_max_quarantined(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected a count (5), a fraction (0.02) or 'none', got {text!r}") from e
 
 
 def _misplaced_options(script_args: list[str]) -> list[int]:
@@ -175,6 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--on-shard-failure", choices=ON_SHARD_FAILURE, default="fail",
         help="what a shard that fails on every attempt does: 'fail' ends the run (default); 'quarantine' sets it "
         f"aside with its error, runs everything else, and exits {EXIT_QUARANTINED} with the list",
+    )
+    parser.add_argument(
+        "--max-quarantined", type=_max_quarantined, default=DEFAULT_MAX_QUARANTINED,
+        help="with --on-shard-failure=quarantine, how many of a stage's shards may be set aside before the run stops "
+        f"(its code, not its input, is then likely at fault): a count (5), a fraction of the stage's shards (0.02), or "
+        f"'none' for no limit; default {DEFAULT_MAX_QUARANTINED} (at least one shard)",
     )
     parser.add_argument("--cluster", default=None, help="submit to this Marin cluster (name or config yaml) as a Ray job")
     parser.add_argument("--dry-run", action="store_true", help="print the plan of every pipeline the script executes; run nothing")
@@ -296,6 +314,7 @@ def make_backend(args: argparse.Namespace) -> Backend:
         progress=False if args.quiet else None,
         scratch_dir=args.scratch_dir,
         on_shard_failure=args.on_shard_failure,
+        max_quarantined=args.max_quarantined,
         price_per_core_hour=args.price_per_core_hour,
     )
     if args.backend == "ray":

@@ -38,7 +38,9 @@ def create_backend(name: str, max_parallelism: int | None = None, **options) -> 
     `progress` (None: bars only on a terminal), `scratch_dir` (where shuffles spill; must be
     shared storage on a multi-node cluster), `on_shard_failure` ("fail", the default: the
     first shard out of retries ends the run; "quarantine": such shards are set aside, the rest
-    of the run goes on, and it ends with `QuarantinedShardsError`), `price_per_core_hour`
+    of the run goes on, and it ends with `QuarantinedShardsError`), `max_quarantined` (how many
+    of a stage's shards quarantine may set aside before the run stops: a count, a fraction of
+    the stage's shards, or None; default 0.1), `price_per_core_hour`
     (prices each stage's CPU seconds in the summary, the status page and the run record;
     default `$ZEPHYR_PRICE_PER_CORE_HOUR`). Ray also takes `address`.
     """

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from zephyr.backends.shared import call_with_shared
 from zephyr.cost import check_price, price_from_env
 from zephyr.errors import TaskLost
-from zephyr.execution.quarantine import check_on_shard_failure
+from zephyr.execution.quarantine import DEFAULT_MAX_QUARANTINED, check_max_quarantined, check_on_shard_failure
 from zephyr.execution.memory import node_memory_ceiling
 from zephyr.execution.runner import Execution
 from zephyr.resources import TaskResources, format_memory
@@ -51,6 +51,7 @@ class Backend(ABC):
         progress: bool | None = None,
         scratch_dir: str | None = None,
         on_shard_failure: str = "fail",
+        max_quarantined: int | float | None = DEFAULT_MAX_QUARANTINED,
         price_per_core_hour: float | None = None,
     ):
         if max_parallelism is None:
@@ -69,6 +70,7 @@ class Backend(ABC):
         self.progress = progress
         self.scratch_dir = scratch_dir
         self.on_shard_failure = check_on_shard_failure(on_shard_failure)  # "fail" fast, or "quarantine" and go on
+        self.max_quarantined = check_max_quarantined(max_quarantined)  # per stage: shards, or a fraction of them
         # what a core-hour costs, to price each stage's CPU seconds (zephyr.cost); None: unpriced
         self.price_per_core_hour = check_price(price_per_core_hour) if price_per_core_hour is not None else price_from_env()
         self.on_finish: list[Callable] = []

@@ -13,6 +13,11 @@ hands it here with its error and goes on. A quarantined shard contributes nothin
   writer's provenance names what was missing, so a rerun with the poison fixed recomputes them
   instead of reusing outputs made without the quarantined shards.
 
+A stage may set aside at most `max_quarantined` of its shards (a backend option: a count, or a
+fraction of the stage's shards, at least one; default 10%): past that, most likely the code and
+not the input is at fault, so the run stops at once with `QuarantineLimitError` instead of
+spending a cluster on shards that all fail.
+
 When every stage has run, the runner raises `QuarantinedShardsError` listing the shards; the run
 record, the status page and the summary carry the same report. A rerun retries only what is not
 done: finished map shards resume from their manifests, skip_existing outputs are kept.
@@ -29,13 +34,15 @@ from dataclasses import dataclass, replace
 from zephyr.errors import ShardError
 from zephyr.tasks import ShardTask
 
-__all__ = ["ON_SHARD_FAILURE", "Quarantine", "QuarantinedShard", "QuarantinedShardsError", "check_on_shard_failure"]
+__all__ = ["DEFAULT_MAX_QUARANTINED", "ON_SHARD_FAILURE", "Quarantine", "QuarantineLimitError", "QuarantinedShard",
+           "QuarantinedShardsError", "check_max_quarantined", "check_on_shard_failure", "quarantine_limit"]
 
 logger = logging.getLogger("zephyr")
 
 ON_SHARD_FAILURE = ("fail", "quarantine")
 MAX_TRACEBACK = 4000  # characters of each quarantined shard's traceback kept (its end: where it failed)
 SHOWN = 20  # quarantined shards listed in an error message
+DEFAULT_MAX_QUARANTINED = 0.1  # of a stage's shards (at least one)
 
 
 def check_on_shard_failure(value: str) -> str:
@@ -43,6 +50,23 @@ def check_on_shard_failure(value: str) -> str:
     if value not in ON_SHARD_FAILURE:
         raise ValueError(f"on_shard_failure must be one of {', '.join(map(repr, ON_SHARD_FAILURE))}, got {value!r}")
     return value
+
+
+def check_max_quarantined(value: int | float | None) -> int | float | None:
+    """`value` if it is a valid `max_quarantined` (None: no limit; an int >= 0: shards; a float
+    in (0, 1]: a fraction of a stage's shards), else ValueError saying what is accepted."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        return value
+    if isinstance(value, float) and 0 < value <= 1:
+        return value
+    raise ValueError(f"max_quarantined must be None, a number of shards >= 0, or a fraction in (0, 1], got {value!r}")
+
+
+def quarantine_limit(max_quarantined: int | float | None, num_shards: int) -> int | None:
+    """How many of a stage's `num_shards` shards may be quarantined (None: any number)."""
+    if max_quarantined is None or isinstance(max_quarantined, int):
+        return max_quarantined
+    return max(1, int(max_quarantined * num_shards))
 
 
 @dataclass(frozen=True)
@@ -89,17 +113,43 @@ class QuarantinedShardsError(RuntimeError):
         return (QuarantinedShardsError, (self.shards,))
 
 
-class Quarantine:
-    """The shards one run set aside. `on_add` (the run's status) hears of each as it happens."""
+class QuarantineLimitError(RuntimeError):
+    """More of a stage's shards failed on every attempt than `max_quarantined` allows: the run
+    stopped (`.shards`: those set aside before; the cause: the error of the one past the limit)."""
 
-    def __init__(self, on_add: Callable[[int, dict], None] | None = None):
+    def __init__(self, stage: int, num_shards: int, limit: int, shards: list[dict], last: str):
+        self.shards = shards
+        self._args = (stage, num_shards, limit, shards, last)
+        super().__init__(
+            f"stage {stage}: {len(shards) + 1} of its {num_shards} shards failed on every attempt, more than "
+            f"max_quarantined allows ({limit}); this looks like a fault in the code, not in a few inputs, so the run "
+            f"stopped. The last one: {last}. Raise max_quarantined (None: no limit) if these inputs are really bad."
+        )
+
+    def __reduce__(self):
+        return (QuarantineLimitError, self._args)
+
+
+class Quarantine:
+    """The shards one run set aside. `on_add` (the run's status) hears of each as it happens;
+    `max_quarantined` bounds them per stage (`quarantine_limit`)."""
+
+    def __init__(self, on_add: Callable[[int, dict], None] | None = None,
+                 max_quarantined: int | float | None = DEFAULT_MAX_QUARANTINED):
         self.shards: list[QuarantinedShard] = []
         self._on_add = on_add
+        self.max_quarantined = check_max_quarantined(max_quarantined)
 
     def __bool__(self) -> bool:
         return bool(self.shards)
 
     def add(self, task: ShardTask, error: ShardError, attempts: int) -> QuarantinedShard:
+        """Set the shard aside, or raise QuarantineLimitError when its stage is past the limit."""
+        limit = quarantine_limit(self.max_quarantined, task.num_shards)
+        before = [q.to_dict() for q in self.shards if q.stage == task.stage]
+        if limit is not None and len(before) >= limit:
+            last = f"shard {task.shard} (source: {task.label}): {error.error_type}: {error.error_message[:300]}"
+            raise QuarantineLimitError(task.stage, task.num_shards, limit, before, last) from error
         entry = QuarantinedShard(task.stage, task.shard, task.label, task.input_path, error.error_type,
                                  error.error_message, error.traceback_text[-MAX_TRACEBACK:], error.record, attempts,
                                  time.time())

@@ -72,7 +72,7 @@ class Execution:
         self.status = self.report.status  # the live state the status page and the run record show
         # shards set aside after failing every attempt (on_shard_failure="quarantine"), else None: fail fast
         quarantining = getattr(backend, "on_shard_failure", "fail") == "quarantine"
-        self.quarantine = Quarantine(self.status.shard_quarantined) if quarantining else None
+        self.quarantine = Quarantine(self.status.shard_quarantined, getattr(backend, "max_quarantined", None)) if quarantining else None
         self.status.price_per_core_hour = getattr(backend, "price_per_core_hour", None)
         self._locks = RunLocks(None, [])  # taken when the run starts (_hold_outputs)
         self._results = self._published(self._run())
