@@ -11,9 +11,11 @@ checked on Ray's real exception classes.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -29,6 +31,22 @@ GIB = 1 << 30
 HOLD = 800 * MIB  # what shard 0 holds: HEADROOM times it is above DEFAULT_TASK_MEMORY, so sizing shows
 
 BACKENDS = ["sync", "threadpool", pytest.param("ray", marks=pytest.mark.ray)]
+QUIET_DEADLINE_S = 120
+
+
+@pytest.fixture(autouse=True)
+def no_other_task_measuring():
+    """In-process backends measure a task's peak as the process's, and skip resetting it while
+    another task of the process runs (`zephyr.execution.usage`). An earlier test's abandoned
+    run (a generator not yet collected, its tasks still going) would then lend this test its
+    old peak: collect such runs, and wait until no task of this process is measuring."""
+    from zephyr.execution import usage
+
+    gc.collect()
+    deadline = time.monotonic() + QUIET_DEADLINE_S
+    while usage._active:
+        assert time.monotonic() < deadline, f"{usage._active} task(s) of an earlier test still running"
+        time.sleep(0.05)
 
 
 def _backend(name: str, request, **options):
@@ -231,4 +249,30 @@ def test_big_records_keep_the_shuffle_within_its_budget(backend_name, request, t
     list(execution)
     assert sum(json.loads(line)["n"] for p in (tmp_path / "out").glob("*.jsonl") for line in p.read_text().splitlines()) == 200
     for stats in execution.stats:
+        assert not stats.cost.peak_rss_shared or backend_name == "ray", "another task ran in this process meanwhile"
         assert stats.cost.tasks and stats.cost.rss_rise <= budget, (stats.index, stats.cost.rss_rise)
+
+
+def _fail_first_spin_others(x):
+    if x == 0:
+        raise ValueError("first shard fails")
+    end = time.monotonic() + 0.002 * x  # the others are still running (or just ending) when it does
+    while time.monotonic() < end:
+        pass
+    return x
+
+
+def test_interrupted_threadpool_tasks_leave_no_task_counted_as_measuring():
+    """Regression: a failing shard interrupts the others (an exception raised in their threads);
+    one landing in the measurement's own bookkeeping left it counted as running for good, so
+    every later task of the process skipped its peak reset and reported an earlier peak."""
+    from zephyr.execution import usage
+
+    backend = create_backend("threadpool", max_parallelism=4, progress=False)
+    try:
+        for _ in range(150):
+            with pytest.raises(ShardError, match="first shard fails"):
+                list(backend.execute(Dataset.from_list(list(range(4))).map(_fail_first_spin_others)))
+    finally:
+        backend.close()
+    assert usage._active == 0

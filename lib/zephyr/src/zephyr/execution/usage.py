@@ -76,25 +76,37 @@ class _Measurement:
 @contextlib.contextmanager
 def measuring() -> Iterator[_Measurement]:
     """Measure the enclosed task; `.usage` holds its `TaskUsage` once the block has ended
-    (also when it raised)."""
+    (also when it raised).
+
+    The count of tasks measuring (`_active`) must come back down however the task ends: a
+    threadpool task may be interrupted by an exception raised asynchronously in its thread
+    (`zephyr.execution.interrupts`), which lands at a call or a loop's jump. So the count goes
+    up and is marked counted with no call between, and comes down first thing in the outermost
+    `finally`; a leaked count would keep later tasks from resetting the peak (and mark them
+    shared) for the rest of the process."""
     global _active, _starts
-    with _lock:
-        if _active == 0:
-            _reset_peak()
-        overlapped = _active > 0
-        _active += 1
-        _starts += 1
-        starts = _starts
-    rss0 = process_rss()
-    thread0, process0 = time.thread_time(), time.process_time()
-    measurement = _Measurement()
+    counted = False
     try:
-        yield measurement
-    finally:
-        thread_s, process_s = time.thread_time() - thread0, time.process_time() - process0
-        peak = max(_peak_rss(), rss0)
         with _lock:
-            _active -= 1
+            if _active == 0:
+                _reset_peak()
+            overlapped = _active > 0
+            _active += 1
+            counted = True
+            _starts += 1
+            starts = _starts
+        measurement = _Measurement()
+        rss0 = process_rss()
+        thread0, process0 = time.thread_time(), time.process_time()
+        try:
+            yield measurement
+        finally:
+            thread_s, process_s = time.thread_time() - thread0, time.process_time() - process0
+            peak = max(_peak_rss(), rss0)
             shared = overlapped or _starts != starts
-        measurement.usage = TaskUsage(cpu_s=thread_s if shared else process_s, peak_rss=peak,
-                                      rss_rise=max(0, peak - rss0), shared=shared)
+            measurement.usage = TaskUsage(cpu_s=thread_s if shared else process_s, peak_rss=peak,
+                                          rss_rise=max(0, peak - rss0), shared=shared)
+    finally:
+        if counted:
+            with _lock:
+                _active -= 1
