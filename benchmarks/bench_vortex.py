@@ -12,23 +12,16 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from bench_exact_io import best, records  # noqa: E402  (the same rows and timing as the exact-I/O bench)
 from machine import load_average  # noqa: E402
 
 from zephyr import col  # noqa: E402
 from zephyr.io.load import InputFileSpec, load_parquet, load_vortex  # noqa: E402
 from zephyr.io.parquet import write_parquet_file  # noqa: E402
 from zephyr.io.vortex import write_vortex_file  # noqa: E402
-
-
-def records(n: int) -> list[dict]:
-    return [
-        {"id": i, "url": f"https://example.com/{i}", "text": "lorem ipsum dolor sit amet " * 4, "score": i / 7, "n": i % 13}
-        for i in range(n)
-    ]
 
 
 def plain_vortex_write(rows: list[dict], path: str) -> None:
@@ -42,15 +35,6 @@ def plain_vortex_read(path: str) -> list[dict]:
     import vortex
 
     return vortex.open(path).to_arrow().read_all().to_pylist()
-
-
-def best(fn, rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> None:

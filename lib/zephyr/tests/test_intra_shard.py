@@ -209,3 +209,22 @@ def test_stopping_early_stops_the_processes_and_removes_the_chunks(private_tmp):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert list(private_tmp.iterdir()) == []
+
+
+def test_a_worker_that_cannot_start_stops_the_others_and_leaves_no_files(private_tmp, monkeypatch):
+    from zephyr.execution import intra_shard
+
+    real_popen, started = intra_shard.subprocess.Popen, []
+
+    def second_start_fails(*args, **kwargs):
+        if started:
+            raise OSError("no more processes")
+        started.append(real_popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(intra_shard.subprocess, "Popen", second_start_fails)
+    with pytest.raises(OSError, match="no more processes"):
+        list(run_split((op.Map(abs),), iter(range(10)), 2, "stage0"))
+    assert len(started) == 1  # the fault landed on the second start
+    assert started[0].poll() is not None  # and the first worker was stopped
+    assert list(private_tmp.iterdir()) == []

@@ -4,6 +4,7 @@ inside functions only for heavy optional dependencies (docs/architecture.md draw
 from __future__ import annotations
 
 import ast
+import importlib.util
 import pathlib
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 import zephyr
 
 ROOT = pathlib.Path(zephyr.__file__).parent
+REPO = ROOT.parents[3]
 
 # bottom to top; a module may import its own layer and the layers below it
 LAYERS = [
@@ -83,34 +85,11 @@ def _graph(lazy_compat: bool = True) -> dict[str, set[str]]:
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan's algorithm)."""
-    index, low, stack, on_stack, found = {}, {}, [], set(), []
-
-    def visit(v):
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for v in graph:
-        if v not in index:
-            visit(v)
-    return found
+    """The project's one cycle finder (scripts/import_cycles.py, Tarjan's algorithm)."""
+    spec = importlib.util.spec_from_file_location("import_cycles", REPO / "scripts" / "import_cycles.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool.import_cycles(graph)
 
 
 def test_cycle_finder_finds_a_planted_circle():

@@ -61,10 +61,16 @@ class _Worker:
     def __init__(self, jobs: queue.Queue, env: dict):
         to_child, self._to_child = os.pipe()
         self._from_child, from_child = os.pipe()
-        self.process = subprocess.Popen([sys.executable, "-c", _WORKER, str(to_child), str(from_child)],
-                                        pass_fds=(to_child, from_child), env=env)
-        os.close(to_child)
-        os.close(from_child)
+        try:
+            self.process = subprocess.Popen([sys.executable, "-c", _WORKER, str(to_child), str(from_child)],
+                                            pass_fds=(to_child, from_child), env=env)
+        except BaseException:
+            for fd in (self._to_child, self._from_child):
+                os.close(fd)
+            raise
+        finally:
+            os.close(to_child)
+            os.close(from_child)
         self._requests = Connection(self._to_child, readable=False)
         self._answers = Connection(self._from_child, writable=False)
         self._jobs = jobs
@@ -108,7 +114,13 @@ class ChunkPool:
     def __init__(self, size: int):
         self._jobs: queue.Queue = queue.Queue()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        self._workers = [_Worker(self._jobs, env) for _ in range(size)]
+        self._workers: list[_Worker] = []
+        try:
+            for _ in range(size):
+                self._workers.append(_Worker(self._jobs, env))
+        except BaseException:  # one could not start: stop the others
+            self.close(grace=0.5)
+            raise
 
     def submit(self, blob: bytes, stage_name: str, in_path: str, out_path: str) -> Future:
         future: Future = Future()
@@ -132,14 +144,15 @@ class ChunkPool:
 def run_split(ops: tuple, stream: Iterator[Any], split: int, stage_name: str) -> Iterator[Any]:
     """`ops` applied to `stream` in `split` processes, the outputs in input order (see the module doc)."""
     blob = cloudpickle.dumps(ops)
-    workdir = tempfile.mkdtemp(prefix="zephyr-split-")
-    pool = ChunkPool(split)
     ready: queue.Queue = queue.Queue()
     stop = threading.Event()
-    feeder = threading.Thread(target=_feed, args=(stream, blob, stage_name, pool, workdir, ready, stop), daemon=True)
-    feeder.start()
+    pool = feeder = workdir = None
     failed = True
-    try:
+    try:  # everything it starts is stopped and removed however it ends, a failed start included
+        workdir = tempfile.mkdtemp(prefix="zephyr-split-")
+        pool = ChunkPool(split)
+        feeder = threading.Thread(target=_feed, args=(stream, blob, stage_name, pool, workdir, ready, stop), daemon=True)
+        feeder.start()
         while (entry := ready.get()) is not _END:
             if isinstance(entry, BaseException):
                 raise entry
@@ -155,9 +168,12 @@ def run_split(ops: tuple, stream: Iterator[Any], split: int, stage_name: str) ->
         failed = False
     finally:
         stop.set()
-        pool.close(grace=5.0 if not failed else 0.5)
-        feeder.join(timeout=60)
-        shutil.rmtree(workdir, ignore_errors=True)
+        if pool is not None:
+            pool.close(grace=5.0 if not failed else 0.5)
+        if feeder is not None:
+            feeder.join(timeout=60)
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _feed(stream, blob: bytes, stage_name: str, pool: ChunkPool, workdir: str, ready: queue.Queue, stop: threading.Event) -> None:
