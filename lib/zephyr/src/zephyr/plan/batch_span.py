@@ -11,9 +11,9 @@ a shuffle keyed by a column (`deduplicate(col("text"))`, `group_by(col("k"), ...
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from zephyr.switches import switched_on
 from zephyr.plan import ops as op
 from zephyr.shuffle.arrow_keys import is_column_key
 from zephyr.shuffle.scatter import HashPartition, RoundRobin, ScatterSink, keep_first
@@ -26,7 +26,7 @@ SWITCH_LABEL = "to_records"
 
 def enabled() -> bool:
     """`ZEPHYR_COLUMNAR=0` runs every stage on Python records (to compare, or to debug)."""
-    return os.environ.get("ZEPHYR_COLUMNAR", "1").lower() not in ("0", "false", "no", "off")
+    return switched_on("ZEPHYR_COLUMNAR")
 
 
 def batch_span(ops: tuple, sink: Any) -> int | None:

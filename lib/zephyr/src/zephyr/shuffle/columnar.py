@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import os
 import pickle
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -39,6 +38,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from zephyr.switches import switched_on
 from zephyr.io.json_records import json_exact
 from zephyr.shuffle.keys import hash_key_bytes
 
@@ -82,7 +82,7 @@ def _column(values: list) -> tuple[pa.Array, str]:
 
 def json_enabled() -> bool:
     """`ZEPHYR_SHUFFLE_JSON=0` turns the JSON-lines payload off (records then travel as fields)."""
-    return os.environ.get("ZEPHYR_SHUFFLE_JSON", "1").lower() not in ("0", "false", "no", "off")
+    return switched_on("ZEPHYR_SHUFFLE_JSON")
 
 
 def json_lines(items: Sequence[Any], checked: bool = True) -> pa.Array | None:

@@ -29,6 +29,7 @@ import orjson
 import pyarrow as pa
 
 from zephyr import counters
+from zephyr.switches import switched_on
 from zephyr.io.arrow_rows import Pieces, Rows
 from zephyr.shuffle.arrow_keys import arrow_key_column
 from zephyr.shuffle.columnar import FIELDS_META, JSON_COLUMN, JSON_DESCRIPTION, batch_rows, conform, dumps, is_json, key_column, payload_of, sort_value_column, unify_schemas
@@ -52,7 +53,7 @@ _RECORD_OVERHEAD = 300  # bytes of tuple/list/bytes bookkeeping per pickled reco
 
 def _columnar_enabled() -> bool:
     """`ZEPHYR_SHUFFLE_COLUMNAR=0` forces the pickled path (to compare the two, or to debug)."""
-    return os.environ.get("ZEPHYR_SHUFFLE_COLUMNAR", "1").lower() not in ("0", "false", "no", "off")
+    return switched_on("ZEPHYR_SHUFFLE_COLUMNAR")
 
 
 def keep_first(key: Any, items: Iterator[Any]) -> Any:
