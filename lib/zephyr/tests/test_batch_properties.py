@@ -4,7 +4,8 @@ Generated JSON-lines files (blocks of uniform records, which go columnar, mixed 
 not: missing and extra keys, keys in another order, nulls, nested values, floats, unicode and
 escapes, integers beyond 64 bits, blank, spaced and bad lines) run through generated pipelines
 of column-expression ops (filter/select/with_columns/map_batches), a Python op here and there,
-and a sink (write_jsonl; deduplicate or group_by on a column; reshard). Each runs once with
+and a sink (write_jsonl; write_parquet, with and without a schema; deduplicate or group_by on
+a column; reshard). Each runs once with
 `ZEPHYR_COLUMNAR=0` (records all the way) and once on batches; the output files must be equal
 byte for byte (or both runs fail with the same error type). The record path itself is checked
 against the plain-Python oracle by `test_pipeline_properties.py`; the named tests below check
@@ -122,7 +123,10 @@ SINKS = {
     "group_by s": lambda ds, out: ds.group_by(col("s"), count_group, num_output_shards=2).write_jsonl(out + "/g-{shard:03d}.jsonl"),
     "reshard": lambda ds, out: ds.reshard(2).write_jsonl(out + "/r-{shard:03d}.jsonl.gz"),
     "group_by b sorted": lambda ds, out: ds.group_by(col("b"), ks_of_group, sort_by=repr_k).write_jsonl(out + "/g-{shard:03d}.jsonl"),
+    "parquet": lambda ds, out: ds.write_parquet(out + "/p-{shard:03d}.parquet"),
+    "parquet schema": lambda ds, out: ds.write_parquet(out + "/p-{shard:03d}.parquet", schema=PARQUET_SCHEMA),
 }
+PARQUET_SCHEMA = pa.schema([("k", pa.int64()), ("s", pa.string()), ("b", pa.bool_()), ("n", pa.float64()), ("flag", pa.bool_())])
 
 
 def run_pipeline(columnar: bool, inputs: list[str], ops: list[str], sink: str, out: str, memory=None) -> tuple[dict, Any]:
@@ -377,3 +381,35 @@ def test_files_of_long_lines_are_read_as_records(tmp_path):
     assert execution.counters.get("zephyr/blocks_as_records", 0) == 1
     assert execution.counters.get("zephyr/blocks_as_batches", 0) == 0
     assert _read(tmp_path / "o.jsonl") == b"".join(d + b"\n" for d in docs[5:])
+
+
+def test_parquet_from_batches_cuts_and_widens_row_groups_as_the_record_path(tmp_path):
+    """20,000 rows in ~256 KiB blocks, so the writer's 8,192-row batches straddle blocks; a
+    column that is null for the first 9,000 rows widens the schema in the second batch. The
+    batch path writes the record path's bytes without turning a batch into records, and the
+    file reads back as plain Python says."""
+    import pyarrow.parquet as pq
+
+    rows = [{"id": i, "t": "é" * (i % 7), "b": i % 3 == 0, "n": None if i < 9000 else f"s{i}"} for i in range(20000)]
+    source = _write(tmp_path / "in.jsonl", [orjson.dumps(r) for r in rows])
+    outputs = {}
+    for columnar in (False, True):
+        out = tmp_path / f"out-{columnar}"
+        os.environ["ZEPHYR_COLUMNAR"] = "1" if columnar else "0"
+        try:
+            backend = create_backend("sync", progress=False, scratch_dir=str(tmp_path / f"scratch-{columnar}"), memory="64MiB")
+            ds = Dataset.from_files([source]).load_jsonl().filter(col("id") >= 5).write_parquet(str(out / "p-{shard:03d}.parquet"))
+            execution = backend.execute(ds)
+            list(execution)
+            backend.close()
+        finally:
+            os.environ.pop("ZEPHYR_COLUMNAR", None)
+        outputs[columnar] = _read(out / "p-000.parquet")
+        if columnar:
+            assert execution.counters.get("zephyr/blocks_as_batches", 0) >= 3  # the batches straddled blocks
+            assert execution.counters.get("zephyr/parquet_batches_as_records", 0) == 0
+            assert "write_parquet" in ds.describe() and "to_records" not in ds.describe()
+    assert outputs[True] == outputs[False]
+    written = pq.ParquetFile(tmp_path / "out-True" / "p-000.parquet")
+    assert [written.metadata.row_group(i).num_rows for i in range(written.num_row_groups)] == [8192, 8192, 20000 - 5 - 2 * 8192]
+    assert written.read().to_pylist() == [r for r in rows if r["id"] >= 5]

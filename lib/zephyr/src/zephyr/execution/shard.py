@@ -25,6 +25,7 @@ from zephyr.execution.intra_shard import run_split, split_end
 from zephyr.io.files import exists, file_size
 from zephyr.io.binary import write_binary_file
 from zephyr.io.jsonl import write_jsonl_file
+from zephyr.io.arrow_parquet import write_parquet_pieces
 from zephyr.io.parquet import write_parquet_file
 from zephyr.io.tokens import write_tokens_file
 from zephyr.io.json_records import JsonLines
@@ -232,6 +233,8 @@ def _(record: op.WriteJsonl, stream, ctx):
 @_apply.register
 def _(record: op.WriteParquet, stream, ctx):
     path = _output_path(record, ctx)
+    if isinstance(stream, Pieces):
+        return _written(path, lambda: write_parquet_pieces(stream, path, record.schema), ctx)
     return _written(path, lambda: write_parquet_file(stream, path, record.schema, remove_stale=False), ctx)
 
 

@@ -28,7 +28,7 @@ from zephyr import counters
 from zephyr.expr import referenced_columns
 from zephyr.expr.arrow import to_arrow_filter
 
-__all__ = ["read_parquet", "write_parquet_file"]
+__all__ = ["ROWS_PER_BATCH", "RowGroups", "read_parquet", "write_parquet_file"]
 
 ROWS_PER_BATCH = 8192
 # what pyarrow raises for a value that does not convert (OverflowError, UnicodeEncodeError, ...)
@@ -170,20 +170,48 @@ def write_parquet_file(items: Iterable[dict[str, Any]], path: str, schema=None, 
     into the widened one (exact by the rules above). An empty input writes a valid file with
     `schema` (or no columns).
     """
-    count = 0
-    desc = None
-    with atomic_write(path, remove_stale=remove_stale) as raw, _Segments() as segments:
+    writer = RowGroups(path, schema)
+    with atomic_write(path, remove_stale=remove_stale) as raw, writer:
         for batch in _batches(items, ROWS_PER_BATCH):
-            if schema is None:
-                desc, batch_schema = _widened(desc, batch, path, count)
-                segments.write(pa.Table.from_pylist(batch, schema=batch_schema))
-            else:
-                segments.write(_fitted(batch, schema, path, count))
-            count += len(batch)
+            writer.add_records(batch)
+        writer.finish(raw)
+    return writer.count
+
+
+class RowGroups:
+    """The writer's state: a table per batch of ROWS_PER_BATCH rows, into `_Segments`, under
+    the widened schema so far (or the user's). `add_table` takes a batch already as the table
+    `add_records` would make of its rows (the batch path, `io/arrow_parquet.py`)."""
+
+    def __init__(self, path: str, schema=None):
+        self.path, self.schema = path, schema
+        self.desc = None  # the widened descriptor so far (without a user schema)
+        self.count = 0
+        self._segments = _Segments()
+
+    def add_records(self, batch: list) -> None:
+        if self.schema is None:
+            self.desc, batch_schema = _widened(self.desc, batch, self.path, self.count)
+            self.add_table(pa.Table.from_pylist(batch, schema=batch_schema), self.desc)
+        else:
+            self.add_table(_fitted(batch, self.schema, self.path, self.count))
+
+    def add_table(self, table, desc=None) -> None:
+        self._segments.write(table)
+        self.desc = desc if self.schema is None else None
+        self.count += table.num_rows
+
+    def finish(self, raw) -> None:
+        schema = self.schema
         if schema is None:
-            schema = arrow_schema(desc) if desc is not None else pa.schema([])
-        segments.finish(raw, schema)
-    return count
+            schema = arrow_schema(self.desc) if self.desc is not None else pa.schema([])
+        self._segments.finish(raw, schema)
+
+    def __enter__(self) -> RowGroups:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._segments.__exit__(*exc)
 
 
 def _widened(desc: Any, batch: list, path: str, offset: int) -> tuple[Any, Any]:

@@ -4,7 +4,8 @@ A stage that starts with `load_jsonl()` or `load_parquet()` (without the file pa
 `batch_mode`) followed by column-expression ops (`filter(col(...))`, `select`,
 `with_columns`, `map_batches`) can run those ops on Arrow batches
 (`zephyr.execution.batch_stage`). It does so only where something gains from it: a
-column-expression op (or one pushdown folded into the loader), a `write_jsonl` right after, or
+column-expression op (or one pushdown folded into the loader), a `write_jsonl` or
+`write_parquet` right after, or
 a shuffle keyed by a column (`deduplicate(col("text"))`, `group_by(col("k"), ...)`) or a
 `reshard`. `ZEPHYR_COLUMNAR=0` runs every stage on Python records (to compare, or to debug).
 """
@@ -18,9 +19,10 @@ from zephyr.plan import ops as op
 from zephyr.shuffle.arrow_keys import is_column_key
 from zephyr.shuffle.scatter import HashPartition, RoundRobin, ScatterSink, keep_first
 
-__all__ = ["COLUMN_OPS", "SWITCH_LABEL", "batch_span", "enabled", "plan_labels", "takes_batches"]
+__all__ = ["COLUMN_OPS", "SWITCH_LABEL", "WRITERS", "batch_span", "enabled", "plan_labels", "takes_batches"]
 
 COLUMN_OPS = (op.FilterExpr, op.Select, op.WithColumns, op.MapBatches)
+WRITERS = (op.WriteJsonl, op.WriteParquet)  # writers that take Arrow rows as they are
 SWITCH_LABEL = "to_records"
 
 
@@ -40,7 +42,7 @@ def batch_span(ops: tuple, sink: Any) -> int | None:
     while end < len(ops) and isinstance(ops[end], COLUMN_OPS):
         end += 1
     folded = ops[0].filter is not None or ops[0].columns is not None  # pushdown put column ops in the loader
-    gains = end > 1 or folded or (end < len(ops) and isinstance(ops[end], op.WriteJsonl)) or (end == len(ops) and takes_batches(sink))
+    gains = end > 1 or folded or (end < len(ops) and isinstance(ops[end], WRITERS)) or (end == len(ops) and takes_batches(sink))
     return end if gains else None
 
 
@@ -63,7 +65,7 @@ def plan_labels(ops: tuple, sink: Any, labels: list[str]) -> list[str]:
         return labels
     labels = list(labels)
     labels[0] += " [batches]"
-    switch = end + 1 if end < len(ops) and isinstance(ops[end], op.WriteJsonl) else end
+    switch = end + 1 if end < len(ops) and isinstance(ops[end], WRITERS) else end
     if switch < len(ops) or (switch == len(ops) and sink is not None and not takes_batches(sink)):
         labels.insert(switch, SWITCH_LABEL)
     return labels
