@@ -113,3 +113,11 @@ def test_intra_shard_benchmark_runs(tmp_path):
     out = _run("bench_intra_shard.py", "--rows", "3000", "--work", "5", "--repeats", "1", tmp_path=tmp_path)
     result = json.loads(out)
     assert result["runs"][0]["same_rows"] and result["median_s"]["auto"] > 0
+
+
+@pytest.mark.slow
+def test_signature_batches_benchmark_runs(tmp_path):
+    """Its Arrow shingles must equal minhash.shingles (the script asserts it) before it prints."""
+    out = _run("bench_signature_batches.py", "--originals", "40", tmp_path=tmp_path, work_dir=False)
+    assert "| shingles: pyarrow.compute (batches) |" in out
+    assert json.loads((tmp_path / "out.json").read_text())["docs"] == 80
