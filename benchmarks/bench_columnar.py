@@ -1,10 +1,13 @@
 """Column-expression pipelines on Arrow batches (issue 26): zephyr vs Polars, DuckDB and Daft.
 
-Two jobs, each variant in its own fresh process, on the same corpus and all cores:
+Three jobs, each variant in its own fresh process, on the same corpus and all cores:
   - dedup: keep the first document per `text` of bench_dedup.py's corpus (2,000,000 docs, 10%
     exact duplicates, 616 MB of JSONL in 8 JSONL.zst shards), write JSONL.zst;
   - w1: bench_ray_backend.py's W1 input, add `num_chars` and keep documents of at least
-    `--min-chars` characters, write JSONL.zst.
+    `--min-chars` characters, write JSONL.zst;
+  - parquet: W1's two ops on the dedup corpus (`--parquet-min-chars`), write Parquet (Snappy,
+    every tool's default).
+`--plain` writes the JSON lines uncompressed, for every tool (Daft writes no other form).
 Zephyr runs on a warm local Ray (as bench_dedup.py's Ray variant: seconds exclude ray.init and
 a warm-up) with `memory=--memory`, once on batches (`deduplicate(col("text"))`,
 `with_columns(...).filter(col(...))`) and once on records (`ZEPHYR_COLUMNAR=0`, the same
@@ -42,7 +45,7 @@ from machine import load_average, machine, start_local_ray, work_dir
 ZEPHYR = ("zephyr-batches", "zephyr-records")
 
 
-def zephyr_pipeline(job: str, paths: list[str], out_dir: str, min_chars: int):
+def zephyr_pipeline(job: str, paths: list[str], out_dir: str, min_chars: int, plain: bool = False):
     from zephyr import Dataset, col
 
     ds = Dataset.from_files(list(paths)).load_jsonl()
@@ -50,7 +53,9 @@ def zephyr_pipeline(job: str, paths: list[str], out_dir: str, min_chars: int):
         ds = ds.deduplicate(col("text"))
     else:
         ds = ds.with_columns(num_chars=col("text").str_len()).filter(col("num_chars") >= min_chars)
-    return ds.write_jsonl(os.path.join(out_dir, "part-{shard:05d}.jsonl.zst"))
+    if job == "parquet":
+        return ds.write_parquet(os.path.join(out_dir, "part-{shard:05d}.parquet"))
+    return ds.write_jsonl(os.path.join(out_dir, "part-{shard:05d}.jsonl" + ("" if plain else ".zst")))
 
 
 def run_zephyr(spec: dict) -> dict:
@@ -67,7 +72,7 @@ def run_zephyr(spec: dict) -> dict:
             reset_peak_rss(pid)
         driver_cpu = time.process_time()
         start = time.perf_counter()
-        execution = backend.execute(zephyr_pipeline(spec["job"], spec["paths"], spec["out_dir"], spec["min_chars"]))
+        execution = backend.execute(zephyr_pipeline(spec["job"], spec["paths"], spec["out_dir"], spec["min_chars"], spec["plain"]))
         list(execution)
         seconds = time.perf_counter() - start
         peaks = _ray_worker_rss_mib("VmHWM")
@@ -76,7 +81,8 @@ def run_zephyr(spec: dict) -> dict:
         ray.shutdown()
     return {"seconds": seconds, "cpu_s": cpu, "peak_rss_mib": round(max(peaks.values()), 1) if peaks else None,
             "rss_note": "per Ray worker", "blocks_as_batches": execution.counters.get("zephyr/blocks_as_batches", 0),
-            "blocks_as_records": execution.counters.get("zephyr/blocks_as_records", 0)}
+            "blocks_as_records": execution.counters.get("zephyr/blocks_as_records", 0),
+            "parquet_batches_as_records": execution.counters.get("zephyr/parquet_batches_as_records", 0)}
 
 
 def child_main(spec: dict) -> None:
@@ -91,7 +97,7 @@ def child_main(spec: dict) -> None:
     else:
         reset_peak_rss()
         start = time.perf_counter()
-        run_peer(spec["variant"], spec["job"], spec["paths"], spec["out_dir"], spec["cores"], spec["min_chars"])
+        run_peer(spec["variant"], spec["job"], spec["paths"], spec["out_dir"], spec["cores"], spec["min_chars"], spec["plain"])
         usage = resource.getrusage(resource.RUSAGE_SELF)
         result = {"seconds": time.perf_counter() - start, "cpu_s": usage.ru_utime + usage.ru_stime,
                   "peak_rss_mib": round(_status_kib("VmHWM") / 1024, 1), "rss_note": "process"}
@@ -114,6 +120,11 @@ def output_rows(out_dir: str) -> int:
     rows = 0
     for root, _, names in os.walk(out_dir):
         for name in names:
+            if name.endswith(".parquet") and not name.startswith("."):
+                import pyarrow.parquet as pq
+
+                rows += pq.ParquetFile(os.path.join(root, name)).metadata.num_rows
+                continue
             if name.startswith(".") or not (".json" in name):
                 continue
             with open(os.path.join(root, name), "rb") as f:
@@ -134,7 +145,8 @@ def run_job(args, work: str, job: str, paths: list[str], variants: list[str]) ->
         out_dir = os.path.join(work, f"out-{job}-{variant}")
         subprocess.run(["rm", "-rf", out_dir], check=True)
         spec = {"variant": variant, "job": job, "paths": paths, "out_dir": out_dir, "cores": args.cores,
-                "memory": args.memory, "scratch": os.path.join(work, "scratch"), "min_chars": args.min_chars}
+                "memory": args.memory, "scratch": os.path.join(work, "scratch"),
+                "min_chars": args.parquet_min_chars if job == "parquet" else args.min_chars, "plain": args.plain}
         before = load_average()
         try:
             r = run_child(spec)
@@ -182,7 +194,9 @@ def main(argv=None) -> None:
     parser.add_argument("--min-chars", type=int, default=1000, help="W1's filter: num_chars >= this (default 1000)")
     parser.add_argument("--memory", default="256MiB", help="zephyr's task memory budget (default 256MiB)")
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="cores for every variant (default: all)")
-    parser.add_argument("--jobs", default="dedup,w1", help="which jobs (default dedup,w1)")
+    parser.add_argument("--jobs", default="dedup,w1,parquet", help="which jobs (default dedup,w1,parquet)")
+    parser.add_argument("--parquet-min-chars", type=int, default=200, help="the parquet job's filter (default 200)")
+    parser.add_argument("--plain", action="store_true", help="write JSON lines uncompressed, every tool (Daft's only form)")
     parser.add_argument("--peers", default=",".join(PEERS), help="which peers (default polars,duckdb,daft; '' for none)")
     parser.add_argument("--work-dir", default=None, help="where corpora and outputs go (default: a temp dir, removed after)")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
@@ -195,7 +209,7 @@ def main(argv=None) -> None:
     out = {"benchmark": "columnar", "machine": machine(), "load_before": load_average(), "params": vars(args) | {"child": None}}
     with work_dir(args.work_dir, "zephyr-bench-columnar-") as work:
         for job in args.jobs.split(","):
-            if job == "dedup":
+            if job in ("dedup", "parquet"):
                 info = ensure_corpus(os.path.join(work, "corpus"), num_shards=args.shards, docs_per_shard=args.docs // args.shards,
                                      dup_fraction=0.1, min_chars=50, max_chars=400, seed=4)
             else:

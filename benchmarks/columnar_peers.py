@@ -2,7 +2,10 @@
 
 - dedup: read the JSONL.zst corpus, keep the first document per `text`, write JSON lines;
 - w1: read, add `num_chars` (characters of `text`), keep documents with at least `min_chars`,
-  write JSON lines.
+  write JSON lines;
+- parquet: w1's ops, written as Parquet (Snappy).
+
+JSON lines are zstd-compressed unless `plain` (then every tool writes them uncompressed).
 
 Polars holds the whole corpus in memory (`read_ndjson` of each decompressed file, then one
 frame) and its output is zstd-compressed (level 3, all cores) by `zstandard`; DuckDB reads
@@ -34,12 +37,12 @@ DAFT_COMMAND = ["uv", "run", "--isolated", "--no-project", "--with", "daft==0.7.
                 os.path.abspath(__file__)]
 
 
-def run_peer(name: str, job: str, paths: list[str], out_dir: str, cores: int, min_chars: int) -> None:
+def run_peer(name: str, job: str, paths: list[str], out_dir: str, cores: int, min_chars: int, plain: bool = False) -> None:
     os.makedirs(out_dir, exist_ok=True)
-    {"polars": _polars, "duckdb": _duckdb, "daft": _daft}[name](job, paths, out_dir, cores, min_chars)
+    {"polars": _polars, "duckdb": _duckdb, "daft": _daft}[name](job, paths, out_dir, cores, min_chars, plain)
 
 
-def _polars(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int) -> None:
+def _polars(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int, plain: bool) -> None:
     os.environ["POLARS_MAX_THREADS"] = str(cores)  # read before polars is imported
     import io
 
@@ -56,13 +59,19 @@ def _polars(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int
         df = df.unique(subset=["text"], keep="first", maintain_order=True)
     else:
         df = df.with_columns(num_chars=pl.col("text").str.len_chars()).filter(pl.col("num_chars") >= min_chars)
+    if job == "parquet":
+        df.write_parquet(os.path.join(out_dir, "part-0.parquet"), compression="snappy")
+        return
+    if plain:
+        df.write_ndjson(os.path.join(out_dir, "part-0.jsonl"))
+        return
     buffer = io.BytesIO()
     df.write_ndjson(buffer)
     with open(os.path.join(out_dir, "part-0.jsonl.zst"), "wb") as f:
         f.write(zstandard.ZstdCompressor(level=3, threads=cores).compress(buffer.getvalue()))
 
 
-def _duckdb(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int) -> None:
+def _duckdb(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int, plain: bool) -> None:
     import duckdb
 
     con = duckdb.connect()
@@ -70,16 +79,17 @@ def _duckdb(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int
     files = "[" + ", ".join(f"'{p}'" for p in paths) + "]"
     scan = (f"read_json({files}, format='newline_delimited', "
             "columns={'id': 'VARCHAR', 'url': 'VARCHAR', 'text': 'VARCHAR'})")
-    out = os.path.join(out_dir, "part-0.jsonl.zst")
+    out = os.path.join(out_dir, "part-0.parquet" if job == "parquet" else "part-0.jsonl" if plain else "part-0.jsonl.zst")
     if job == "dedup":
         query = (f"SELECT id, url, text FROM (SELECT *, row_number() OVER () AS rn FROM {scan}) "
                  "QUALIFY row_number() OVER (PARTITION BY text ORDER BY rn) = 1")
     else:
         query = f"SELECT *, length(text) AS num_chars FROM {scan} WHERE length(text) >= {min_chars}"
-    con.execute(f"COPY ({query}) TO '{out}' (FORMAT json, COMPRESSION zstd)")
+    options = "FORMAT parquet, COMPRESSION snappy" if job == "parquet" else "FORMAT json, COMPRESSION " + ("none" if plain else "zstd")
+    con.execute(f"COPY ({query}) TO '{out}' ({options})")
 
 
-def _daft(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int) -> None:
+def _daft(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int, plain: bool) -> None:
     import daft
     from daft import col
 
@@ -88,7 +98,10 @@ def _daft(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int) 
         df = df.distinct("text")
     else:
         df = df.with_column("num_chars", col("text").length()).where(col("num_chars") >= min_chars)
-    df.write_json(out_dir)
+    if job == "parquet":
+        df.write_parquet(out_dir, compression="snappy")
+    else:
+        df.write_json(out_dir)
 
 
 def _peak_rss_mib() -> float:
@@ -99,7 +112,7 @@ def _peak_rss_mib() -> float:
 if __name__ == "__main__":  # one peer in a fresh process (for Daft, in its own environment)
     spec = json.loads(sys.argv[1])
     start = time.perf_counter()
-    run_peer(spec["variant"], spec["job"], spec["paths"], spec["out_dir"], spec["cores"], spec["min_chars"])
+    run_peer(spec["variant"], spec["job"], spec["paths"], spec["out_dir"], spec["cores"], spec["min_chars"], spec.get("plain", False))
     usage = resource.getrusage(resource.RUSAGE_SELF)
     print("RESULT " + json.dumps({"seconds": time.perf_counter() - start, "cpu_s": usage.ru_utime + usage.ru_stime,
                                   "peak_rss_mib": _peak_rss_mib(), "rss_note": "process"}), flush=True)

@@ -31,20 +31,34 @@ def json_lines_of(table: pa.Table, plain: bool = False) -> pa.Array | None:
     names = table.column_names
     if not names or len(set(names)) != len(names):
         return None
+    # one join over the whole line: the quotes of a string column without nulls go into the
+    # literal parts around it (a join per column costs a copy of every value per column)
     parts: list[Any] = []
+    literal = ""
     for i, (name, column) in enumerate(zip(names, table.columns)):
-        values = _json_values(_one_chunk(column), plain)
+        literal += ("{" if i == 0 else ",") + orjson.dumps(name).decode() + ":"
+        column = _one_chunk(column)
+        if _is_string(column.type) and not column.null_count:
+            parts += [literal + '"', column if plain else _escaped(column)]
+            literal = '"'
+            continue
+        values = _json_values(column, plain)
         if values is None:
             return None
-        parts += [("{" if i == 0 else ",") + orjson.dumps(name).decode() + ":", values]
-    parts.append("}\n")
+        parts += [literal, values]
+        literal = ""
+    parts.append(literal + "}\n")
     lines = pc.binary_join_element_wise(*parts, "")
     return lines.cast(pa.large_binary())
 
 
+def _is_string(kind: pa.DataType) -> bool:
+    return pt.is_string(kind) or pt.is_large_string(kind)
+
+
 def _json_values(column: pa.Array, plain: bool) -> pa.Array | None:
     kind = column.type
-    if pt.is_string(kind) or pt.is_large_string(kind):
+    if _is_string(kind):
         text = column if plain else _escaped(column)
         values = pc.binary_join_element_wise('"', text, '"', "")
     elif pt.is_integer(kind):

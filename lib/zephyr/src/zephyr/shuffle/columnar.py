@@ -44,7 +44,7 @@ from zephyr.shuffle.keys import hash_key_bytes
 
 __all__ = [
     "batch_rows", "columns_of", "conform", "dumps", "is_json", "json_lines", "key_column", "key_of", "payload_columns", "payload_of",
-    "json_exact", "records_of", "sort_value_column", "unify_schemas",
+    "json_exact", "payload_names", "records_of", "sort_value_column", "unify_schemas",
 ]
 
 FIELDS_META = b"zephyr.fields"
@@ -152,6 +152,12 @@ def payload_columns(data: pa.Table | pa.RecordBatch) -> tuple[list, dict]:
     if description.get("json"):
         return [data.column(JSON_COLUMN)], description
     return [data.column(f"c{i}") for i in range(len(description["names"]))], description
+
+
+def payload_names(schema: pa.Schema) -> list[str]:
+    """A shuffle table's payload column names (what `payload_columns` reads)."""
+    description = orjson.loads(schema.metadata[FIELDS_META])
+    return [JSON_COLUMN] if description.get("json") else [f"c{i}" for i in range(len(description["names"]))]
 
 
 def records_of(columns: Sequence[pa.Array], description: dict) -> list:

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from zephyr.shuffle.columnar import JSON_COLUMN, is_json, key_of, payload_columns, records_of
+from zephyr.shuffle.columnar import JSON_COLUMN, is_json, key_of, payload_columns, payload_names, records_of
 from zephyr.io.json_records import JsonLines
 
 _RECORD_SLICE = 4096
@@ -152,16 +152,18 @@ class Chunk:
         row = int(self.order[-1])
         return int(self.table.column("h")[row].as_py()), self.table.column("kb")[row].as_py()
 
-    def sorted_slices(self, rows: np.ndarray | None = None) -> Iterator[pa.Table]:
+    def sorted_slices(self, rows: np.ndarray | None = None, payload_only: bool = False) -> Iterator[pa.Table]:
         """The sorted rows (or the sorted positions `rows`) a slice at a time, so a big round
-        never holds all its rows as Python objects at once."""
+        never holds all its rows as Python objects at once. `payload_only`: just the payload
+        columns (the key bytes, often most of a row's bytes, are not copied)."""
+        table = self.table.select(payload_names(self.table.schema)) if payload_only else self.table
         order = self.order if rows is None else self.order[rows]
         contiguous = len(order) and order[0] == 0 and (np.diff(order) == 1).all()
         for start in range(0, len(order), _RECORD_SLICE):
             if contiguous:
-                yield self.table.slice(start, min(_RECORD_SLICE, len(order) - start))
+                yield table.slice(start, min(_RECORD_SLICE, len(order) - start))
             else:
-                yield self.table.take(pa.array(order[start : start + _RECORD_SLICE]))
+                yield table.take(pa.array(order[start : start + _RECORD_SLICE]))
 
     def record_lists(self) -> Iterator[list]:
         """Python records of the sorted rows, a list per slice."""
@@ -217,11 +219,11 @@ def _first_slices(chunks: Iterator[Chunk]) -> Iterator[pa.Table]:
     for chunk in chunks:
         starts = chunk.starts(previous)
         previous = chunk.last_key()
-        yield from chunk.sorted_slices(None if starts.all() else np.flatnonzero(starts))
+        yield from chunk.sorted_slices(None if starts.all() else np.flatnonzero(starts), payload_only=True)
 
 
 def concatenate(chunks: Iterator[Chunk]) -> Iterator[Any] | JsonLines:
-    return _handed_on(table for chunk in chunks for table in chunk.sorted_slices())
+    return _handed_on(table for chunk in chunks for table in chunk.sorted_slices(payload_only=True))
 
 
 def reduce_groups(chunks: Iterator[Chunk], reducer: Callable[..., Any]) -> Iterator[Any]:
