@@ -13,7 +13,9 @@ import pytest
 from zephyr import Dataset, create_backend
 from zephyr.shuffle.columnar import columns_of, key_column, records_of
 from zephyr.execution.summary import format_summary
-from zephyr.shuffle.keys import key_bytes, partition_of
+from zephyr.shuffle.keys import hash_key_array, hash_key_bytes, key_bytes, partition_of
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def typed(value):
@@ -266,3 +268,44 @@ def test_progress_bar_names_the_largest_partition(capsys):
     assert sorted(backend.execute(ds.group_by(lambda r: r["k"], lambda k, items: (k, sum(1 for _ in items))))) == [("a", 50), ("b", 1)]
     err = capsys.readouterr().err
     assert "largest partition " in err  # on the reduce stage's bar: the biggest partition and its size
+
+
+@settings(max_examples=100, deadline=None)
+@given(keys=st.lists(st.binary(max_size=40), min_size=1, max_size=30), cut=st.integers(0, 30))
+def test_key_hashes_from_an_arrow_column_are_the_record_paths(keys, cut):
+    """`hash_key_array` (lengths from the offsets) against `hash_key_bytes` of the Python
+    bytes, on whole and sliced arrays: rows must land in the same partitions on both paths."""
+    import pyarrow as pa
+
+    array = pa.array(keys, pa.large_binary()).slice(min(cut, len(keys) - 1))
+    assert hash_key_array(array).tolist() == hash_key_bytes(array.to_pylist()).tolist()
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs=st.lists(st.lists(st.tuples(st.integers(0, 5), st.sampled_from([b"sa", b"sb", b"sc", b"s"])), max_size=25),
+                     min_size=1, max_size=6),
+       batch_rows=st.integers(1, 7))
+def test_the_batch_merge_orders_rows_as_a_plain_sort(runs, batch_rows):
+    """`merge.merge_sorted` over sorted sources cut into batches, with hashes that collide
+    across different key bytes and across sources, against Python's `sorted` of all rows by
+    (h, kb, shard, pos); `first_per_key` keeps the first row of each (h, kb)."""
+    import numpy as np
+    import pyarrow as pa
+    from zephyr.shuffle.merge import merge_sorted
+
+    schema = pa.schema([("h", pa.uint64()), ("kb", pa.large_binary()), ("s", pa.int32()), ("pos", pa.int64())])
+    rows, sources = [], []
+    for shard, run in enumerate(runs):
+        ordered = sorted((h, kb, shard, pos) for pos, (h, kb) in enumerate(run))
+        rows += ordered
+        batches = [pa.RecordBatch.from_pylist([dict(zip(schema.names, r)) for r in ordered[i : i + batch_rows]], schema=schema)
+                   for i in range(0, len(ordered), batch_rows)]
+        sources.append(iter(batches))
+    merged = []
+    for chunk in merge_sorted(sources, schema):
+        table = chunk.sorted()
+        merged += list(zip(*(table.column(c).to_pylist() for c in schema.names)))
+        starts = chunk.starts(None)
+        assert len(starts) == table.num_rows
+    assert merged == sorted(rows)
+    assert np.all(np.diff([r[0] for r in merged]) >= 0)

@@ -10,7 +10,7 @@ import pyarrow.types as pt
 
 from zephyr.expr.key import ExprKey
 from zephyr.expr.nodes import Column
-from zephyr.shuffle.keys import hash_key_bytes
+from zephyr.shuffle.keys import hash_key_array
 
 __all__ = ["arrow_key_column", "is_column_key"]
 
@@ -36,4 +36,4 @@ def arrow_key_column(table: pa.Table, key) -> tuple[pa.Array, np.ndarray] | None
         return None
     kb = kb.combine_chunks() if isinstance(kb, pa.ChunkedArray) else kb
     kb = kb.cast(pa.large_binary())
-    return kb, hash_key_bytes(kb.to_pylist())
+    return kb, hash_key_array(kb)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-__all__ = ["HASH_SPACE", "hash_key_bytes", "key_bytes", "partition_of", "split_points", "splitmix64"]
+__all__ = ["HASH_SPACE", "hash_key_array", "hash_key_bytes", "key_bytes", "partition_of", "split_points", "splitmix64"]
 
 _STR_TAG = b"s"
 HASH_SPACE = 1 << 64
@@ -135,6 +135,16 @@ def hash_key_bytes(kbs: Sequence[bytes]) -> np.ndarray:
     crc = np.fromiter(map(zlib.crc32, kbs), dtype=np.uint32, count=n)
     lengths = np.fromiter(map(len, kbs), dtype=np.int64, count=n)
     return _mix(crc, lengths)
+
+
+def hash_key_array(kb) -> np.ndarray:
+    """`hash_key_bytes` of a large_binary Arrow array of key bytes (its lengths from its
+    offsets, not from a Python object per key)."""
+    n = len(kb)
+    crc = np.fromiter(map(zlib.crc32, kb.to_pylist()), dtype=np.uint32, count=n)
+    _, offsets, _ = kb.buffers()
+    bounds = np.frombuffer(offsets, dtype=np.int64, count=kb.offset + n + 1)[kb.offset :]
+    return _mix(crc, np.diff(bounds))
 
 
 def partition_of(kb: bytes, num_partitions: int) -> int:

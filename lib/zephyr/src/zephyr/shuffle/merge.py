@@ -87,18 +87,22 @@ class _Cursor:
         self.advance()
 
     def advance(self) -> None:
-        self.batch, self.start = None, 0
+        self.batch, self.start, self.last = None, 0, None
         for batch in self._batches:
             if batch.num_rows:
                 self.batch, self.h = batch, batch.column("h").to_numpy()
+                self.last = self.key(batch.num_rows - 1)  # the frontier's candidate, once per batch
                 return
 
     def key(self, row: int) -> tuple:
         return tuple(self.batch.column(c)[row].as_py() for c in _key_columns(self.batch))
 
-    def take_until(self, frontier: tuple) -> pa.RecordBatch:
-        """Rows from `start` whose full key is <= frontier (the batch is sorted)."""
+    def take_until(self, frontier: tuple) -> pa.RecordBatch | None:
+        """Rows from `start` whose full key is <= frontier (the batch is sorted); None when
+        there are none (its next hash is past the frontier's)."""
         h = np.uint64(frontier[0])
+        if self.h[self.start] > h:
+            return None
         lo = self.start + int(np.searchsorted(self.h[self.start :], h, side="left"))
         hi = self.start + int(np.searchsorted(self.h[self.start :], h, side="right"))
         cut = bisect.bisect_right(range(lo, hi), frontier, key=self.key) + lo  # rows with equal hashes
@@ -124,10 +128,10 @@ def merge_sorted(sources: list[Iterator[pa.RecordBatch]], schema: pa.Schema) -> 
             cursor.advance()
             cursors = [c for c in cursors if c.batch is not None]
             continue
-        frontier = min(c.key(c.batch.num_rows - 1) for c in cursors)
+        frontier = min(c.last for c in cursors)
         pieces = [c.take_until(frontier) for c in cursors]
         cursors = [c for c in cursors if c.batch is not None]
-        table = pa.Table.from_batches([p for p in pieces if p.num_rows], schema=schema).combine_chunks()
+        table = pa.Table.from_batches([p for p in pieces if p is not None and p.num_rows], schema=schema).combine_chunks()
         yield Chunk(table, sort_order(table))
 
 
