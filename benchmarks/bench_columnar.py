@@ -12,7 +12,9 @@ Zephyr runs on a warm local Ray (as bench_dedup.py's Ray variant: seconds exclud
 a warm-up) with `memory=--memory`, once on batches (`deduplicate(col("text"))`,
 `with_columns(...).filter(col(...))`) and once on records (`ZEPHYR_COLUMNAR=0`, the same
 pipeline); the two must write the same bytes. Peak RSS: each Ray worker's high-water mark
-(VmHWM) for zephyr, the process's for the peers (which run in-process).
+(VmHWM) for zephyr, the process's for the peers (which run in-process). Each variant runs
+`--runs` times in its one process (zephyr: on the same Ray workers): the table gives the first
+run (libraries loaded and warmed by it) and the fastest later one ("warm").
 
     uv run --group bench python benchmarks/bench_columnar.py --json benchmarks/results/columnar.json
 """
@@ -23,6 +25,7 @@ import argparse
 import filecmp
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -38,7 +41,7 @@ from bench_dedup import (
     reset_peak_rss,
 )
 from bench_ray_backend import w1_corpus
-from columnar_peers import DAFT_COMMAND, PEERS, run_peer
+from columnar_peers import DAFT_COMMAND, PEERS, run_peer_runs, runs_result
 from corpus import ensure_corpus
 from machine import load_average, machine, start_local_ray, work_dir
 
@@ -63,31 +66,36 @@ def run_zephyr(spec: dict) -> dict:
     from zephyr import Dataset, create_backend
 
     start_local_ray(spec["cores"])
+    runs = []
     try:
         backend = create_backend("ray", memory=spec["memory"], progress=False, scratch_dir=spec["scratch"])
         list(backend.execute(Dataset.from_list(list(range(4 * spec["cores"]))).reshard(2)))  # warm the workers
         idle = _ray_worker_rss_mib()
-        cpu_before = {pid: _proc_cpu_s(pid) for pid in idle}
         for pid in idle:
             reset_peak_rss(pid)
-        driver_cpu = time.process_time()
-        start = time.perf_counter()
-        execution = backend.execute(zephyr_pipeline(spec["job"], spec["paths"], spec["out_dir"], spec["min_chars"], spec["plain"]))
-        list(execution)
-        seconds = time.perf_counter() - start
+        for _ in range(spec["runs"]):
+            shutil.rmtree(spec["out_dir"], ignore_errors=True)
+            pids = _ray_worker_rss_mib()
+            cpu_before = {pid: _proc_cpu_s(pid) for pid in pids}
+            driver_cpu = time.process_time()
+            start = time.perf_counter()
+            execution = backend.execute(zephyr_pipeline(spec["job"], spec["paths"], spec["out_dir"], spec["min_chars"], spec["plain"]))
+            list(execution)
+            seconds = time.perf_counter() - start
+            after = _ray_worker_rss_mib()
+            cpu = time.process_time() - driver_cpu + sum(_proc_cpu_s(pid) - cpu_before.get(pid, 0.0) for pid in after)
+            runs.append((seconds, cpu))
         peaks = _ray_worker_rss_mib("VmHWM")
-        cpu = time.process_time() - driver_cpu + sum(_proc_cpu_s(pid) - cpu_before.get(pid, 0.0) for pid in peaks)
     finally:
         ray.shutdown()
-    return {"seconds": seconds, "cpu_s": cpu, "peak_rss_mib": round(max(peaks.values()), 1) if peaks else None,
-            "rss_note": "per Ray worker", "blocks_as_batches": execution.counters.get("zephyr/blocks_as_batches", 0),
-            "blocks_as_records": execution.counters.get("zephyr/blocks_as_records", 0),
-            "parquet_batches_as_records": execution.counters.get("zephyr/parquet_batches_as_records", 0)}
+    return runs_result(runs) | {
+        "peak_rss_mib": round(max(peaks.values()), 1) if peaks else None,
+        "rss_note": "per Ray worker", "blocks_as_batches": execution.counters.get("zephyr/blocks_as_batches", 0),
+        "blocks_as_records": execution.counters.get("zephyr/blocks_as_records", 0),
+        "parquet_batches_as_records": execution.counters.get("zephyr/parquet_batches_as_records", 0)}
 
 
 def child_main(spec: dict) -> None:
-    import resource
-
     os.environ["ZEPHYR_COLUMNAR"] = "0" if spec["variant"] == "zephyr-records" else "1"  # Ray's workers inherit it
     # Ray starts its workers at niceness 15, which a shared machine's other work starves: every
     # variant here runs at the default priority (as bench_dedup.py --niceness 0)
@@ -96,11 +104,7 @@ def child_main(spec: dict) -> None:
         result = run_zephyr(spec)
     else:
         reset_peak_rss()
-        start = time.perf_counter()
-        run_peer(spec["variant"], spec["job"], spec["paths"], spec["out_dir"], spec["cores"], spec["min_chars"], spec["plain"])
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        result = {"seconds": time.perf_counter() - start, "cpu_s": usage.ru_utime + usage.ru_stime,
-                  "peak_rss_mib": round(_status_kib("VmHWM") / 1024, 1), "rss_note": "process"}
+        result = runs_result(run_peer_runs(spec)) | {"peak_rss_mib": round(_status_kib("VmHWM") / 1024, 1), "rss_note": "process"}
     print("RESULT " + json.dumps(result), flush=True)
 
 
@@ -146,7 +150,8 @@ def run_job(args, work: str, job: str, paths: list[str], variants: list[str]) ->
         subprocess.run(["rm", "-rf", out_dir], check=True)
         spec = {"variant": variant, "job": job, "paths": paths, "out_dir": out_dir, "cores": args.cores,
                 "memory": args.memory, "scratch": os.path.join(work, "scratch"),
-                "min_chars": args.parquet_min_chars if job == "parquet" else args.min_chars, "plain": args.plain}
+                "min_chars": args.parquet_min_chars if job == "parquet" else args.min_chars, "plain": args.plain,
+                "runs": args.runs}
         before = load_average()
         try:
             r = run_child(spec)
@@ -173,17 +178,18 @@ def run_job(args, work: str, job: str, paths: list[str], variants: list[str]) ->
 
 def print_table(job: str, results: list[dict], corpus: dict) -> None:
     print(f"\n{job}: {corpus['docs']:,} docs, {corpus['mb_jsonl']} MB JSONL in {corpus['shards']} JSONL.zst shards")
-    print("| variant | seconds | docs/s | vs zephyr on records | rows out | same as records | peak RSS (MiB) | CPU s | load before |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| variant | seconds | docs/s | vs zephyr on records | rows out | same as records | peak RSS (MiB) | CPU s | warm seconds | warm CPU s | load before |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     base = next((r for r in results if r["name"] == "zephyr-records" and "failed" not in r), None)
     for r in results:
         if "failed" in r:
-            print(f"| {r['name']} | failed | | | | | | | |")
+            print(f"| {r['name']} | failed | | | | | | | | | |")
             continue
         same = r.get("same_bytes_as_records", r.get("same_ids_as_records", ""))
         ratio = f"{base['seconds'] / r['seconds']:.2f}x" if base else ""
         print(f"| {r['name']} | {r['seconds']:.2f} | {corpus['docs'] / r['seconds']:,.0f} | {ratio} | {r['rows_out']:,} | {same} "
-              f"| {r['peak_rss_mib']} ({r['rss_note']}) | {r['cpu_s']:.1f} | {r['load_before']} |")
+              f"| {r['peak_rss_mib']} ({r['rss_note']}) | {r['cpu_s']:.1f} | {r.get('warm_seconds', 0):.2f} | {r.get('warm_cpu_s', 0):.1f} "
+              f"| {r['load_before']} |")
 
 
 def main(argv=None) -> None:
@@ -196,6 +202,7 @@ def main(argv=None) -> None:
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="cores for every variant (default: all)")
     parser.add_argument("--jobs", default="dedup,w1,parquet", help="which jobs (default dedup,w1,parquet)")
     parser.add_argument("--parquet-min-chars", type=int, default=200, help="the parquet job's filter (default 200)")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each variant in its one process (default 3): the first, and the best later one")
     parser.add_argument("--plain", action="store_true", help="write JSON lines uncompressed, every tool (Daft's only form)")
     parser.add_argument("--peers", default=",".join(PEERS), help="which peers (default polars,duckdb,daft; '' for none)")
     parser.add_argument("--work-dir", default=None, help="where corpora and outputs go (default: a temp dir, removed after)")
