@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.types as pt
 
-__all__ = ["json_lines_of", "same_bytes"]
+__all__ = ["as_string", "json_lines_of", "same_bytes"]
 
 # what orjson writes for each character it escapes
 _CONTROLS = [(chr(c), orjson.dumps(chr(c))[1:-1].decode()) for c in range(32)]
@@ -37,7 +37,9 @@ def json_lines_of(table: pa.Table, plain: bool = False) -> pa.Array | None:
     literal = ""
     for i, (name, column) in enumerate(zip(names, table.columns)):
         literal += ("{" if i == 0 else ",") + orjson.dumps(name).decode() + ":"
-        column = _one_chunk(column)
+        column = as_string(_one_chunk(column))
+        if column is None:
+            return None
         if _is_string(column.type) and not column.null_count:
             parts += [literal + '"', column if plain else _escaped(column)]
             literal = '"'
@@ -50,6 +52,17 @@ def json_lines_of(table: pa.Table, plain: bool = False) -> pa.Array | None:
     parts.append(literal + "}\n")
     lines = pc.binary_join_element_wise(*parts, "")
     return lines.cast(pa.large_binary())
+
+
+def as_string(column: pa.Array) -> pa.Array | None:
+    """A large_string column as a string one (the join's literal parts are strings, and it has
+    no kernel mixing the two); None when it holds too much for 32-bit offsets."""
+    if not pt.is_large_string(column.type):
+        return column
+    try:
+        return column.cast(pa.string())
+    except (pa.ArrowInvalid, pa.ArrowCapacityError):
+        return None
 
 
 def _is_string(kind: pa.DataType) -> bool:

@@ -105,8 +105,8 @@ def _record_table(window: list, writer: RowGroups) -> tuple[pa.Table, object] | 
     except SchemaConflict:  # the record path names the record and the field
         return None
     n = table.num_rows
-    columns = [_cast(table.column(f.name), f.type, n) if f.name in fields else pa.nulls(n, f.type) for f in target]
-    try:
+    try:  # a cast that cannot be made (a large_string chunk of over 2 GiB into string) goes through records
+        columns = [_cast(table.column(f.name), f.type, n) if f.name in fields else pa.nulls(n, f.type) for f in target]
         return pa.Table.from_arrays(columns, schema=target).combine_chunks(), desc
     except (pa.ArrowException, ValueError):
         return None

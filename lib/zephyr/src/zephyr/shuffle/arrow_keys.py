@@ -9,6 +9,7 @@ import pyarrow.compute as pc
 import pyarrow.types as pt
 
 from zephyr.expr.key import ExprKey
+from zephyr.io.arrow_json import as_string
 from zephyr.expr.nodes import Column
 from zephyr.shuffle.keys import hash_key_array
 
@@ -29,6 +30,9 @@ def arrow_key_column(table: pa.Table, key) -> tuple[pa.Array, np.ndarray] | None
         return None
     kind = column.type
     if pt.is_string(kind) or pt.is_large_string(kind):
+        column = as_string(column.combine_chunks())  # the join has no kernel for large_string with str literals
+        if column is None:
+            return None
         kb = pc.binary_join_element_wise("s", column, "")  # b"s" + UTF-8, as key_bytes writes a str
     elif pt.is_signed_integer(kind):
         kb = pc.binary_join_element_wise("j", column.cast(pa.string()), "")  # b"j" + decimal
