@@ -129,9 +129,11 @@ def merge_sorted(sources: list[Iterator[pa.RecordBatch]], schema: pa.Schema) -> 
             cursors = [c for c in cursors if c.batch is not None]
             continue
         frontier = min(c.last for c in cursors)
-        pieces = [c.take_until(frontier) for c in cursors]
+        pieces = [p for p in (c.take_until(frontier) for c in cursors) if p is not None and p.num_rows]
+        if not pieces:  # the cursor whose batch ends at the frontier always empties it: never here
+            raise AssertionError(f"merge round made no progress at frontier {frontier!r:.200}")
         cursors = [c for c in cursors if c.batch is not None]
-        table = pa.Table.from_batches([p for p in pieces if p is not None and p.num_rows], schema=schema).combine_chunks()
+        table = pa.Table.from_batches(pieces, schema=schema).combine_chunks()
         yield Chunk(table, sort_order(table))
 
 
