@@ -5,6 +5,7 @@ landed: each node dies while the pipeline runs, and the run record counts lost a
 import importlib.util
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,9 @@ def test_nodes_come_and_go_while_the_quickstart_pipeline_runs(tmp_path, ray_clus
         # while its shards write their outputs.)
         for victim, after in ((first, 1), (second, NUM_SHARDS // 2)):
             while_running(lambda after=after: map_shards_done() >= after, f"{after} map shards of the dedup shuffle")
+            # the node that wrote the last manifest may be between two tasks: a kill there loses
+            # nothing. Kill when one of the victim's workers is running a task (using CPU).
+            while_running(_BusyWorkers(victim), "a worker of the victim node running a task")
             cluster.kill(victim)
             assert driver.is_alive() and map_shards_done() < NUM_SHARDS, "the map stage ended before the node was killed"
             cluster.add_node(num_cpus=1)
@@ -90,11 +94,37 @@ def test_nodes_come_and_go_while_the_quickstart_pipeline_runs(tmp_path, ray_clus
         assert (out / name).read_bytes() == (reference / name).read_bytes()
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in reference.iterdir())  # nothing else left
     assert not any((tmp_path / "scratch").iterdir())  # shuffle scratch removed
-    # the kills landed: map attempts were lost and resubmitted (one per kill in our runs; a kill
-    # between two of a node's tasks loses none), none charged to the user's budget
+    # the kills landed: map attempts were lost and resubmitted (each kill waited for a busy
+    # worker on its node), none charged to the user's budget
     stages = read_run_record(str(out))["stages"]
     assert stages[0]["shards"]["lost"] >= 1, [stage["shards"] for stage in stages]
     assert sum(stage["shards"]["user_errors"] for stage in stages) == 0
+
+
+class _BusyWorkers:
+    """A condition: some worker process of `node` (a child of its raylet) used at least 40% of
+    a core since the previous call, i.e. it is running a task, not idling between two."""
+
+    def __init__(self, node):
+        import psutil
+
+        self._raylet = psutil.Process(node.all_processes["raylet"][0].process.pid)
+        self._cpu: dict[int, float] = {}
+        self._at = time.monotonic()
+
+    def __call__(self) -> bool:
+        import psutil
+
+        now, cpu = time.monotonic(), {}
+        for child in self._raylet.children(recursive=True):
+            try:
+                times = child.cpu_times()
+            except psutil.Error:  # it ended meanwhile
+                continue
+            cpu[child.pid] = times.user + times.system
+        elapsed, previous = now - self._at, self._cpu
+        self._cpu, self._at = cpu, now
+        return bool(previous) and any(cpu[pid] - previous.get(pid, cpu[pid]) >= 0.4 * elapsed for pid in cpu)
 
 
 def _capture(outcome, fn, *args):
