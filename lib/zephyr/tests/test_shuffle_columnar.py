@@ -301,11 +301,17 @@ def test_the_batch_merge_orders_rows_as_a_plain_sort(runs, batch_rows):
         batches = [pa.RecordBatch.from_pylist([dict(zip(schema.names, r)) for r in ordered[i : i + batch_rows]], schema=schema)
                    for i in range(0, len(ordered), batch_rows)]
         sources.append(iter(batches))
-    merged = []
+    merged, firsts, previous = [], [], None
     for chunk in merge_sorted(sources, schema):
         table = chunk.sorted()
-        merged += list(zip(*(table.column(c).to_pylist() for c in schema.names)))
-        starts = chunk.starts(None)
-        assert len(starts) == table.num_rows
+        chunk_rows = list(zip(*(table.column(c).to_pylist() for c in schema.names)))
+        merged += chunk_rows
+        starts = chunk.starts(previous)  # as first_per_key reads them, across chunk boundaries
+        previous = chunk.last_key()
+        firsts += [row for row, start in zip(chunk_rows, starts.tolist()) if start]
     assert merged == sorted(rows)
     assert np.all(np.diff([r[0] for r in merged]) >= 0)
+    first_of = {}
+    for row in sorted(rows):
+        first_of.setdefault(row[:2], row)
+    assert firsts == sorted(first_of.values())

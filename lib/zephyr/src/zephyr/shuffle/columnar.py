@@ -149,14 +149,15 @@ def columns_of(items: Sequence[Any]) -> tuple[list[pa.Array], dict] | None:
 def payload_columns(data: pa.Table | pa.RecordBatch) -> tuple[list, dict]:
     """A shuffle table's (or batch's) payload columns and their description."""
     description = orjson.loads(data.schema.metadata[FIELDS_META])
-    if description.get("json"):
-        return [data.column(JSON_COLUMN)], description
-    return [data.column(f"c{i}") for i in range(len(description["names"]))], description
+    return [data.column(name) for name in _payload_names(description)], description
 
 
 def payload_names(schema: pa.Schema) -> list[str]:
     """A shuffle table's payload column names (what `payload_columns` reads)."""
-    description = orjson.loads(schema.metadata[FIELDS_META])
+    return _payload_names(orjson.loads(schema.metadata[FIELDS_META]))
+
+
+def _payload_names(description: dict) -> list[str]:
     return [JSON_COLUMN] if description.get("json") else [f"c{i}" for i in range(len(description["names"]))]
 
 
