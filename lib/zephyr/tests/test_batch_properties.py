@@ -25,6 +25,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from zephyr import Dataset, col, create_backend, lit
+from zephyr.errors import ShardError
 from zephyr.io.arrow_rows import MAX_BLOCK, MIN_BLOCK, block_bytes
 
 FIELDS = ["k", "s", "b", "n"]
@@ -87,6 +88,20 @@ def add_flag(table: pa.Table) -> pa.Table:
     return table.append_column("flag", pa.array([True] * table.num_rows))
 
 
+def spoil_short_strings(table: pa.Table) -> pa.Table:
+    """Turn each one-character `s` into bytes that are not UTF-8, as a user's
+    `binary.view(string)` can: the record path's `to_pylist` raises on them."""
+    at = table.schema.get_field_index("s")
+    if at < 0 or not (pa.types.is_string(table.schema.field(at).type) or pa.types.is_large_string(table.schema.field(at).type)):
+        return table
+    import pyarrow.compute as pc
+
+    s = table.column(at).combine_chunks()
+    raw = s.view(pa.large_binary() if pa.types.is_large_string(s.type) else pa.binary())
+    spoiled = pc.if_else(pc.equal(pc.utf8_length(s), 1), pc.binary_join_element_wise(raw, pa.scalar(b"\xff", raw.type), pa.scalar(b"", raw.type)), raw)
+    return table.set_column(at, "s", spoiled.view(s.type))
+
+
 def py_identity(record: Any) -> Any:
     return record
 
@@ -114,6 +129,7 @@ COLUMN_OPS = {
     "with_columns float": lambda ds: ds.with_columns(half=col("k") * 0.5),
     "map_batches identity": lambda ds: ds.map_batches(table_identity),
     "map_batches flag": lambda ds: ds.map_batches(add_flag),
+    "map_batches spoil": lambda ds: ds.map_batches(spoil_short_strings),
     "python map": lambda ds: ds.map(py_identity),
 }
 SINKS = {
@@ -188,10 +204,12 @@ parquet_tables = st.lists(
 @settings(max_examples=25, deadline=None)
 @given(tables=st.lists(parquet_tables, min_size=1, max_size=2), columns=st.sets(st.sampled_from(FIELDS), min_size=1),
        ops=st.lists(st.sampled_from(sorted(COLUMN_OPS)), max_size=3), sink=st.sampled_from(sorted(SINKS)),
-       string_type=st.sampled_from([pa.string(), pa.large_string()]))
-def test_parquet_batches_and_records_write_the_same_bytes(tables, columns, ops, sink, string_type):
+       string_type=st.sampled_from([pa.string(), pa.large_string()]), spoil=st.booleans())
+def test_parquet_batches_and_records_write_the_same_bytes(tables, columns, ops, sink, string_type, spoil):
     """Parquet row batches on the batch path (strings with escapes, as string or large_string
-    (as Polars writes them), int64, bool, floats with NaN, nulls) against the record path."""
+    (as Polars writes them), int64, bool, floats with NaN, nulls; with `spoil`, bytes that are
+    not UTF-8 in the files' one-character strings, which Parquet readers do not check) against
+    the record path."""
     import pyarrow.parquet as pq
 
     schema = pa.schema([("k", pa.int64()), ("s", string_type), ("b", pa.bool_()), ("n", pa.float64())])
@@ -200,6 +218,8 @@ def test_parquet_batches_and_records_write_the_same_bytes(tables, columns, ops, 
         for i, rows in enumerate(tables):
             inputs.append(os.path.join(work, f"in-{i}.parquet"))
             table = pa.Table.from_pylist(rows, schema=schema)
+            if spoil:
+                table = spoil_short_strings(table)
             pq.write_table(table.select([c for c in FIELDS if c in columns]), inputs[-1], row_group_size=7)
         records = run_pipeline(False, inputs, ops, sink, os.path.join(work, "records"))
         batches = run_pipeline(True, inputs, ops, sink, os.path.join(work, "batches"))
@@ -207,6 +227,43 @@ def test_parquet_batches_and_records_write_the_same_bytes(tables, columns, ops, 
     assert batches[1] == records[1]
     if records[1] is None:
         assert batches[0] == records[0]
+
+
+def test_strings_that_are_not_utf8_fail_both_paths_alike(tmp_path):
+    """A Parquet file whose string column holds bytes that are not UTF-8 (pyarrow reads them
+    without a check), and a `map_batches` fn that makes such strings: the batch path fails as
+    the record path does (a ShardError naming the source, from `to_pylist`), and writes nothing,
+    where it used to copy the bytes into the output."""
+    import pyarrow.parquet as pq
+
+    rows = [{"k": i, "s": "x" if i == 3 else f"ok{i}"} for i in range(10)]
+    spoiled = tmp_path / "spoiled.parquet"
+    pq.write_table(spoil_short_strings(pa.Table.from_pylist(rows)), spoiled)
+    clean = _write(tmp_path / "clean.jsonl", [orjson.dumps(r) for r in rows])
+    cases = {
+        "parquet": Dataset.from_files([str(spoiled)]).load_parquet().filter(col("k") >= 0),
+        "map_batches": Dataset.from_files([clean]).load_jsonl().map_batches(spoil_short_strings),
+    }
+    for name, ds in cases.items():
+        for columnar in (False, True):
+            out = tmp_path / f"{name}-{columnar}"
+            os.environ["ZEPHYR_COLUMNAR"] = "1" if columnar else "0"
+            backend = create_backend("sync", progress=False, scratch_dir=str(tmp_path / "scratch"))
+            try:
+                with pytest.raises(ShardError, match="UnicodeDecodeError") as caught:
+                    list(backend.execute(ds.write_jsonl(str(out / "o-{shard}.jsonl"))))
+            finally:
+                backend.close()
+                os.environ.pop("ZEPHYR_COLUMNAR", None)
+            assert os.path.basename(str(spoiled) if name == "parquet" else clean) in str(caught.value)
+            assert not out.exists() or not [n for n in os.listdir(out) if not n.startswith(".")]
+    # without the spoiled value, the same Parquet pipeline runs on batches
+    pq.write_table(pa.Table.from_pylist(rows), spoiled)
+    execution = create_backend("sync", progress=False, scratch_dir=str(tmp_path / "scratch")).execute(
+        Dataset.from_files([str(spoiled)]).load_parquet().filter(col("k") >= 0).write_jsonl(str(tmp_path / "ok" / "o.jsonl")))
+    list(execution)
+    assert execution.counters.get("zephyr/invalid_utf8_batches_as_records", 0) == 0
+    assert _read(tmp_path / "ok" / "o.jsonl") == b"".join(orjson.dumps(r) + b"\n" for r in rows)
 
 
 def _read(path) -> bytes:

@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 
 from zephyr.expr.arrow import to_arrow_filter, to_arrow_value
-from zephyr.io.arrow_rows import Pieces, Rows, block_bytes, read_jsonl_pieces, records_of
+from zephyr.io.arrow_rows import Pieces, Rows, block_bytes, read_jsonl_pieces, records_of, valid_rows
 from zephyr.io.batches import map_batches
 from zephyr.io.files import open_output
 from zephyr.io.json_records import line_bytes
@@ -67,7 +67,7 @@ def _read(item: Any, load: op.LoadJsonl | op.LoadParquet, size: int) -> Iterator
         return read_jsonl_pieces(path, load.on_bad_record, size)
     row_groups = item.row_groups if isinstance(item, ParquetSlice) else None
     pieces = read_parquet_pieces(path, columns=load.columns, filter=load.filter, row_groups=row_groups)
-    return (piece if isinstance(piece, list) else Rows(pa.Table.from_batches([piece])) for piece in pieces)
+    return (piece if isinstance(piece, list) else valid_rows(pa.Table.from_batches([piece])) for piece in pieces)
 
 
 def _each(step, argument, pieces: Iterator) -> Iterator:
@@ -116,9 +116,9 @@ def _with_columns(record: WithColumns, piece: Rows | list) -> Rows | list:
     return [record.apply_one(r) for r in records_of(piece)]
 
 
-def _map_batches(record: MapBatches, piece: Rows | list) -> Rows:
+def _map_batches(record: MapBatches, piece: Rows | list) -> Rows | list:
     table = piece.table if isinstance(piece, Rows) else pa.Table.from_pylist(piece)
-    return Rows(_called(record, table))
+    return valid_rows(_called(record, table))
 
 
 def _called(record: MapBatches, table: pa.Table) -> pa.Table:
