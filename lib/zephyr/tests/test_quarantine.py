@@ -74,6 +74,8 @@ def test_one_poison_shard_among_100_finishes_the_other_99_and_reports_it(quarant
     # the other 99 finished, exactly; the poison shard left nothing, not even a temporary
     assert sorted(r["x"] for r in read_jsonl_dir(out)) == [x for x in range(100) if x != POISON]
     assert visible_and_hidden(out) == sorted([f"part-{x:05d}.jsonl" for x in range(100) if x != POISON] + [".zephyr-run.json"])
+    # what list() could not return: the 99 written paths, in shard order
+    assert raised.value.results == [str(out / f"part-{x:05d}.jsonl") for x in range(100) if x != POISON]
     # the report: the status snapshot and the run record
     snapshot = execution.status.snapshot()
     assert [(q["stage"], q["shard"]) for q in snapshot["quarantined"]] == [(0, POISON)]

@@ -97,10 +97,13 @@ class QuarantinedShardsError(RuntimeError):
 
     `.shards` lists them (dicts: stage, shard, source, input_path, error_type, message, traceback,
     record, attempts). Outputs of the other shards are complete; a rerun retries the rest.
+    `.results` holds the results the run handed out, in shard order (a writer's paths), which
+    `list(execution)` would otherwise lose when this is raised at its end.
     """
 
-    def __init__(self, shards: list[dict]):
+    def __init__(self, shards: list[dict], results: list | None = None):
         self.shards = shards
+        self.results = results if results is not None else []
         lines = [QuarantinedShard(**s).describe() for s in shards[:SHOWN]]
         more = [f"... and {len(shards) - SHOWN} more (see the run record)"] if len(shards) > SHOWN else []
         super().__init__(

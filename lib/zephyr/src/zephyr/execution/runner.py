@@ -108,6 +108,7 @@ class Execution:
         self._hold_outputs()
         sweep_dead_temporaries()  # what killed runs left in this machine's temp dir
         previous: list[ShardResult] | None = None
+        handed: list = []  # the final stage's results, kept only when quarantining
         first = 0
         current = _final_outputs_exist(self.plan) and not self.scratch.left_by_earlier_run(self.plan)
         if current and len(self.plan.stages) > 1:
@@ -137,10 +138,14 @@ class Execution:
                     # every task is done: finish now, so that a caller who stops at the last
                     # item (next(), zip, islice) still gets scratch removed and the summary
                     self._finish()
+                if self.quarantine is not None:  # handed over again in the error, which list() would lose
+                    handed.extend(result.items or ())
                 yield from result.items or ()
         self._finish()
         if self.quarantine:
-            raise self.quarantine.error()
+            error = self.quarantine.error()
+            error.results = handed
+            raise error
 
     def _resize(self, stage: Stage, num_shards: int) -> Stage:
         return self._replace_stage(replace(stage, num_shards=num_shards))
