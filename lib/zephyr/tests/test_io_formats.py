@@ -1,11 +1,15 @@
 """JSONL and Parquet round trips, compression by extension, determinism, gs:// and memory://."""
 
 import gzip
+import json
+import re
 
 import fsspec
 import pyarrow as pa
 import pytest
 import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from zephyr import Dataset, ShardError, create_backend
 from zephyr.status import RECORD_NAME  # the run record beside outputs is not an output
@@ -187,3 +191,26 @@ def orjson_loads(line: bytes):
     import orjson
 
     return orjson.loads(line)
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=st.lists(st.one_of(st.sampled_from([b"0", b"9", b"5", b"/", b":", b" ", b"a"]), st.binary(max_size=3),
+                               st.integers(0, 10**25).map(lambda i: str(i).encode())), max_size=80).map(b"".join))
+def test_the_long_digit_scan_finds_exactly_the_runs_of_19_digits(data):
+    """`_long_digits` (a strided sample, then an exact look where two samples are digits)
+    against a plain regex: where it misses a run, an integer beyond 64 bits is read as a float."""
+    from zephyr.io.jsonl import _long_digits
+
+    for text in (data, b"x" * 50 + data, data * 3):
+        assert _long_digits(text) == (re.search(rb"[0-9]{19}", text) is not None)
+
+
+def test_integers_beyond_64_bits_are_read_exactly_anywhere_in_a_block(tmp_path):
+    """A 19-to-25-digit integer at each offset of a long block reads back as the int written
+    (orjson alone would give a float), and a block of short numbers reads as orjson reads it."""
+    from zephyr.io import read_jsonl
+
+    rows = [{"pad": "x" * (i % 23), "n": 10**18 + i * 7919 if i % 2 else 10**24 + i, "m": -(2**64) - i} for i in range(400)]
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in rows))
+    assert list(read_jsonl(str(path))) == rows

@@ -32,10 +32,12 @@ _BLOCK = 256 * 1024  # bytes of lines decoded per orjson batch
 _CHUNK = 1024  # records encoded (and checked) per write
 # 19+ digits in a row: where orjson may read an integer beyond 64 bits as a float (the run may
 # also be inside a string or a float; such lines are merely decoded twice). Found by mapping
-# every digit to "0" and searching for 19 of them: C-speed (~1.4 GB/s), where a regex
-# manages ~100 MB/s.
+# every digit to "0" and searching for 19 of them (~1.2 GB/s, where a regex manages ~100 MB/s),
+# after a sample of every 9th byte: 19 bytes in a row hold two consecutive multiples of 9, so
+# only where two consecutive samples are digits can such a run be (~3 GB/s on web text).
 _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_RUN = b"0" * 19
+_STRIDE = 9
 _NO_DEFAULT = itertools.repeat(None)
 _LINE_OPTION = itertools.repeat(orjson.OPT_APPEND_NEWLINE)
 
@@ -111,7 +113,15 @@ def decode_block(block: bytes, path: str, line_no: int, on_bad_record: str = "ra
 
 
 def _long_digits(data: bytes) -> bool:
-    return _LONG_RUN in data.translate(_DIGITS_TO_ZERO)
+    """Whether `data` holds 19 or more ASCII digits in a row."""
+    if len(data) < 64:
+        return _LONG_RUN in data.translate(_DIGITS_TO_ZERO)
+    digit = (np.frombuffer(data, dtype=np.uint8)[::_STRIDE] - np.uint8(48)) < 10  # bytes below "0" wrap past 9
+    for k in np.flatnonzero(digit[:-1] & digit[1:]).tolist():
+        at = k * _STRIDE  # a run of 19 through `at` lies within 18 bytes of it
+        if _LONG_RUN in data[max(0, at - 18) : at + _STRIDE + 19].translate(_DIGITS_TO_ZERO):
+            return True
+    return False
 
 
 def _decode_lines(lines: list[bytes], path: str, line_no: int, on_bad_record: str) -> list:
