@@ -152,7 +152,10 @@ def rows_of_block(block: bytes) -> Rows | None:
 
     try:
         table = pj.read_json(pa.BufferReader(block), read_options=pj.ReadOptions(use_threads=False, block_size=len(block) + 1))
-    except (pa.ArrowException, ValueError):
+        # pyarrow's reader takes strings that are not UTF-8 (orjson refuses them: a bad line)
+        table.validate(full=True)
+        table.column_names  # keys that are not UTF-8 fail here
+    except (pa.ArrowException, ValueError):  # UnicodeDecodeError is a ValueError
         return None
     # no backslash and no control byte but a newline per row: no string holds anything to escape
     # (exact once the block is accepted below: then it has exactly one newline per row)
