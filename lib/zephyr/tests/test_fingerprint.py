@@ -162,3 +162,50 @@ def test_input_versions_come_from_every_filesystem(tmp_path, gcs_bucket):
         after = expand_glob_versions(f"{root}/*.jsonl")
         assert after[0][1] != before[0][1], (root, before, after)
         assert file_versions([path])[path] == after[0][1]
+
+
+def test_code_reached_through_a_user_module_counts(tmp_path, monkeypatch):
+    """A helper or constant reached as `mod.attr`, or through `import mod` inside the function,
+    counts by what it is, not by the module's name: an edit to the module changes the digest
+    (it used to leave it, so a rerun reused shuffle output made by the old code). A module not
+    imported yet counts by its source file. Library modules still count by name."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    source = "FACTOR = {factor}\n\ndef scale(x):\n    return x * FACTOR\n"
+    (tmp_path / "fp_user_mod.py").write_text(source.format(factor=1))
+    (tmp_path / "fp_lazy_mod.py").write_text(source.format(factor=1))
+    monkeypatch.delitem(sys.modules, "fp_lazy_mod", raising=False)
+    import fp_user_mod
+
+    def by_helper(x):
+        return fp_user_mod.scale(x)
+
+    def by_constant(x):
+        return x * fp_user_mod.FACTOR
+
+    def by_local_import(x):
+        import fp_user_mod as m
+
+        return m.scale(x)
+
+    def by_lazy_import(x):
+        import fp_lazy_mod
+
+        return fp_lazy_mod.scale(x)
+
+    def by_library(x):
+        return json.dumps(x)
+
+    functions = [by_helper, by_constant, by_local_import, by_lazy_import, by_library]
+    try:
+        before = [fingerprint(fn) for fn in functions]
+        assert before == [fingerprint(fn) for fn in functions]  # stable while nothing changes
+        assert "fp_lazy_mod" not in sys.modules  # fingerprinting imported nothing
+        (tmp_path / "fp_user_mod.py").write_text(source.format(factor=1000))
+        (tmp_path / "fp_lazy_mod.py").write_text(source.format(factor=1000))
+        importlib.reload(fp_user_mod)
+        after = [fingerprint(fn) for fn in functions]
+    finally:
+        sys.modules.pop("fp_user_mod", None)
+    assert [a != b for a, b in zip(before, after)] == [True, True, True, True, False]

@@ -12,7 +12,9 @@ Identity covers everything that decides what a stage computes, walked structural
   Functions of the user's own modules (and of a `__main__` without a file: `python -c`,
   notebooks) count by their code although they pickle by reference; those of the standard
   library, installed packages and zephyr count by name (by code too where their name is not
-  unique: lambdas and nested functions);
+  unique: lambdas and nested functions). A user module the code reaches into (`mod.helper`,
+  `mod.FACTOR`, `import mod` inside the function) counts by its attributes of the names the
+  code reads (a module not imported yet, by its source file); library modules by name;
 - bound methods by function and instance; `staticmethod`, `classmethod`, `property`,
   `cached_property` by their functions; `lru_cache` wrappers by the function they wrap;
   builtins by name (and the object a builtin method is bound to);
@@ -118,6 +120,7 @@ class _Feeder:
         self.h = h
         self.seen: dict[int, int] = {}  # id -> order of first visit (back-references hash by it)
         self.keep: list[Any] = []  # keeps visited objects alive so ids stay unique
+        self.modules: set[int] = set()  # user modules whose attributes were fed (modules live on)
 
     def feed_at(self, label: Any, obj: Any, depth: int) -> None:
         """`feed`, naming `label` (a str, or a callable making one) in a problem's path."""
@@ -247,6 +250,7 @@ class _Feeder:
         self.feed_at("keyword defaults", fn.__kwdefaults__, d)
         if fn.__dict__:  # attributes set on the function (functools.wraps: __wrapped__)
             self.feed_at("attributes", fn.__dict__, d)
+        modules = []  # modules the code reads attributes of: a user module's count (`_user_module`)
         for name_, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
             try:
                 value = cell.cell_contents
@@ -254,13 +258,48 @@ class _Feeder:
                 h.update(b"<empty>")
                 continue
             self.feed_at(lambda n=name_: f"{_fn_label(fn)} closure cell {n!r}", value, d)
+            if type(value) is types.ModuleType:
+                modules.append(value)
         # module-level names the code reads: helpers and constants count, modules by name
         fn_globals = fn.__globals__
-        for name_ in sorted(_global_names(fn.__code__)):
+        names = _global_names(fn.__code__)
+        for name_ in sorted(names):
             if name_ in fn_globals:
                 h.update(f"global:{name_};".encode())
-                self.feed_at(lambda n=name_: f"{_fn_label(fn)} global {n!r}", fn_globals[name_], d)
+                value = fn_globals[name_]
+                self.feed_at(lambda n=name_: f"{_fn_label(fn)} global {n!r}", value, d)
+                if type(value) is types.ModuleType:
+                    modules.append(value)
+        for name_ in sorted(_imported_names(fn.__code__)):  # `import mod` inside the function
+            if name_ in sys.modules or _user_source(name_):
+                h.update(f"imports:{name_};".encode())
+                modules.append(sys.modules.get(name_) or name_)
+        for module in modules:
+            self._user_module(module, names, fn, d)
         h.update(b")")
+
+    def _user_module(self, module: types.ModuleType | str, names: set[str], fn: types.FunctionType, d: int) -> None:
+        """What `fn` reaches in a module of the user's own (`mod.helper(...)`, `mod.FACTOR`,
+        `import mod` inside it): the module's attributes of the names its code reads (helpers
+        followed as any function; a submodule the same way). A module not imported yet counts
+        by its source file's bytes. Library modules count by name (above)."""
+        if isinstance(module, str):
+            h = hashlib.blake2b(digest_size=16)
+            with open(_user_source(module), "rb") as f:
+                h.update(f.read())
+            self.h.update(f"source:{module}:{h.hexdigest()};".encode())
+            return
+        if _is_library(module.__name__) or id(module) in self.modules:
+            return
+        self.modules.add(id(module))
+        attributes = vars(module)
+        for name in sorted(names):
+            if name in attributes and not (name[:2] == "__" and name[-2:] == "__"):
+                value = attributes[name]
+                self.h.update(f"module:{module.__name__}.{name};".encode())
+                self.feed_at(lambda n=name: f"{_fn_label(fn)} reads {module.__name__}.{n}", value, d)
+                if type(value) is types.ModuleType:
+                    self._user_module(value, names, fn, d)
 
     def _code(self, code: types.CodeType, d: int) -> None:
         h = self.h
@@ -337,6 +376,37 @@ def _global_names(code: types.CodeType) -> set[str]:
         if isinstance(const, types.CodeType):
             names |= _global_names(const)
     return names
+
+
+def _imported_names(code: types.CodeType) -> set[str]:
+    """The modules `code` (or code nested in it) imports by absolute name."""
+    import dis
+
+    names = set()
+    for instruction in dis.get_instructions(code):
+        if instruction.opname == "IMPORT_NAME" and isinstance(instruction.argval, str):
+            names.add(instruction.argval)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _imported_names(const)
+    return names
+
+
+def _user_source(module: str) -> str | None:
+    """The source file of `module`, a module of the user's own not imported yet; else None."""
+    if module in sys.modules or module.split(".", 1)[0] in sys.stdlib_module_names:
+        return None
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError, AttributeError):
+        return None
+    origin = getattr(spec, "origin", None) if spec is not None else None
+    if not origin or not origin.endswith(".py") or not os.path.isfile(origin):
+        return None
+    real = os.path.realpath(origin)
+    return None if any(real.startswith(root) for root in _library_roots()) else origin
 
 
 def _type_name(obj: Any) -> str:
