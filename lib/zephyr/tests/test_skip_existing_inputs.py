@@ -101,6 +101,36 @@ def test_an_input_rewritten_in_place_is_recomputed_and_the_others_kept(local_bac
     assert again.counters["zephyr/shards_skipped_existing"] == 2
 
 
+def a_local_jsonl(path: str) -> bool:
+    return path.endswith(".jsonl") and "://" not in path
+
+
+def test_listed_paths_filtered_before_the_loader_keep_their_versions(local_backend, dirs):
+    """Regression: `from_list(paths).filter(...).load_jsonl()` gave its shards no file versions
+    (only a loader right after the source did), so a rewritten input kept its stale output (and
+    a shuffle after it would have been reused). A listed string that is no path at all
+    (`nowhere://c`, filtered out) does not stop the planning."""
+    inputs, out = dirs
+    for name, values in {"a": [1], "b": [2]}.items():
+        write_input(inputs, name, values)
+    paths = [str(inputs / "a.jsonl"), str(inputs / "b.jsonl"), "nowhere://c"]
+
+    def listed() -> Dataset:
+        return (Dataset.from_list(paths).filter(a_local_jsonl).load_jsonl().map(double)
+                .write_jsonl(f"{out}/part-{{shard}}.jsonl", skip_existing=True))
+
+    fingerprint = listed().plan().stages[0].fingerprint
+    list(local_backend.execute(listed()))
+    before = outputs(out)
+    assert before["part-0.jsonl"] == [{"name": "a", "v": 2}] and before["part-1.jsonl"] == [{"name": "b", "v": 4}]
+    write_input(inputs, "b", [7, 8, 9], in_place=True)  # another size: any clock tells the versions apart
+    assert listed().plan().stages[0].fingerprint != fingerprint
+    again = local_backend.execute(listed())
+    list(again)
+    assert outputs(out) == {**before, "part-1.jsonl": [{"name": "b", "v": v * 2} for v in (7, 8, 9)]}
+    assert again.counters["zephyr/shards_skipped_existing"] == len(before) - 1  # all but b's
+
+
 def test_a_removed_input_stops_the_run_naming_the_output_and_its_input(local_backend, dirs):
     inputs, out = dirs
     for name, values in {"a": [1], "b": [2], "c": [3]}.items():

@@ -117,8 +117,8 @@ def file_versions(paths: list[str]) -> dict[str, str]:
     """`file_version` of each path (one `info` request each, 16 at a time); a path that is
     not there maps to "missing", one that cannot be looked at to "unreadable:<error type>"."""
     def version(path: str) -> str:
-        fs, fs_path = url_to_fs(path)
         try:
+            fs, fs_path = url_to_fs(path)
             return file_version(fs.info(fs_path))
         except FileNotFoundError:
             return "missing"

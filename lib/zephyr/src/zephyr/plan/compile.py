@@ -130,8 +130,11 @@ def _identify_stage(previous: Identity, stage_input: Any, chain: tuple, sink: An
 
 def _versioned(shards: list[SourceShard], ops: tuple) -> list[SourceShard]:
     """`from_list` items that a loader reads as paths get their files' versions, as
-    `from_files` shards have (see `SourceShard.version`)."""
-    if ops and isinstance(ops[0], _LOADERS) and shards and all(s.path is None for s in shards):
+    `from_files` shards have (see `SourceShard.version`): also where filters come before the
+    loader (`from_list(paths).filter(...).load_jsonl()`), since what reaches it is some of those
+    paths. Items a `map` makes into paths are not known until it runs, so they have none."""
+    first = next((i for i, record in enumerate(ops) if not isinstance(record, (op.Filter, op.FilterExpr))), len(ops))
+    if first < len(ops) and isinstance(ops[first], _LOADERS) and shards and all(s.path is None for s in shards):
         return with_path_versions(shards)
     return shards
 
