@@ -25,7 +25,7 @@ from zephyr.io.parquet_schema import SchemaConflict, arrow_schema, infer_records
 from zephyr.io.records import UnwritableRecordError
 from zephyr.io.temporaries import make_temp_file
 from zephyr import counters
-from zephyr.expr import referenced_columns
+from zephyr.expr import Arithmetic, Column, Compare, Field, IsNull, Literal, Logical, Not, StrLen, referenced_columns
 from zephyr.expr.arrow import to_arrow_filter
 
 __all__ = ["ROWS_PER_BATCH", "RowGroups", "read_parquet", "write_parquet_file"]
@@ -122,23 +122,92 @@ def read_parquet_pieces(
                 late = filter
                 needed = referenced_columns(filter)
                 wanted = wanted if wanted is None else wanted + sorted((needed & set(names)) - set(wanted))
-        for batch in _row_group_batches(fragment, row_groups, wanted, pushed):
+        prune, reads = None, ()
+        if pushed is not None:
+            prune, reads = _statistics_filter(filter, schema), sorted(referenced_columns(filter) & set(names))
+        for batch in _row_group_batches(fragment, row_groups, wanted, pushed, prune, reads):
             yield batch if late is None else [_project(r, keep) for r in batch.to_pylist() if late(r)]
     finally:
         handle.close()
         counters.increment("zephyr/bytes_read", reader.bytes_read)
 
 
-def _row_group_batches(fragment, row_groups: Sequence[int] | None, columns: list[str] | None, pushed: Any) -> Iterator[Any]:
-    """Record batches of the wanted row groups, in file order, skipping those whose
-    statistics rule `pushed` out (one fragment per row group: pyarrow may reorder a
-    fragment's own row-group list)."""
-    pieces = fragment.split_by_row_group(filter=pushed) if pushed is not None else fragment.split_by_row_group()
+def _statistics_filter(filter: Any, schema: Any) -> Any:
+    """The part of `filter` that row-group statistics may rule on: its `&`-ed terms that read
+    no floating-point column or are false for NaN. Parquet's min/max leave NaN out, so a term
+    true for NaN (`x != 1.5`, `~(x < 2.0)`) would skip a row group whose NaN rows Python keeps;
+    `x > 0.5` (false for NaN, as in Python) still skips groups by their statistics."""
+    terms = []
+
+    def conjuncts(expr):
+        if isinstance(expr, Logical) and expr.op == "&":
+            conjuncts(expr.left)
+            conjuncts(expr.right)
+        else:
+            terms.append(expr)
+
+    conjuncts(filter)
+    names = set(schema.names)
+    safe = None
+    for term in terms:
+        columns = referenced_columns(term)
+        if any(c not in names for c in columns):
+            continue
+        if any(_has_floats(schema.field(c).type) for c in columns) and not _false_for_nan(term):
+            continue
+        arrow = to_arrow_filter(term, schema)
+        if arrow is not None:
+            safe = arrow if safe is None else safe & arrow
+    return safe
+
+
+def _false_for_nan(expr: Any) -> bool:
+    """Whether `expr` is false (or null) wherever a float it reads is NaN: an ordering or `==`
+    of values (NaN compares false), `&`/`|` of such, null tests. Not `!=`, not a negation."""
+    if isinstance(expr, Compare):
+        return expr.op != "!=" and _is_value(expr.left) and _is_value(expr.right)
+    if isinstance(expr, Logical):
+        return _false_for_nan(expr.left) and _false_for_nan(expr.right)
+    if isinstance(expr, Not) and isinstance(expr.child, IsNull):
+        return True  # a NaN is not null, and the null counts say so
+    return isinstance(expr, IsNull)
+
+
+def _is_value(expr: Any) -> bool:
+    if isinstance(expr, (Column, Literal, Field, StrLen)):
+        return True
+    return isinstance(expr, Arithmetic) and _is_value(expr.left) and _is_value(expr.right)
+
+
+def _has_floats(kind: Any) -> bool:
+    if pa.types.is_floating(kind):
+        return True
+    return any(_has_floats(kind.field(i).type) for i in range(kind.num_fields)) if kind.num_fields else False
+
+
+def _row_group_batches(fragment, row_groups: Sequence[int] | None, columns: list[str] | None, pushed: Any,
+                       prune: Any = None, reads: Sequence[str] = ()) -> Iterator[Any]:
+    """Record batches of the wanted row groups, in file order, filtered by `pushed`, skipping
+    those whose statistics rule `prune` out (one fragment per row group: pyarrow may reorder a
+    fragment's own row-group list). A scan's filter is also checked against the row group's
+    statistics, so the terms `prune` leaves out filter each batch after the scan."""
+    pieces = fragment.split_by_row_group(filter=prune) if prune is not None else fragment.split_by_row_group()
     if row_groups is not None:
         wanted = set(row_groups)
         pieces = [p for p in pieces if p.row_groups[0].id in wanted]
+    whole = pushed is None or (prune is not None and prune.equals(pushed))
+    if not whole and columns is not None and pushed is not None:  # the scan must read the after-filter's columns
+        scanned = columns + [c for c in reads if c not in columns]
+    else:
+        scanned = columns
     for piece in sorted(pieces, key=lambda p: p.row_groups[0].id):
-        yield from piece.to_batches(columns=columns, filter=pushed, batch_size=ROWS_PER_BATCH, use_threads=False)
+        batches = piece.to_batches(columns=scanned, filter=pushed if whole else prune, batch_size=ROWS_PER_BATCH, use_threads=False)
+        for batch in batches:
+            if not whole:
+                batch = batch.filter(pushed)
+                if scanned is not columns:
+                    batch = batch.select(columns)
+            yield batch
 
 
 def _project(row: dict, columns: list[str] | None) -> dict:
