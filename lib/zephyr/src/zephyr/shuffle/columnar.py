@@ -134,8 +134,8 @@ def columns_of(items: Sequence[Any]) -> tuple[list[pa.Array], dict] | None:
     if type(first) is not dict:
         return None
     names = tuple(first)
-    if not names or not all(type(name) is str for name in names):  # empty dicts: no column to count rows
-        return None
+    if not names or not all(type(name) is str and name.isascii() or _utf8(name) for name in names):
+        return None  # empty dicts (no column to count rows), or names the description cannot hold
     if set(map(type, items)) != {dict} or set(map(tuple, items)) != {names}:
         return None
     columns, encodings = [], []
@@ -144,6 +144,17 @@ def columns_of(items: Sequence[Any]) -> tuple[list[pa.Array], dict] | None:
         columns.append(column)
         encodings.append(encoding)
     return columns, {"names": list(names), "encodings": encodings}
+
+
+def _utf8(name: Any) -> bool:
+    """A str that encodes as UTF-8 (not one with a lone surrogate, which pickle carries)."""
+    if type(name) is not str:
+        return False
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def payload_columns(data: pa.Table | pa.RecordBatch) -> tuple[list, dict]:
