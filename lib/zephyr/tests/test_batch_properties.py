@@ -471,3 +471,19 @@ def test_parquet_from_batches_cuts_and_widens_row_groups_as_the_record_path(tmp_
     written = pq.ParquetFile(tmp_path / "out-True" / "p-000.parquet")
     assert [written.metadata.row_group(i).num_rows for i in range(written.num_row_groups)] == [8192, 8192, 20000 - 5 - 2 * 8192]
     assert written.read().to_pylist() == [r for r in rows if r["id"] >= 5]
+
+
+@settings(max_examples=100, deadline=None)
+@given(records=st.lists(st.fixed_dictionaries({}, optional={"k": st.one_of(st.none(), st.integers(-5, 5)), "s": st.one_of(st.none(), texts),
+                                                              "b": st.booleans()}), min_size=1, max_size=12))
+def test_a_table_made_from_records_drops_no_field(records):
+    """Regression: `map_batches` on records built its table with `Table.from_pylist`, which
+    takes the first record's keys, so a field the first record lacked vanished. Every key any
+    record has is a column; each row reads back as its record plus nulls for the keys it lacks."""
+    from zephyr.execution.batch_stage import records_table
+
+    table = records_table(records)
+    names = list(dict.fromkeys(k for r in records for k in r))
+    assert table.column_names == names and (table.num_rows == len(records) or not names)
+    if names:
+        assert table.to_pylist() == [{k: r.get(k) for k in names} for r in records]

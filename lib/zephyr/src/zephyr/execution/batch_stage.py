@@ -117,8 +117,18 @@ def _with_columns(record: WithColumns, piece: Rows | list) -> Rows | list:
 
 
 def _map_batches(record: MapBatches, piece: Rows | list) -> Rows | list:
-    table = piece.table if isinstance(piece, Rows) else pa.Table.from_pylist(piece)
+    table = piece.table if isinstance(piece, Rows) else records_table(piece)
     return valid_rows(_called(record, table))
+
+
+def records_table(records: list) -> pa.Table:
+    """Records as a table with a column for every key any of them has (null where one lacks
+    it), in order of first appearance: `Table.from_pylist` takes the first record's keys and
+    silently drops a field the first record lacks."""
+    names = dict.fromkeys(name for r in records if type(r) is dict for name in r)
+    if not names or not all(type(r) is dict for r in records):
+        return pa.Table.from_pylist(records)  # its error, its reading of dict subclasses, or no column
+    return pa.Table.from_pydict({name: [r.get(name) for r in records] for name in names})
 
 
 def _called(record: MapBatches, table: pa.Table) -> pa.Table:
@@ -161,7 +171,7 @@ _END = object()
 def map_batches_records(record: MapBatches, stream: Iterator[Any]) -> Iterator[Any]:
     """`map_batches` on the record path: `batch_size` records at a time as a pyarrow Table."""
     while window := list(itertools.islice(stream, record.batch_size)):
-        yield from _called(record, pa.Table.from_pylist(window)).to_pylist()
+        yield from _called(record, records_table(window)).to_pylist()
 
 
 def write_jsonl_pieces(pieces: Pieces, path: str) -> int:

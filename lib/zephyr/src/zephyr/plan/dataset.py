@@ -146,7 +146,10 @@ class Dataset:
           the Parquet and Vortex writers take such batches as their rows.
         - dict records: `fn(pyarrow.Table) -> pyarrow.Table` (or RecordBatch) on up to
           `batch_size` records (on the batch path: an input block as it is); the rows it
-          returns are the records out.
+          returns are the records out. A table made from records has a column for every key
+          any of them has (null where one lacks it) and one type per column (ints beside floats
+          become floats), so rows whose keys or number types vary may look different to `fn`
+          depending on which rows share their window.
 
         >>> ds.load_parquet(batch_mode=True).map_batches(lambda b: b.filter(pc.greater(b["score"], 0.5)))
         """
