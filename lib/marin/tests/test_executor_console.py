@@ -56,6 +56,34 @@ def test_failed_step_puts_the_users_traceback_on_the_console(tmp_path, caplog):
     assert failed[0].rstrip().endswith("ValueError: record 1 has no text field")
 
 
+def _root_cause_helper() -> None:
+    raise ValueError("cannot parse " + "lorem ipsum " * 500)
+
+
+def parse_with_a_long_cause(config: Cfg) -> None:
+    try:
+        _root_cause_helper()
+    except ValueError as e:
+        raise RuntimeError("could not parse record") from e
+
+
+def test_a_long_traceback_keeps_its_root_cause_on_the_console_and_in_the_lease(tmp_path, caplog, capsys):
+    """Regression: the traceback was cut to its last 4,000 characters for the console and the
+    lease alike, so a chained exception with a long message lost its root cause (printed first)."""
+    caplog.set_level(logging.INFO, logger="marin.execution.runner")
+    step = ExecutorStep("parse", parse_with_a_long_cause, Cfg(versioned(1), output_path=this_output_path()))
+    with pytest.raises(ExecutorError):
+        Executor(str(tmp_path / "prefix"), caller="exp.py", poll_interval=0.05).run([step])
+    (failed,) = [r.getMessage() for r in caplog.records if "Step parse failed" in r.getMessage()]
+    assert "in _root_cause_helper" in failed and "ValueError: cannot parse lorem" in failed  # the whole traceback
+    assert failed.rstrip().endswith("RuntimeError: could not parse record")
+    capsys.readouterr()
+    record = next((tmp_path / "prefix" / "experiments").glob("exp-*.json"))
+    assert marin_main(["steps", str(record), "--traceback"]) == 0
+    kept = capsys.readouterr().out
+    assert "in _root_cause_helper" in kept and "characters cut" in kept and "RuntimeError: could not parse record" in kept
+
+
 def _table(text: str) -> dict[str, tuple[str, str]]:
     rows = {}
     for line in text.splitlines():

@@ -425,7 +425,8 @@ class Executor:
         """Write FAILED (PREEMPTED for a lost node or worker, INTERRUPTED for a signal); returns
         (outcome, error text), or (None, None) when the executor already recorded the step."""
         planned = run.planned
-        text = "".join(traceback.format_exception(error))[-4000:]
+        full = "".join(traceback.format_exception(error))
+        text = _capped(full)  # for the lease; the console gets the whole traceback
         name = planned.step.name
         if run.interrupter.interrupted:
             status = StepStatus.INTERRUPTED
@@ -437,12 +438,24 @@ class Executor:
         else:
             status = StepStatus.FAILED
             # the user's traceback on the console, not only in the lease (`marin steps PREFIX` shows it again)
-            logger.error("Step %s failed: %s: %s\n%s", name, type(error).__name__, error, text.rstrip())
+            logger.error("Step %s failed: %s: %s\n%s", name, type(error).__name__, error, full.rstrip())
         with run.lock:
             if run.finalized:
                 return None, None
             write_status(planned.output_path, status)
         return status.value, text
+
+
+TRACEBACK_CHARS = 4000  # of a failed step's traceback kept in its lease
+
+
+def _capped(text: str, limit: int = TRACEBACK_CHARS) -> str:
+    """`text` within `limit` characters: its start (a chained exception's root cause comes
+    first) and its end (where the step raised), with what was cut between them said."""
+    if len(text) <= limit:
+        return text
+    head, tail = limit // 3, limit - limit // 3
+    return f"{text[:head]}\n... ({len(text) - head - tail} characters cut) ...\n{text[-tail:]}"
 
 
 def _first_epoch_of_this_run(lease: Lease) -> int:

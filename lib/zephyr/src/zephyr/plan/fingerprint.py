@@ -40,9 +40,11 @@ resume), and `reason` says what was found where, e.g.
 from __future__ import annotations
 
 import copyreg
+import dis
 import enum
 import functools
 import hashlib
+import importlib.util
 import os
 import sys
 import sysconfig
@@ -380,8 +382,6 @@ def _global_names(code: types.CodeType) -> set[str]:
 
 def _imported_names(code: types.CodeType) -> set[str]:
     """The modules `code` (or code nested in it) imports by absolute name."""
-    import dis
-
     names = set()
     for instruction in dis.get_instructions(code):
         if instruction.opname == "IMPORT_NAME" and isinstance(instruction.argval, str):
@@ -396,8 +396,6 @@ def _user_source(module: str) -> str | None:
     """The source file of `module`, a module of the user's own not imported yet; else None."""
     if module in sys.modules or module.split(".", 1)[0] in sys.stdlib_module_names:
         return None
-    import importlib.util
-
     try:
         spec = importlib.util.find_spec(module)
     except (ImportError, ValueError, AttributeError):
