@@ -71,3 +71,52 @@ def test_a_record_without_text_fails_naming_the_record_and_field(tmp_path):
         tokenize_to_cache(TokenizeConfig(input=str(tmp_path / "docs-*.jsonl"), output_path=str(tmp_path / "cache")))
     assert "docs-0.jsonl" in str(caught.value) or "shard 0" in str(caught.value)
     assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").glob("part-*"))
+
+
+def test_a_rerun_with_another_tokenizer_rewrites_every_shard(tmp_path):
+    """Regression: shards are written skip_existing, and Zephyr keeps outputs made by other code
+    from the same input, so a rerun with another eod_token (or a rewritten tokenizer.json) kept
+    the old shards beside new ones: one cache of two tokenizations, no error. The oracle is the
+    byte tokenizer's per-document encode with the new end-of-document id."""
+    corpus = _write_corpus(tmp_path)
+    config = TokenizeConfig(input=corpus, output_path=str(tmp_path / "cache"))
+    tokenize_to_cache(config)
+    # the second run fails on one file after the others are written (the user then fixes it)
+    bad = tmp_path / "docs-1.jsonl"
+    good_text = bad.read_text()
+    bad.write_text(good_text + json.dumps({"body": "no text"}) + "\n")
+    newline = TokenizeConfig(input=corpus, output_path=str(tmp_path / "cache"), eod_token="\n")
+    with pytest.raises(Exception, match="field 'text' must be a string"):
+        tokenize_to_cache(newline)
+    assert not (tmp_path / "cache" / "ledger.json").exists()  # no ledger over shards it does not describe
+    bad.write_text(good_text)
+    tokenize_to_cache(newline)
+    cache = TokenCache(str(tmp_path / "cache"))
+    assert cache.read(0, cache.total).tolist() == _expected(lambda text: [*text.encode(), 10])
+    # the same tokenizer again: the shards are kept (skip_existing), not rewritten
+    before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "cache").glob("part-*.npy")}
+    tokenize_to_cache(newline)
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "cache").glob("part-*.npy")} == before
+
+
+def test_a_rewritten_tokenizer_json_counts_as_another_tokenizer(tmp_path):
+    spec = _train_bpe(tmp_path / "tokenizer.json")
+    config = TokenizeConfig(input=_write_corpus(tmp_path), output_path=str(tmp_path / "cache"), tokenizer=spec,
+                            eod_token="<|endoftext|>")
+    tokenize_to_cache(config)
+    first = TokenCache(str(tmp_path / "cache")).total
+    # the same path, another vocabulary: bytes only (no merges), so more tokens per document
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    bytes_only = Tokenizer(models.BPE(unk_token="<unk>"))
+    bytes_only.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bytes_only.train_from_iterator([], trainers.BpeTrainer(vocab_size=10, special_tokens=["<unk>", "<|endoftext|>"],
+                                                           initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    bytes_only.save(spec)
+    load_tokenizer.cache_clear()  # this process cached the old one under the same path
+    tokenize_to_cache(config)
+    reference = Tokenizer.from_file(spec)
+    eod = reference.token_to_id("<|endoftext|>")
+    cache = TokenCache(str(tmp_path / "cache"))
+    assert cache.read(0, cache.total).tolist() == _expected(lambda text: reference.encode(text, add_special_tokens=False).ids + [eod])
+    assert cache.total > first

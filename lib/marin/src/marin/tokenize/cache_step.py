@@ -4,22 +4,34 @@
 text field; ``finish_token_cache`` writes the ledger once every shard is written (it reads
 only the shards' headers). ``tokenize_to_cache`` is both as an ``ExecutorStep`` function.
 Shards are written atomically and ``skip_existing``: a rerun after a crash redoes only the
-shards that are missing.
+shards that are missing. Zephyr keeps an output made by other code from the same input, so the
+tokenizer is checked here: ``output_path/.tokenizer.json`` names the one the shards were made
+with (its spec, ``eod_token`` and a digest of a ``tokenizer.json``'s bytes), and a run with
+another tokenizer removes the old shards first. A run also removes the ledger first, so a run
+that stops before ``finish_token_cache`` leaves no ledger over shards it does not describe.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
+import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from zephyr import Dataset, counters, create_backend
+from zephyr.io.files import atomic_write, url_to_fs
 from zephyr.io.tokens import LEDGER_NAME, write_token_ledger
 
 from marin.tokenize.tokenizers import load_tokenizer
 
-__all__ = ["TokenizeConfig", "finish_token_cache", "tokenize_dataset", "tokenize_to_cache"]
+__all__ = ["TOKENIZER_NAME", "TokenizeConfig", "finish_token_cache", "tokenize_dataset", "tokenize_to_cache"]
+
+logger = logging.getLogger(__name__)
+
+TOKENIZER_NAME = ".tokenizer.json"  # beside the shards: the tokenizer that made them
 
 
 def _encode_shard(stream: Iterator, *, spec: str, eod_token: str | None, text_field: str, batch_size: int):
@@ -42,14 +54,45 @@ def _encode_shard(stream: Iterator, *, spec: str, eod_token: str | None, text_fi
 def tokenize_dataset(dataset, output_path: str, *, tokenizer: str = "byte", eod_token: str | None = None,
                      text_field: str = "text", batch_size: int = 256):
     """``dataset`` encoded and written as token cache shards ``output_path/part-NNNNN.npy`` (uint16
-    ids when the vocabulary fits, else uint32); run it, then call :func:`finish_token_cache`."""
+    ids when the vocabulary fits, else uint32); run it, then call :func:`finish_token_cache`.
+
+    Prepares ``output_path`` when called: removes its ledger, and its shards if they were made
+    with another tokenizer (see the module docstring)."""
     vocab = load_tokenizer(tokenizer, eod_token).vocab_size
+    _claim(output_path.rstrip("/"), _tokenizer_identity(tokenizer, eod_token))
     encode = functools.partial(_encode_shard, spec=tokenizer, eod_token=eod_token, text_field=text_field,
                                batch_size=batch_size)
     return dataset.map_shard(encode).write_tokens(
         f"{output_path.rstrip('/')}/part-{{shard:05d}}.npy", dtype="uint16" if vocab <= 1 << 16 else "uint32",
         skip_existing=True,
     )
+
+
+def _tokenizer_identity(spec: str, eod_token: str | None) -> dict:
+    identity = {"tokenizer": spec, "eod_token": eod_token}
+    if spec != "byte":
+        fs, path = url_to_fs(spec)
+        identity["sha256"] = hashlib.sha256(fs.cat_file(path)).hexdigest()
+    return identity
+
+
+def _claim(output_path: str, identity: dict) -> None:
+    """Remove the ledger; remove the shards too unless our tokenizer made them; record ours."""
+    fs, root = url_to_fs(output_path)
+    if fs.exists(f"{root}/{LEDGER_NAME}"):
+        fs.rm_file(f"{root}/{LEDGER_NAME}")
+    marker = f"{root}/{TOKENIZER_NAME}"
+    before = json.loads(fs.cat_file(marker)) if fs.exists(marker) else None
+    if before == identity:
+        return
+    shards = fs.glob(f"{root}/part-*.npy")
+    if shards:  # made by another tokenizer, or by one nobody recorded
+        logger.warning("%s: removing %d token shard(s) made with another tokenizer (%s; now %s)",
+                       output_path, len(shards), before or "not recorded", identity)
+        fs.rm(shards)
+    fs.makedirs(root, exist_ok=True)
+    with atomic_write(f"{output_path}/{TOKENIZER_NAME}") as f:
+        f.write(json.dumps(identity, sort_keys=True).encode())
 
 
 def finish_token_cache(paths, output_path: str) -> dict:
