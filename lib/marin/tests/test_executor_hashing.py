@@ -102,6 +102,17 @@ def test_nested_versioned_values_count_by_field_path():
     assert len({paths(x)["n"], paths(y)["n"], paths(z)["n"]}) == 3
 
 
+def test_an_int_key_and_its_string_are_two_fields():
+    """Regression: dict keys went into the field path as str(key), so {1: x, "1": y} recorded one
+    of the two, and a change to the other left the path as it was."""
+    def step(x, y):
+        return ExecutorStep(name="k", fn=noop, config=Cfg(extra={1: versioned(x), "1": versioned(y)}))
+
+    plan = Executor("/p").plan([step("x", "y")])
+    assert plan.steps[0].version["config"] == {"extra.<int:1>": "x", "extra.1": "y"}
+    assert len({paths(step("x", "y"))["k"], paths(step("X", "y"))["k"], paths(step("x", "Y"))["k"]}) == 3
+
+
 def test_override_output_path_relative_and_absolute():
     rel = ExecutorStep(name="a", fn=noop, config=Cfg(), override_output_path="fixed/place")
     absolute = ExecutorStep(name="b", fn=noop, config=Cfg(), override_output_path="gs://bucket/data")

@@ -120,3 +120,10 @@ def test_a_rewritten_tokenizer_json_counts_as_another_tokenizer(tmp_path):
     cache = TokenCache(str(tmp_path / "cache"))
     assert cache.read(0, cache.total).tolist() == _expected(lambda text: reference.encode(text, add_special_tokens=False).ids + [eod])
     assert cache.total > first
+
+
+def test_a_batch_size_below_one_is_refused_before_anything_runs(tmp_path):
+    """Regression: batch_size=0 encoded nothing and wrote an empty cache, with success."""
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        tokenize_to_cache(TokenizeConfig(input=_write_corpus(tmp_path), output_path=str(tmp_path / "cache"), batch_size=0))
+    assert not (tmp_path / "cache").exists()

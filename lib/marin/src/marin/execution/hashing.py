@@ -54,7 +54,8 @@ def _walk(obj: Any, path: str) -> Iterator[tuple[str, Any]]:
             yield from _walk(getattr(obj, field.name), _dotted(path, field.name))
     elif isinstance(obj, dict):
         for key, value in obj.items():
-            yield from _walk(value, _dotted(path, str(key)))
+            # a key that is not a str by its type and repr: {1: v} and {"1": w} are two fields
+            yield from _walk(value, _dotted(path, key if isinstance(key, str) else f"<{type(key).__name__}:{key!r}>"))
     elif isinstance(obj, (list, tuple)):
         for index, value in enumerate(obj):
             yield from _walk(value, _dotted(path, str(index)))

@@ -58,6 +58,8 @@ def tokenize_dataset(dataset, output_path: str, *, tokenizer: str = "byte", eod_
 
     Prepares ``output_path`` when called: removes its ledger, and its shards if they were made
     with another tokenizer (see the module docstring)."""
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int (documents encoded at a time), got {batch_size!r}")
     vocab = load_tokenizer(tokenizer, eod_token).vocab_size
     _claim(output_path.rstrip("/"), _tokenizer_identity(tokenizer, eod_token))
     encode = functools.partial(_encode_shard, spec=tokenizer, eod_token=eod_token, text_field=text_field,
