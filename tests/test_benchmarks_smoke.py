@@ -121,3 +121,10 @@ def test_signature_batches_benchmark_runs(tmp_path):
     out = _run("bench_signature_batches.py", "--originals", "40", tmp_path=tmp_path, work_dir=False)
     assert "| shingles: pyarrow.compute (batches) |" in out
     assert json.loads((tmp_path / "out.json").read_text())["docs"] == 80
+
+
+@pytest.mark.slow
+def test_jsonl_scan_benchmark_runs(tmp_path):
+    """The script asserts that every scan finds the same blocks before it prints."""
+    out = _run("bench_jsonl_scan.py", "--docs", "2000", "--repeats", "1", tmp_path=tmp_path)
+    assert "| zephyr _long_digits |" in out and "| translate + find (before) |" in out

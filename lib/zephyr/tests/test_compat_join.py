@@ -122,3 +122,27 @@ def test_shard_counts_must_match_and_join_keys_must_be_group_keys(local_backend)
     windowed = Dataset.from_list([{"id": 1}]).group_by(by_id, first, num_output_shards=5).window(2)
     with pytest.raises(PlanError, match="not a per-item op"):
         windowed.sorted_merge_join(same, by_id, by_id).plan()
+
+
+def test_join_keys_of_two_group_bys_match_as_their_group_keys_do(local_backend):
+    """Regression: a NaN group key failed the join ("... is nan, but it came from the group of
+    key nan") though group_by takes NaN as one key. Keys now match by the shuffle's key bytes:
+    NaN joins NaN, and 1, 1.0 and True stay three keys, as in group_by."""
+    nan = float("nan")
+    left = Dataset.from_list([{"id": nan, "l": 1}, {"id": 1, "l": 2}, {"id": 2.5, "l": 3}]).group_by(by_id, first, num_output_shards=2)
+    right = Dataset.from_list([{"id": nan, "r": 1}, {"id": 1.0, "r": 2}, {"id": True, "r": 3}]).group_by(by_id, first, num_output_shards=2)
+    got = list(local_backend.execute(left.sorted_merge_join(right, by_id, by_id, how="left")))
+    assert sorted(((repr(r["id"]), r["l"], r.get("r")) for r in got)) == [("1", 2, None), ("2.5", 3, None), ("nan", 1, 1)]
+
+
+def test_a_join_of_a_joins_output_is_refused_when_planned(local_backend):
+    """Regression: A.group_by ⋈ B.group_by ⋈ C.group_by passed planning (the second join was taken
+    for another joint shuffle of the first one's map stage) and failed at run time with an
+    internal wrapper reaching the user's key function; the nested form too."""
+    def grouped(n):
+        return Dataset.from_list([{"id": i, f"v{n}": n} for i in range(3)]).group_by(by_id, first, num_output_shards=2)
+
+    for ds in (grouped(1).sorted_merge_join(grouped(2), by_id, by_id).sorted_merge_join(grouped(3), by_id, by_id),
+               grouped(3).sorted_merge_join(grouped(1).sorted_merge_join(grouped(2), by_id, by_id), by_id, by_id)):
+        with pytest.raises(PlanError, match="not a join's output"):
+            ds.plan()

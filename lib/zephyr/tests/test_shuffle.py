@@ -166,6 +166,24 @@ def test_join_checks_shard_counts_and_sortedness(local_backend):
         left.sorted_merge_join(Dataset.from_list([1, 2, 3]).reshard(3), int, int).plan()
 
 
+@pytest.mark.parametrize("how", ["inner", "left"])
+def test_a_right_side_that_goes_backwards_after_the_left_ends_fails_the_shard(local_backend, how):
+    """Regression: right [2, 1] against left [1]: the merge stopped when the left side ended and
+    never read the 1, so the match was lost with no error (the inner join gave nothing)."""
+    left = Dataset.from_list([[1]]).flat_map(list)
+    right = Dataset.from_list([[2, 1]]).flat_map(list)
+    with pytest.raises(ShardError, match="right input of shard 0 is not sorted by its key: 1 comes after 2"):
+        list(local_backend.execute(left.sorted_merge_join(right, int, int, combiner=lambda a, b: (a, b), how=how)))
+
+
+def test_join_keys_that_cannot_be_ordered_name_the_join(local_backend):
+    """None keys (or str against int) raised a bare TypeError from `<`."""
+    left = Dataset.from_list([[{"k": None}, {"k": None}]]).flat_map(list)
+    right = Dataset.from_list([[{"k": None}, {"k": 1}]]).flat_map(list)
+    with pytest.raises(ShardError, match=r"sorted_merge_join: shard 0's join keys .* cannot be ordered"):
+        list(local_backend.execute(left.sorted_merge_join(right, lambda r: r["k"], lambda r: r["k"])))
+
+
 def test_same_output_bytes_twice_and_scratch_is_removed(tmp_path):
     outputs = []
     for run in range(2):

@@ -104,6 +104,7 @@ def compile_plan(dataset) -> Plan:
             stages[-1] = Stage(0, chain, len(stage_input), stage_input, sink, "two sides", ident.digest, ident.reason)
             ident = _identify_stage(ident, reader, (), None)
             current, num_shards, stage_input, label = [], sink.num_partitions, reader, reader.label
+            shuffle = record  # its output is a join's, not a group_by's: no second joint shuffle
         elif isinstance(record, sop.SortedMergeJoin):
             current.append(_bind_join(record, num_shards))
         else:
@@ -190,6 +191,8 @@ def _joint_shuffle(record: sop.SortedMergeJoin, stages: list, shuffle: Any, curr
     right_groups = [o for o in record.right.ops if isinstance(o, (sop.GroupBy, sop.Deduplicate, sop.Reshard))]
     if len(right_groups) != 1 or not isinstance(right_groups[0], sop.GroupBy):
         return None
+    if any(isinstance(o, sop.SortedMergeJoin) for o in record.right.ops):
+        return None  # the right side is a join's output: _bind_join says what to do
 
     return join_shuffled(record, stages[0], shuffle, current, compile_plan(record.right), right_groups[0])
 
@@ -199,7 +202,8 @@ def _bind_join(record: sop.SortedMergeJoin, num_shards: int):
     if len(right.stages) != 1:
         raise PlanError(
             f"sorted_merge_join: the right side has {len(right.stages)} stages; it must be a single-stage "
-            "pipeline (write the shuffled side out first and join with from_files(...).load_*())"
+            "pipeline (write the shuffled side out first and join with from_files(...).load_*()), or, to join two "
+            "group_by outputs, each side must be a source, per-item ops and one group_by (not a join's output)"
         )
     (stage,) = right.stages
     if stage.num_shards != num_shards:

@@ -22,6 +22,7 @@ from typing import Any
 from zephyr.plan import ops as op
 from zephyr.errors import PlanError
 from zephyr.shuffle.join import default_combiner
+from zephyr.shuffle.keys import key_bytes
 from zephyr.shuffle.reduce import HashPartition, ReduceGroups, ScatterSink, ShuffleReader
 
 __all__ = ["TwoSided", "join_shuffled"]
@@ -156,7 +157,7 @@ def join_group(spec: JoinSpec, key: Any, items: Iterator[Tagged]) -> Iterator[An
         lkey = _own_key(spec.left_key, left, key, "left")
         matched = False
         for right, rkey in zip(rights, right_keys):
-            if rkey == lkey:
+            if rkey == lkey:  # the shuffle's key bytes of each: see _own_key
                 matched = True
                 yield combine(left, right)
         if not matched and spec.how == "left":
@@ -166,14 +167,17 @@ def join_group(spec: JoinSpec, key: Any, items: Iterator[Tagged]) -> Iterator[An
 _NONE = object()
 
 
-def _own_key(key_fn: Any, item: Any, group_key: Any, side: str) -> Any:
+def _own_key(key_fn: Any, item: Any, group_key: Any, side: str) -> bytes:
+    """The item's join key as the shuffle's key bytes (1, 1.0 and True differ; NaN is one key,
+    as in its group_by), checked to be its group's key."""
     value = key_fn(item)
-    if value != group_key:
+    encoded = key_bytes(value)
+    if encoded != key_bytes(group_key):
         raise ValueError(
             f"sorted_merge_join of two group_by outputs: the {side} join key of {item!r} is {value!r}, but it came "
             f"from the group of key {group_key!r}; each side's join key must be its group_by key"
         )
-    return value
+    return encoded
 
 
 def join_shuffled(record: Any, left_stage: Any, left_group: Any, between: list, right_plan: Any, right_group: Any):

@@ -52,7 +52,7 @@ def merge_join(
     rgroups = _groups(right, right_key, "right", shard)
     rkey, ritems = next(rgroups, (_MISSING, None))
     for lkey, litems in lgroups:
-        while rkey is not _MISSING and rkey < lkey:
+        while rkey is not _MISSING and _before(rkey, lkey, shard):
             rkey, ritems = next(rgroups, (_MISSING, None))
         if rkey is not _MISSING and rkey == lkey:
             rights = list(ritems)  # one key's right rows; the left group streams against them
@@ -63,12 +63,24 @@ def merge_join(
         elif how == "left":
             for litem in litems:
                 yield combine(litem, None)
+    # the rest of the right side is read too: a key that goes backwards there may be one the
+    # left side had (right [2, 1], left [1]), and must fail the shard, not lose the match
+    for _ in rgroups:
+        pass
+
+
+def _before(a: Any, b: Any, shard: int) -> bool:
+    try:
+        return a < b
+    except TypeError as e:
+        raise TypeError(f"sorted_merge_join: shard {shard}'s join keys {a!r} and {b!r} cannot be ordered ({e}); "
+                        "both sides must be sorted by keys of one comparable type (not None)") from None
 
 
 def _groups(stream: Iterator[Any], key, side: str, shard: int) -> Iterator[tuple[Any, Iterator[Any]]]:
     previous = _MISSING
     for k, items in itertools.groupby(stream, key=key):
-        if previous is not _MISSING and k < previous:
+        if previous is not _MISSING and _before(k, previous, shard):
             raise ValueError(
                 f"sorted_merge_join: the {side} input of shard {shard} is not sorted by its key: {k!r} comes after {previous!r}"
             )
