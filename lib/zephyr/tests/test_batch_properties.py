@@ -487,3 +487,33 @@ def test_a_table_made_from_records_drops_no_field(records):
     assert table.column_names == names and (table.num_rows == len(records) or not names)
     if names:
         assert table.to_pylist() == [{k: r.get(k) for k in names} for r in records]
+
+
+@pytest.mark.parametrize("on_bad_record", ["raise", "skip"])
+def test_json_lines_that_are_not_utf8_are_bad_records_on_both_paths(tmp_path, on_bad_record):
+    """Regression: pyarrow's JSON reader takes strings (and keys) that are not UTF-8, and such a
+    block wrote itself back byte for byte, so the batch path copied the bytes into its output
+    where the record path raises BadRecordError naming the line (or skips and counts it)."""
+    source = _write(tmp_path / "in.jsonl", [b'{"k":1,"s":"ok"}', b'{"k":2,"s":"\xff\xfe"}', b'{"k":3,"s":"\xed\xa0\x80"}',
+                                             b'{"\xff":4,"s":"x"}', b'{"k":5,"s":"fine"}'])
+    outputs = {}
+    for columnar in (False, True):
+        os.environ["ZEPHYR_COLUMNAR"] = "1" if columnar else "0"
+        backend = create_backend("sync", progress=False, scratch_dir=str(tmp_path / "scratch"))
+        out = tmp_path / f"out-{columnar}"
+        ds = Dataset.from_files([source]).load_jsonl(on_bad_record=on_bad_record).filter(col("k") > 0).write_jsonl(str(out / "o.jsonl"))
+        try:
+            if on_bad_record == "raise":
+                with pytest.raises(ShardError, match=r"in.jsonl:2: malformed JSON: str is not valid UTF-8"):
+                    list(backend.execute(ds))
+                assert not (out / "o.jsonl").exists()
+                continue
+            execution = backend.execute(ds)
+            list(execution)
+        finally:
+            backend.close()
+            os.environ.pop("ZEPHYR_COLUMNAR", None)
+        assert execution.counters.get("zephyr/bad_records") == 3
+        outputs[columnar] = _read(out / "o.jsonl")
+    if on_bad_record == "skip":
+        assert outputs[True] == outputs[False] == b'{"k":1,"s":"ok"}\n{"k":5,"s":"fine"}\n'
