@@ -113,6 +113,23 @@ def test_an_int_key_and_its_string_are_two_fields():
     assert len({paths(step("x", "y"))["k"], paths(step("X", "y"))["k"], paths(step("x", "Y"))["k"]}) == 3
 
 
+def test_an_identical_copy_of_a_dependency_referred_to_nonblocking_is_that_dependency():
+    """Regression: pseudo-dependencies were found by object identity, so a config that referred to
+    a step (blocking) and to an identical copy of it through `.nonblocking()` got a
+    pseudo_dependencies entry, and another path than with one object, though the planner folds
+    identical steps into one."""
+    def dep():
+        return ExecutorStep(name="d", fn=noop, config=Cfg(size=versioned(1), output_path=this_output_path()))
+
+    one = dep()
+    same_object = ExecutorStep(name="t", fn=noop, config=Cfg(input_path=output_path_of(one), extra={"x": output_path_of(one).nonblocking()}))
+    copies = ExecutorStep(name="t", fn=noop, config=Cfg(input_path=output_path_of(dep()), extra={"x": output_path_of(dep()).nonblocking()}))
+    assert paths(same_object)["t"] == paths(copies)["t"]
+    assert "pseudo_dependencies" not in Executor("/p").plan([copies]).steps[-1].version
+    only_nonblocking = ExecutorStep(name="t", fn=noop, config=Cfg(extra={"x": output_path_of(dep()).nonblocking()}))
+    assert Executor("/p").plan([only_nonblocking]).steps[-1].version["pseudo_dependencies"]  # still recorded
+
+
 def test_override_output_path_relative_and_absolute():
     rel = ExecutorStep(name="a", fn=noop, config=Cfg(), override_output_path="fixed/place")
     absolute = ExecutorStep(name="b", fn=noop, config=Cfg(), override_output_path="gs://bucket/data")

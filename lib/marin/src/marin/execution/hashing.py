@@ -128,9 +128,12 @@ def version_of(step: ExecutorStep, version_id: Callable[[ExecutorStep], str]) ->
         "config": config,
         "dependencies": list(dict.fromkeys(version_id(dep) for dep in dependencies_of(step))),
     }
-    pseudo = pseudo_dependencies_of(step)
+    # by version id: an identical copy of a blocking dependency is that dependency (the planner
+    # folds identical steps), not a step referred to only through `.nonblocking()`
+    blocking = set(version["dependencies"])
+    pseudo = [i for i in dict.fromkeys(version_id(dep) for dep in pseudo_dependencies_of(step)) if i not in blocking]
     if pseudo:  # absent otherwise, so that steps without any keep their hashes
-        version["pseudo_dependencies"] = list(dict.fromkeys(version_id(dep) for dep in pseudo))
+        version["pseudo_dependencies"] = pseudo
     return version
 
 
