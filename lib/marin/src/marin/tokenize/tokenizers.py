@@ -46,10 +46,21 @@ class HfTokenizer:
         return [[*encoding.ids, self.eod_id] for encoding in encodings]
 
 
-@lru_cache(maxsize=8)
 def load_tokenizer(spec: str = "byte", eod_token: str | None = None) -> ByteTokenizer | HfTokenizer:
     """``"byte"`` (``eod_token``: one ASCII character, or None for id 256) or a ``tokenizer.json``
-    path (``eod_token`` required, e.g. ``"<|endoftext|>"``). Cached per process: shards share it."""
+    path (``eod_token`` required, e.g. ``"<|endoftext|>"``). Cached per process (shards share
+    it) by the file's version too, so a ``tokenizer.json`` rewritten in place is read again."""
+    return _load(spec, eod_token, None if spec == "byte" else _file_version(spec))
+
+
+def _file_version(spec: str) -> str:
+    from zephyr.io.files import file_versions
+
+    return file_versions([spec])[spec]
+
+
+@lru_cache(maxsize=8)
+def _load(spec: str, eod_token: str | None, version: str | None) -> ByteTokenizer | HfTokenizer:
     if spec == "byte":
         if eod_token is None:
             return ByteTokenizer()
@@ -59,3 +70,6 @@ def load_tokenizer(spec: str = "byte", eod_token: str | None = None) -> ByteToke
     if not eod_token:
         raise ValueError(f"{spec}: give eod_token, the end-of-document token of this tokenizer")
     return HfTokenizer(spec, eod_token)
+
+
+load_tokenizer.cache_clear = _load.cache_clear  # type: ignore[attr-defined]
