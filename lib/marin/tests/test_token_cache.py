@@ -256,3 +256,51 @@ def test_one_token_check_for_the_cache_writer_and_the_json_reader(tmp_path):
     assert _as_tokens([2**31 - 1], "p.jsonl", 5).dtype == np.int32
     with pytest.raises(ValueError, match=r"^p.jsonl: record 5: token field has token ids outside"):
         _as_tokens([2**31], "p.jsonl", 5)
+
+
+def test_resuming_on_another_cache_or_a_swapped_mixture_is_refused(tmp_path):
+    """Regression: the resume guard hashed only the sources' basenames, always `ledger.json`, so
+    a checkpoint made on one cache resumed on another (or on a mixture with its sources
+    swapped), its position pointing into other data. The ledgers' listings count now."""
+    from marin.training import tiny_lm
+    from marin.training.train import train_loop
+
+    text = [list(f"{i}: all happy families are alike\n".encode()) for i in range(6)]
+    _write_cache(str(tmp_path / "a"), [text[:3], text[3:]])
+    _write_cache(str(tmp_path / "b"), [text[1:], text[:1]])
+
+    def run(data, directory, steps=3):
+        return train_loop(tiny_lm.train_step, tiny_lm.init_state, data, batch_size=8, seq_len=8, num_steps=steps,
+                          checkpoint_path=str(tmp_path / directory), checkpoint_every=3)
+
+    run(str(tmp_path / "a"), "one")
+    with pytest.raises(ValueError, match=r"other data than this run's \(ledgers_sha256"):
+        run(str(tmp_path / "b"), "one", steps=4)
+    mixture = {str(tmp_path / "a"): 0.5, str(tmp_path / "b"): 0.5}
+    run(mixture, "mix")
+    with pytest.raises(ValueError, match=r"other data than this run's \(ledgers_sha256"):
+        run(dict(reversed(list(mixture.items()))), "mix", steps=4)
+    assert run(str(tmp_path / "a"), "one", steps=4).resumed_from == 3  # the same cache resumes
+
+
+def test_a_json_lines_shard_named_json_is_not_taken_for_a_ledger(tmp_path):
+    """Regression: any path ending in ".json" counted as a cache's ledger, so a JSON Lines token
+    shard `tokens-00000.json` (a documented extension) failed to parse as one."""
+    from marin.training.token_cache import ledger_path
+    from marin.training.train import _resolve_data
+
+    shard = tmp_path / "tokens-00000.json"
+    shard.write_text(json.dumps({"input_ids": [1, 2, 3, 4]}) + "\n" + json.dumps({"input_ids": [5, 6]}) + "\n")
+    assert not is_token_cache(str(shard)) and ledger_path(str(shard)) == f"{shard}/ledger.json"
+    assert _resolve_data(str(shard)).cache is None and _resolve_data(str(shard)).shards == [str(shard)]
+    assert ledger_path(str(tmp_path / "c" / "ledger.json")) == str(tmp_path / "c" / "ledger.json")
+
+
+def test_uint32_token_ids_beyond_int32_are_refused_not_wrapped(tmp_path):
+    """Regression: the cache reader cast uint32 ids of 2**31 and above into its int32 batches,
+    where they wrapped negative; the JSON reader refuses them. Now both refuse."""
+    _write_cache(str(tmp_path), [[[1, 2, 2**31 + 5, 4]]], dtype="uint32")
+    cache = TokenCache(str(tmp_path))
+    assert cache.read(0, 2).tolist() == [1, 2]
+    with pytest.raises(ValueError, match=r"token id 2147483653 .* outside \[0, 2147483647\]"):
+        cache.read(0, 4)

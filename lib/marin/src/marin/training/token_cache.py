@@ -40,14 +40,18 @@ LEDGER_NAME = "ledger.json"
 
 def ledger_path(source: str) -> str:
     """The ledger of the cache at ``source`` (the cache folder or its ``ledger.json``)."""
-    return source if source.endswith(".json") else f"{source.rstrip('/')}/{LEDGER_NAME}"
+    # by its name: a JSON Lines token shard may end in ".json" too
+    return source if source.rstrip("/").rsplit("/", 1)[-1] == LEDGER_NAME else f"{source.rstrip('/')}/{LEDGER_NAME}"
 
 
 def is_token_cache(source: str | Sequence[str]) -> bool:
     """Whether ``source`` names one token cache (a folder holding ``ledger.json``, or the ledger)."""
     if not isinstance(source, str) or any(c in source for c in "*?["):
         return False
-    return source.endswith(LEDGER_NAME) or exists(ledger_path(source))
+    return source.rstrip("/").rsplit("/", 1)[-1] == LEDGER_NAME or exists(ledger_path(source))
+
+
+_INT32_MAX = 2**31 - 1
 
 
 class TokenCache:
@@ -93,7 +97,11 @@ class TokenCache:
             if len(data) != take * itemsize:
                 raise ValueError(f"{self.paths[shard]}: short read at token {offset} (cache shard truncated?)")
             self.bytes_read += len(data)
-            out[filled : filled + take] = np.frombuffer(data, dtype=self.dtypes[shard])
+            tokens = np.frombuffer(data, dtype=self.dtypes[shard])
+            if tokens.dtype.itemsize == 4 and tokens.dtype.kind == "u" and take and int(tokens.max()) > _INT32_MAX:
+                raise ValueError(f"{self.paths[shard]}: token id {int(tokens.max())} at or after token {offset} is outside "
+                                 f"[0, {_INT32_MAX}], which the trainer's int32 batches hold")
+            out[filled : filled + take] = tokens
             filled, position = filled + take, position + take
         return out
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import logging
 import os
 import queue
@@ -40,7 +41,7 @@ import numpy as np
 
 from marin.training.data import DataPosition, TokenBatches, resolve_shards
 from marin.training.preemption import PreemptionWatch, TrainingPreempted
-from marin.training.token_cache import CacheBatches, MixtureBatches, is_token_cache, ledger_path
+from marin.training.token_cache import LEDGER_NAME, CacheBatches, MixtureBatches, TokenCache, is_token_cache, ledger_path
 from marin.training.mesh import (
     DATA_AXIS,
     StateSharding,
@@ -303,10 +304,18 @@ def _run_steps(train_step: TrainStep, batches: Any, run: _Run, schedule: _Schedu
 
 
 def _data_facts(shards: Sequence[str], batch_size: int, seq_len: int, field: str) -> dict:
-    """What a saved data position means: which shards (by name, in order) and how they are cut."""
+    """What a saved data position means: which shards (by name, in order) and how they are cut;
+    for token caches (one, or a mixture's), what their ledgers list: each shard's name, tokens
+    and documents, in order (every cache's ledger has the same name)."""
     names = "\n".join(path.rstrip("/").rsplit("/", 1)[-1] for path in shards)
-    return {"num_shards": len(shards), "shard_names_sha256": hashlib.sha256(names.encode()).hexdigest(),
-            "batch_size": batch_size, "seq_len": seq_len, "field": field}
+    facts = {"num_shards": len(shards), "shard_names_sha256": hashlib.sha256(names.encode()).hexdigest(),
+             "batch_size": batch_size, "seq_len": seq_len, "field": field}
+    ledgers = [path.rsplit("*", 1)[0] for path in shards if path.rsplit("*", 1)[0].endswith(LEDGER_NAME)]
+    if ledgers:
+        listed = [[[s["path"].rsplit("/", 1)[-1], s["tokens"], s.get("documents")] for s in TokenCache(path).ledger["shards"]]
+                  for path in ledgers]
+        facts["ledgers_sha256"] = hashlib.sha256(json.dumps(listed).encode()).hexdigest()
+    return facts
 
 
 def _check_same_data(saved: dict, now: dict, path: str) -> None:
