@@ -81,6 +81,44 @@ def test_dry_run_prints_the_plan_and_writes_nothing(script, tmp_path):
     assert not out.exists()
 
 
+def test_dry_run_of_a_zephyr_context_script_prints_the_plan_at_once(tmp_path):
+    """Regression: ZephyrContext.execute ran tasks on the dry-run backend, whose refusal it took
+    for an infrastructure failure and retried (100 times, backing off to a minute: ~1.5 hours)."""
+    path = tmp_path / "ctx.py"
+    path.write_text(textwrap.dedent(
+        """
+        import sys
+        from zephyr import Dataset, ZephyrContext
+
+        result = ZephyrContext(max_workers=2).execute(Dataset.from_list([1, 2, 3]).map(lambda x: {"x": x}).write_jsonl(sys.argv[1] + "/p-{shard}.jsonl"))
+        print("results:", result.results)
+        """
+    ))
+    out = tmp_path / "out"
+    result = zephyr("--backend=threadpool", "--dry-run", str(path), str(out), timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "[dry-run on threadpool] Plan: 1 stage(s), 3 output shard(s)" in result.stdout
+    assert "results: []" in result.stdout and "retrying" not in result.stderr
+    assert not out.exists()
+
+
+def test_a_scripts_own_file_not_found_keeps_its_traceback(tmp_path):
+    """Regression: the command printed any FileNotFoundError as one line, so a script's own
+    failing open() lost its file and line; zephyr's own missing-input error stays one line."""
+    mine = tmp_path / "mine.py"
+    mine.write_text("def load():\n    return open('/nonexistent/zephyr-test/x.txt')\n\nload()\n")
+    result = zephyr("--backend=threadpool", str(mine))
+    assert result.returncode != 0
+    assert f'File "{mine}", line 2, in load' in result.stderr and "FileNotFoundError" in result.stderr
+    theirs = tmp_path / "theirs.py"
+    theirs.write_text("from zephyr import Dataset, flow_backend\n"
+                      "list(flow_backend().execute(Dataset.from_files('/nonexistent/zephyr-test/*.jsonl').load_jsonl()))\n")
+    result = zephyr("--backend=threadpool", str(theirs))
+    assert result.returncode == 1
+    assert "zephyr: error: InputNotFoundError: Input pattern '/nonexistent/zephyr-test/*.jsonl' matched no files" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_scratch_dir_option_places_shuffle_spills(tmp_path):
     path = tmp_path / "grouping.py"
     path.write_text(textwrap.dedent(

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import orjson
@@ -110,6 +111,23 @@ def test_a_second_run_into_a_busy_directory_fails_fast_naming_the_holder(tmp_pat
     ds = Dataset.from_list([1, 2]).map(lambda i: {"i": i}).write_jsonl(str(out / "part-{shard}.jsonl"))
     with pytest.raises(OutputBusyError, match=rf"already running into {out}: .*:{holder.pid} since"):
         list(create_backend("sync", progress=False).execute(ds))
+    assert not (out / "part-0.jsonl").exists()
+
+
+def test_through_a_zephyr_context_a_busy_directory_is_refused_not_retried(tmp_path, background, wait_for_line):
+    """Regression: ZephyrContext retried any RuntimeError as an infrastructure failure (up to 100
+    times, backing off to a minute), so OutputBusyError was logged and retried, not raised."""
+    from zephyr import ZephyrContext
+
+    out, gate = tmp_path / "out", tmp_path / "gate"
+    gate.touch()
+    holder = start(background, out, gate, "stall")
+    wait_for_line(holder, "RUNNING")
+    ds = Dataset.from_list([1, 2]).map(lambda i: {"i": i}).write_jsonl(str(out / "part-{shard}.jsonl"))
+    started = time.monotonic()
+    with pytest.raises(OutputBusyError, match=rf"already running into {out}"):
+        ZephyrContext(client="sync", max_workers=1).execute(ds)
+    assert time.monotonic() - started < 30  # no retry's backoff (the first alone waits a second)
     assert not (out / "part-0.jsonl").exists()
 
 

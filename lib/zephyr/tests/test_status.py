@@ -432,3 +432,25 @@ def test_the_page_as_served_shows_the_run_without_javascript(tmp_path):
     assert f'<h1 id="title">Zephyr run {record["run_id"]} — executor step &lt;tokenize&gt;</h1>' in html
     assert '<span id="state" class="badge succeeded">succeeded</span>' in html
     assert "stage 0" in html.split('<pre id="first-paint">')[1].split("</pre>")[0]
+
+
+def test_items_out_counts_only_what_this_run_wrote(tmp_path):
+    """Regression: a shard whose output skip_existing kept counted its returned path as one item
+    out, so a rerun writing 10 records over 4 shards reported 13, and one writing none, 4."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for i, n in enumerate([10, 5, 5, 5]):
+        (inputs / f"{i}.jsonl").write_text("".join(json.dumps({"i": i, "j": j}) + "\n" for j in range(n)))
+
+    def run():
+        ds = Dataset.from_files(str(inputs / "*.jsonl")).load_jsonl().write_jsonl(str(tmp_path / "out" / "part-{shard}.jsonl"), skip_existing=True)
+        execution = create_backend("sync", progress=False).execute(ds)
+        list(execution)
+        return execution.status.snapshot()
+
+    first = run()
+    assert first["stages"][0]["items_out"] == 25 == first["counters"]["zephyr/records_written"]
+    os.remove(tmp_path / "out" / "part-0.jsonl")  # one output to write again: 10 records
+    again = run()
+    assert again["stages"][0]["items_out"] == 10 == again["counters"]["zephyr/records_written"]
+    assert run()["stages"][0]["items_out"] == 0  # everything kept

@@ -31,8 +31,10 @@ import sys
 from collections.abc import Sequence
 
 from zephyr.backends import Backend, backend_names, create_backend, set_flow_backend
-from zephyr.errors import PlanError, ShardError
-from zephyr.execution.quarantine import DEFAULT_MAX_QUARANTINED, ON_SHARD_FAILURE, QuarantinedShardsError, check_max_quarantined
+from zephyr.errors import InputNotFoundError, PlanError, ShardError
+from zephyr.execution.quarantine import (DEFAULT_MAX_QUARANTINED, ON_SHARD_FAILURE, QuarantinedShardsError, QuarantineLimitError,
+                                         check_max_quarantined)
+from zephyr.execution.run_lock import OutputBusyError
 from zephyr.execution.interrupts import Interrupted, exit_after, handling_signals, signal_name
 from zephyr.execution.summary import format_summary
 from zephyr.resources import memory_argument
@@ -217,6 +219,7 @@ class DryRunBackend(Backend):
     """Prints each pipeline's plan instead of running it; `execute` yields nothing."""
 
     name = "dry-run"
+    plans_only = True  # ZephyrContext.execute hands it the dataset rather than running tasks on it
 
     def __init__(self, target: str, out=None):
         super().__init__(1)
@@ -374,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except QuarantinedShardsError as e:
             print(f"zephyr: error: {type(e).__name__}: {e}", file=sys.stderr)
             return EXIT_QUARANTINED
-        except (ShardError, PlanError, FileNotFoundError) as e:
+        except (ShardError, PlanError, InputNotFoundError, OutputBusyError, QuarantineLimitError) as e:  # zephyr's own: one line
             print(f"zephyr: error: {type(e).__name__}: {e}", file=sys.stderr)
             return 1
         except KeyboardInterrupt:  # Ray's waits re-raise a signal's exception as a bare KeyboardInterrupt

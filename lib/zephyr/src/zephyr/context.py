@@ -38,6 +38,9 @@ from zephyr.errors import PlanError, ShardError
 from zephyr.resources import parse_memory
 from zephyr.backends import shared
 from zephyr.backends.shared import get_shared
+from zephyr.dedup.components import NotConvergedError
+from zephyr.execution.quarantine import QuarantinedShardsError, QuarantineLimitError
+from zephyr.execution.run_lock import OutputBusyError
 from zephyr.execution.runner import Execution
 
 __all__ = [
@@ -121,7 +124,10 @@ class IntraShardExecution(enum.StrEnum):
 
 
 # deterministic failures: another attempt would fail the same way
-_NON_RETRYABLE = (ShardError, PlanError, ValueError, TypeError, KeyError, AttributeError, MemoryError, LookupError)
+# the run's own verdicts (a user error, a busy output, quarantined shards, a component search
+# that did not converge) end it; a run attempt is retried only for what else goes wrong
+_NON_RETRYABLE = (ShardError, PlanError, ValueError, TypeError, KeyError, AttributeError, MemoryError, LookupError,
+                  OutputBusyError, QuarantinedShardsError, QuarantineLimitError, NotConvergedError)
 
 
 # ---- inside a task ---------------------------------------------------------------------------
@@ -455,6 +461,9 @@ class ZephyrContext:
         if pool is None:
             pool, mine = self._new_pool()
             owned = pool if mine else None
+        if getattr(pool, "plans_only", False):  # `zephyr --dry-run`: its backend prints the plan
+            pool.execute(dataset)
+            return ZephyrExecutionResult(results=[], counters={})
         try:
             return self._run_with_retries(pool, plan, worker, map_res, reduce_res)
         finally:

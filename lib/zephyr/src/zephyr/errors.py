@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from types import TracebackType
 
-__all__ = ["PlanError", "ShardError", "TaskLost", "is_transient_storage_error"]
+__all__ = ["InputNotFoundError", "PlanError", "ShardError", "TaskLost", "is_transient_storage_error"]
 
 # Where an error was raised tells a storage call (our I/O layer or a filesystem client) from a
 # user function's own network call: the innermost frame outside the network stack must be one
@@ -26,6 +26,12 @@ _NETWORK_MODULES = tuple(f"{os.sep}{name}.py" for name in ("socket", "ssl", "sel
 
 class PlanError(ValueError):
     """The pipeline cannot run as written; raised before any task starts."""
+
+
+class InputNotFoundError(FileNotFoundError):
+    """An input file (or pattern) of the pipeline is not there: zephyr's own message names it.
+    A FileNotFoundError, so callers that catch that still do; the `zephyr` command prints it
+    as one line, where a user's own FileNotFoundError keeps its traceback."""
 
 
 class ShardError(RuntimeError):

@@ -25,6 +25,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
 
+from zephyr.errors import InputNotFoundError
 from zephyr.counters import increment
 from zephyr.io.compression import codec_for, open_compressed_reader, open_compressed_writer
 from zephyr.io.temporaries import is_stale, make_temp_file, owner_tag
@@ -149,7 +150,7 @@ def open_input(path: str) -> BinaryIO:
     try:
         raw = fs.open(fs_path, "rb")
     except FileNotFoundError as e:
-        raise FileNotFoundError(f"Input file not found: {path}") from e
+        raise InputNotFoundError(f"Input file not found: {path}") from e
     return open_compressed_reader(raw, codec_for(path))
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from zephyr.errors import InputNotFoundError
 from zephyr.io.formats import DEFAULT_FILE_PATH_COLUMN
 from functools import reduce
 from zephyr.expr import col
@@ -179,7 +180,7 @@ def _parquet_file(source: Any) -> Iterator[Any]:
     try:
         handle = fs.open(fs_path, "rb")
     except FileNotFoundError as e:
-        raise FileNotFoundError(f"Input file not found: {source}") from e
+        raise InputNotFoundError(f"Input file not found: {source}") from e
     with handle:
         yield pq.ParquetFile(handle)
 

@@ -20,6 +20,7 @@ import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
 
+from zephyr.errors import InputNotFoundError
 from zephyr.io.files import atomic_write, url_to_fs
 from zephyr.io.parquet_schema import SchemaConflict, arrow_schema, infer_records, unify
 from zephyr.io.records import UnwritableRecordError
@@ -104,7 +105,7 @@ def read_parquet_pieces(
     try:
         handle = fs.open(fs_path, "rb", **options)
     except FileNotFoundError as e:
-        raise FileNotFoundError(f"Input file not found: {path}") from e
+        raise InputNotFoundError(f"Input file not found: {path}") from e
     reader = _CountingReader(handle)
     try:
         try:

@@ -21,6 +21,7 @@ import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from zephyr.errors import InputNotFoundError
 from zephyr.io.files import atomic_write, url_to_fs
 from zephyr.io.temporaries import make_temp_file
 from zephyr.expr import Column, Compare, Literal, Logical, referenced_columns
@@ -82,7 +83,7 @@ def _opened(path: str) -> Iterator[Any]:
 
     fs, fs_path = url_to_fs(path)
     if not fs.exists(fs_path):
-        raise FileNotFoundError(f"Input file not found: {path}")
+        raise InputNotFoundError(f"Input file not found: {path}")
     with contextlib.ExitStack() as stack:
         try:
             if isinstance(fs, LocalFileSystem):

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Union
 
+from zephyr.errors import InputNotFoundError
 from zephyr.io.files import expand_glob_versions, file_versions
 from zephyr.io.files import url_to_fs
 from zephyr.io.formats import FileFormat, format_for
@@ -78,12 +79,12 @@ def resolve_source(source: Source) -> list[SourceShard]:
             if not any(c in pattern for c in "*?["):
                 if _is_directory(pattern):
                     base = pattern.rstrip("/")
-                    raise FileNotFoundError(
+                    raise InputNotFoundError(
                         f"Input {pattern!r} is a directory; from_files takes files or a glob, e.g. "
                         f"from_files('{base}/*.jsonl') or from_files('{base}/**/*') for every file under it")
-                raise FileNotFoundError(f"Input file {pattern!r} does not exist")
+                raise InputNotFoundError(f"Input file {pattern!r} does not exist")
             if not source.empty_glob_ok:
-                raise FileNotFoundError(f"Input pattern {pattern!r} matched no files (pass empty_glob_ok=True to allow this)")
+                raise InputNotFoundError(f"Input pattern {pattern!r} matched no files (pass empty_glob_ok=True to allow this)")
         versions.update(matches)
     # overlapping patterns must not read a file twice; one sorted order whatever the patterns
     return [SourceShard((p,), p, p, versions[p]) for p in sorted(versions)]
@@ -156,7 +157,7 @@ def _row_group_sizes(path: str) -> list[int]:
         with fs.open(fs_path, "rb") as f:
             meta = pq.ParquetFile(f).metadata
     except FileNotFoundError as e:
-        raise FileNotFoundError(f"Input file not found: {path}") from e
+        raise InputNotFoundError(f"Input file not found: {path}") from e
     except Exception as e:
         raise ValueError(f"{path}: not a readable Parquet file, so it cannot be split by approx_shard_bytes: {e}") from e
     return [sum(rg.column(c).total_compressed_size for c in range(rg.num_columns)) for rg in map(meta.row_group, range(meta.num_row_groups))]

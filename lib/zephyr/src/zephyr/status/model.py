@@ -406,6 +406,8 @@ def _live_point(st: _Stage, now: float, t0: float) -> list[list]:
 def _items_out(result: ShardResult) -> int:
     """Records a shard wrote (files or shuffle) or handed back to the driver."""
     c = result.counters
+    if c.get("zephyr/shards_skipped_existing"):  # its output was there: this run wrote nothing
+        return 0
     if "zephyr/records_written" in c or "zephyr/shuffle_records" in c:
         return c.get("zephyr/records_written", 0) + c.get("zephyr/shuffle_records", 0)
     return result.num_items
