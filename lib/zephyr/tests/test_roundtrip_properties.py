@@ -481,6 +481,39 @@ def test_parquet_user_schema_refuses_values_it_would_truncate(tmp_path):
     assert _no_outputs(tmp_path)
 
 
+@pytest.mark.parametrize("case", ["missing", "none", "struct child", "list element", "nullable parent"])
+def test_a_user_schemas_required_field_refuses_a_null_naming_record_and_field(tmp_path, case):
+    """Regression: a null in a field the user's schema declares not nullable passed the
+    conversion and failed in the Parquet writer as a bare ArrowInvalid naming no record or
+    field (and so did write_vortex, which also named its staging file)."""
+    import pyarrow as pa
+
+    from zephyr.io.vortex import write_vortex_file
+
+    good = {"a": 1, "s": {"y": 1}, "l": [1]}
+    bad, field, schema = {
+        "missing": ({"s": {"y": 1}, "l": [1]}, "a", [pa.field("a", pa.int64(), nullable=False)]),
+        "none": ({**good, "a": None}, "a", [pa.field("a", pa.int64(), nullable=False)]),
+        "struct child": ({**good, "s": {"y": None}}, "s.y", [pa.field("s", pa.struct([pa.field("y", pa.int64(), nullable=False)]))]),
+        "list element": ({**good, "l": [1, None]}, "l[]", [pa.field("l", pa.list_(pa.field("item", pa.int64(), nullable=False)))]),
+        "nullable parent": ({**good, "s": None}, None, [pa.field("s", pa.struct([pa.field("y", pa.int64(), nullable=False)]))]),
+    }[case]
+    names = {f.name for f in schema}
+    schema = pa.schema(schema + [pa.field(n, t) for n, t in (("a", pa.int64()), ("s", pa.struct([("y", pa.int64())])), ("l", pa.list_(pa.int64()))) if n not in names])
+    records = [good] * 9000 + [bad, good]
+    for write, name in ((write_parquet_file, "o.parquet"), (write_vortex_file, "o.vortex")):
+        path = str(tmp_path / name)
+        if field is None:  # a null struct holds no child: allowed, and read back as a null
+            write(records, path, schema)
+            continue
+        with pytest.raises(UnwritableRecordError) as info:
+            write(records, path, schema)
+        assert str(info.value).startswith(f"{path}: record 9000, field '{field}': is null or missing")
+        assert _no_outputs(tmp_path)
+    if field is None:
+        assert list(read_parquet(str(tmp_path / "o.parquet")))[9000]["s"] is None
+
+
 def test_parquet_conflict_in_a_pipeline_names_the_shard(local_backend, tmp_path):
     out = tmp_path / "out"
     ds = Dataset.from_list([[{"a": 1}, {"a": "one"}]]).flat_map(lambda rows: rows).write_parquet(str(out / "{shard}.parquet"))

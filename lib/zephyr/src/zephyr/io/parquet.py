@@ -322,6 +322,10 @@ def _fitted(batch: list, schema, path: str, offset: int):
                 field = _unfit_column(record, schema)
                 raise UnwritableRecordError(path, offset + i, field, f"does not fit the given schema: {e}") from None
         raise
+    refused = _forbidden_null(table, schema)
+    if refused is not None:  # pyarrow converts it, and only the Parquet writer refuses it, naming no record
+        row, field = refused
+        raise UnwritableRecordError(path, offset + row, field, "is null or missing, but the given schema's field is not nullable")
     if inferred is not None and _same_types(inferred, schema):
         return table  # the types exact inference gives: the conversion changed nothing
     for i, (record, back) in enumerate(zip(batch, table.to_pylist())):
@@ -331,6 +335,49 @@ def _fitted(batch: list, schema, path: str, offset: int):
             column = schema.field(field.split(".")[0].split("[")[0]).type if field else schema
             raise UnwritableRecordError(path, offset + i, field, f"{value!r:.60} would be written as {written!r:.60} by the given schema's {column}")
     return table
+
+
+def _forbidden_null(table: pa.Table, schema) -> tuple[int, str] | None:
+    """(row, field path) of the first null in a field `schema` declares not nullable, or None."""
+    if not any(_requires(field) for field in schema):
+        return None
+    for field in schema:
+        found = _null_under(table.column(field.name).combine_chunks(), field, field.name, None)
+        if found is not None:
+            return found
+    return None
+
+
+def _requires(field: pa.Field) -> bool:
+    kind = field.type
+    if not field.nullable:
+        return True
+    if pa.types.is_struct(kind):
+        return any(_requires(kind.field(i)) for i in range(kind.num_fields))
+    return (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and _requires(kind.value_field)
+
+
+def _null_under(array: pa.Array, field: pa.Field, path: str, parent_valid: Any) -> tuple[int, str] | None:
+    """The first null of `array` where `field` forbids one (only where its parent is not null
+    itself), or in what it holds; rows are `array`'s."""
+    import pyarrow.compute as pc
+
+    if not field.nullable and array.null_count:
+        bad = array.is_null() if parent_valid is None else pc.and_(array.is_null(), parent_valid)
+        if pc.any(bad).as_py():
+            return int(pc.index(bad, True).as_py()), path
+    kind = field.type
+    if pa.types.is_struct(kind):
+        valid = array.is_valid() if parent_valid is None else pc.and_(array.is_valid(), parent_valid)
+        for i in range(kind.num_fields):
+            found = _null_under(array.field(i), kind.field(i), f"{path}.{kind.field(i).name}", valid)
+            if found is not None:
+                return found
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        found = _null_under(array.flatten(), kind.value_field, f"{path}[]", None)
+        if found is not None:
+            return int(pc.list_parent_indices(array)[found[0]].as_py()), found[1]
+    return None
 
 
 def _unfit_column(record: Any, schema) -> str:

@@ -4,9 +4,12 @@ an atomic writer.
 Reading opens a local file natively and any other fsspec path through a Python file object.
 A filter goes into Vortex's scan only where its result provably equals Python's: a conjunction
 (`&`) of comparisons between a column and a literal of one kind (`zephyr.expr.arrow` checks
-the kinds against the file's schema). Anything else (`|`, `~`, `is_null`, nested fields,
-arithmetic, strings, which Vortex stores as views) is evaluated on the rows in Python, since
-Vortex's own answers differ there (it finds no rows for `is_null` on an all-null column).
+the kinds against the file's schema) of integer or boolean columns, in a file without struct
+columns. Anything else (`|`, `~`, `is_null`, nested fields, arithmetic, strings, which Vortex
+stores as views; floats, which it orders totally: NaN above every number and equal to itself,
+-0.0 apart from 0.0; any filter on a file with a struct column, which vortex-data 0.93 fails
+to scan) is evaluated on the rows in Python, since Vortex's own answers differ there (it finds
+no rows for `is_null` on an all-null column).
 
 Writing converts the records exactly as `write_parquet_file` does (the same schema
 inference, widening and refusals), through a local temporary Parquet file, then streams that
@@ -27,10 +30,13 @@ from zephyr.io.temporaries import make_temp_file
 from zephyr.expr import Column, Compare, Literal, Logical, referenced_columns
 from zephyr.expr.arrow import to_arrow_filter
 from zephyr.io.parquet import write_parquet_file
+from zephyr.io.records import UnwritableRecordError
 
 __all__ = ["read_vortex", "write_vortex_file"]
 
-_PUSHABLE_TYPES = ("int8", "int16", "int32", "int64", "float", "double", "bool")
+# not floats: Vortex orders them totally (NaN above every number and equal to itself, -0.0 apart
+# from 0.0), where Python's comparisons are false for NaN and 0.0 == -0.0
+_PUSHABLE_TYPES = ("int8", "int16", "int32", "int64", "bool")
 
 
 def read_vortex(
@@ -106,6 +112,10 @@ def _pushable(expr: Any, schema: Any) -> Any:
         return (isinstance(column, Column) and isinstance(literal, Literal) and column.name in schema.names
                 and str(schema.field(column.name).type) in _PUSHABLE_TYPES)
 
+    import pyarrow as pa
+
+    if any(pa.types.is_struct(schema.field(i).type) for i in range(len(schema.names))):
+        return None  # vortex-data 0.93 fails a filter on a column after a struct column ("Couldn't find the y field")
     return to_arrow_filter(expr, schema) if simple(expr) else None
 
 
@@ -123,7 +133,10 @@ def write_vortex_file(items: Iterable[dict[str, Any]], path: str, schema: Any = 
 
     staged, encoded = make_temp_file("segment"), make_temp_file("segment")
     try:
-        count = write_parquet_file(items, staged, schema, remove_stale=False)
+        try:
+            count = write_parquet_file(items, staged, schema, remove_stale=False)
+        except UnwritableRecordError as e:  # name the output, not the staging file
+            raise UnwritableRecordError(path, e.record, e.field, e.reason) from None
         parquet = pq.ParquetFile(staged)
         batches = (parquet.read_row_group(g).combine_chunks().to_batches() for g in range(parquet.num_row_groups))
         reader = pa.RecordBatchReader.from_batches(parquet.schema_arrow, (b for group in batches for b in group))

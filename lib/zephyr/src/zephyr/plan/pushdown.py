@@ -58,7 +58,8 @@ def push_down(ops: tuple) -> tuple:
 def _fold(load, record):
     """`load` with `record` folded in, or None when it cannot fold (see the module docstring)."""
     if isinstance(record, op.Select):
-        columns = record.columns if load.columns is None else tuple(c for c in record.columns if c in load.columns)
+        path_column = load.file_path_column if load.include_file_paths else None
+        columns = record.columns if load.columns is None else tuple(c for c in record.columns if c in load.columns or c == path_column)
         if load.include_file_paths and load.file_path_column not in columns:
             raise DroppedPathColumnError(
                 f"Column filter must include file path column {load.file_path_column!r}: {record.describe()} right after "
