@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from zephyr.io import open_input
+from zephyr.io.files import file_versions
 
 __all__ = ["ByteTokenizer", "HfTokenizer", "load_tokenizer"]
 
@@ -54,8 +55,6 @@ def load_tokenizer(spec: str = "byte", eod_token: str | None = None) -> ByteToke
 
 
 def _file_version(spec: str) -> str:
-    from zephyr.io.files import file_versions
-
     return file_versions([spec])[spec]
 
 
@@ -72,4 +71,5 @@ def _load(spec: str, eod_token: str | None, version: str | None) -> ByteTokenize
     return HfTokenizer(spec, eod_token)
 
 
+# what lru_cache gave load_tokenizer itself: bench_token_cache.py times a cold load with it
 load_tokenizer.cache_clear = _load.cache_clear  # type: ignore[attr-defined]

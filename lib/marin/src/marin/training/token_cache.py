@@ -33,22 +33,35 @@ from zephyr.io.files import url_to_fs
 
 from marin.training.data import DataPosition, MixturePosition, batch_rows
 
-__all__ = ["CacheBatches", "MixtureBatches", "TokenCache", "is_token_cache", "ledger_path"]
+__all__ = ["CacheBatches", "MixtureBatches", "TokenCache", "is_token_cache", "ledger_path", "read_ledger"]
 
 LEDGER_NAME = "ledger.json"
 
 
+def _is_ledger(source: str) -> bool:
+    """By its name: a JSON Lines token shard may end in ".json" too."""
+    return source.rstrip("/").rsplit("/", 1)[-1] == LEDGER_NAME
+
+
 def ledger_path(source: str) -> str:
     """The ledger of the cache at ``source`` (the cache folder or its ``ledger.json``)."""
-    # by its name: a JSON Lines token shard may end in ".json" too
-    return source if source.rstrip("/").rsplit("/", 1)[-1] == LEDGER_NAME else f"{source.rstrip('/')}/{LEDGER_NAME}"
+    return source if _is_ledger(source) else f"{source.rstrip('/')}/{LEDGER_NAME}"
 
 
 def is_token_cache(source: str | Sequence[str]) -> bool:
     """Whether ``source`` names one token cache (a folder holding ``ledger.json``, or the ledger)."""
     if not isinstance(source, str) or any(c in source for c in "*?["):
         return False
-    return source.rstrip("/").rsplit("/", 1)[-1] == LEDGER_NAME or exists(ledger_path(source))
+    return _is_ledger(source) or exists(ledger_path(source))
+
+
+def read_ledger(source: str) -> dict:
+    """The ledger of the cache at ``source`` (see ``ledger_path``)."""
+    fs, path = url_to_fs(ledger_path(source))
+    try:
+        return json.loads(fs.cat_file(path))
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"no token cache ledger at {ledger_path(source)}") from e
 
 
 _INT32_MAX = 2**31 - 1
@@ -59,11 +72,7 @@ class TokenCache:
 
     def __init__(self, source: str):
         self.ledger_path = ledger_path(source)
-        fs, path = url_to_fs(self.ledger_path)
-        try:
-            self.ledger = json.loads(fs.cat_file(path))
-        except FileNotFoundError as e:
-            raise FileNotFoundError(f"no token cache ledger at {self.ledger_path}") from e
+        self.ledger = read_ledger(source)
         base = self.ledger_path.rsplit("/", 1)[0]
         shards = self.ledger["shards"]
         self.paths = [s["path"] if "://" in s["path"] or s["path"].startswith("/") else f"{base}/{s['path']}"

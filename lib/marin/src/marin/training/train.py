@@ -41,7 +41,7 @@ import numpy as np
 
 from marin.training.data import DataPosition, TokenBatches, resolve_shards
 from marin.training.preemption import PreemptionWatch, TrainingPreempted
-from marin.training.token_cache import LEDGER_NAME, CacheBatches, MixtureBatches, TokenCache, is_token_cache, ledger_path
+from marin.training.token_cache import CacheBatches, MixtureBatches, is_token_cache, ledger_path, read_ledger
 from marin.training.mesh import (
     DATA_AXIS,
     StateSharding,
@@ -150,7 +150,7 @@ def train_loop(
     rows_sharding, global_shape = batch_sharding(mesh), (batch_size, seq_len)
     key = jax.random.key(seed)
     abstract, shardings = _abstract_state(init_state, key, state_sharding, mesh)
-    data_facts = _data_facts(source.shards, batch_size, seq_len, field)
+    data_facts = _data_facts(source, batch_size, seq_len, field)
     with Checkpointer(checkpoint_path, keep=keep_checkpoints, async_save=async_checkpoints) as checkpoints, \
             jax.set_mesh(mesh):
         run = _restore_or_start(checkpoints, abstract, lambda: jax.jit(init_state, out_shardings=shardings)(key),
@@ -303,17 +303,17 @@ def _run_steps(train_step: TrainStep, batches: Any, run: _Run, schedule: _Schedu
                 raise TrainingPreempted(run.step, checkpoint_path)
 
 
-def _data_facts(shards: Sequence[str], batch_size: int, seq_len: int, field: str) -> dict:
+def _data_facts(data: _Data, batch_size: int, seq_len: int, field: str) -> dict:
     """What a saved data position means: which shards (by name, in order) and how they are cut;
     for token caches (one, or a mixture's), what their ledgers list: each shard's name, tokens
     and documents, in order (every cache's ledger has the same name)."""
-    names = "\n".join(path.rstrip("/").rsplit("/", 1)[-1] for path in shards)
-    facts = {"num_shards": len(shards), "shard_names_sha256": hashlib.sha256(names.encode()).hexdigest(),
+    names = "\n".join(path.rstrip("/").rsplit("/", 1)[-1] for path in data.shards)
+    facts = {"num_shards": len(data.shards), "shard_names_sha256": hashlib.sha256(names.encode()).hexdigest(),
              "batch_size": batch_size, "seq_len": seq_len, "field": field}
-    ledgers = [path.rsplit("*", 1)[0] for path in shards if path.rsplit("*", 1)[0].endswith(LEDGER_NAME)]
-    if ledgers:
-        listed = [[[s["path"].rsplit("/", 1)[-1], s["tokens"], s.get("documents")] for s in TokenCache(path).ledger["shards"]]
-                  for path in ledgers]
+    caches = [source for source, _ in data.mixture] if data.mixture else [data.cache] if data.cache else []
+    if caches:
+        listed = [[[s["path"].rsplit("/", 1)[-1], s["tokens"], s.get("documents")] for s in read_ledger(cache)["shards"]]
+                  for cache in caches]
         facts["ledgers_sha256"] = hashlib.sha256(json.dumps(listed).encode()).hexdigest()
     return facts
 

@@ -196,18 +196,15 @@ def _row_group_batches(fragment, row_groups: Sequence[int] | None, columns: list
     if row_groups is not None:
         wanted = set(row_groups)
         pieces = [p for p in pieces if p.row_groups[0].id in wanted]
-    whole = pushed is None or (prune is not None and prune.equals(pushed))
-    if not whole and columns is not None and pushed is not None:  # the scan must read the after-filter's columns
-        scanned = columns + [c for c in reads if c not in columns]
-    else:
-        scanned = columns
+    after = pushed is not None and not (prune is not None and prune.equals(pushed))  # terms left to filter
+    extra = [c for c in reads if c not in columns] if after and columns is not None else []  # what they read
     for piece in sorted(pieces, key=lambda p: p.row_groups[0].id):
-        batches = piece.to_batches(columns=scanned, filter=pushed if whole else prune, batch_size=ROWS_PER_BATCH, use_threads=False)
+        batches = piece.to_batches(columns=columns + extra if extra else columns, filter=prune if after else pushed,
+                                   batch_size=ROWS_PER_BATCH, use_threads=False)
         for batch in batches:
-            if not whole:
+            if after:
                 batch = batch.filter(pushed)
-                if scanned is not columns:
-                    batch = batch.select(columns)
+                batch = batch.select(columns) if extra else batch
             yield batch
 
 

@@ -103,6 +103,11 @@ def _opened(path: str) -> Iterator[Any]:
 
 def _pushable(expr: Any, schema: Any) -> Any:
     """`expr` as a filter Vortex evaluates exactly as Python does, or None (see the module docstring)."""
+    import pyarrow as pa
+
+    if any(pa.types.is_struct(schema.field(i).type) for i in range(len(schema.names))):
+        return None  # vortex-data 0.93 fails a filter on a column after a struct column ("Couldn't find the y field")
+
     def simple(node: Any) -> bool:
         if isinstance(node, Logical):
             return node.op == "&" and simple(node.left) and simple(node.right)
@@ -112,10 +117,6 @@ def _pushable(expr: Any, schema: Any) -> Any:
         return (isinstance(column, Column) and isinstance(literal, Literal) and column.name in schema.names
                 and str(schema.field(column.name).type) in _PUSHABLE_TYPES)
 
-    import pyarrow as pa
-
-    if any(pa.types.is_struct(schema.field(i).type) for i in range(len(schema.names))):
-        return None  # vortex-data 0.93 fails a filter on a column after a struct column ("Couldn't find the y field")
     return to_arrow_filter(expr, schema) if simple(expr) else None
 
 

@@ -273,24 +273,20 @@ class _Feeder:
                 if type(value) is types.ModuleType:
                     modules.append(value)
         for name_ in sorted(_imported_names(fn.__code__)):  # `import mod` inside the function
-            if name_ in sys.modules or _user_source(name_):
+            if name_ in sys.modules:
                 h.update(f"imports:{name_};".encode())
-                modules.append(sys.modules.get(name_) or name_)
+                modules.append(sys.modules[name_])
+            elif source := _user_source(name_):  # not imported yet: its source file's bytes
+                with open(source, "rb") as f:
+                    h.update(f"imports:{name_}:source:{hashlib.blake2b(f.read(), digest_size=16).hexdigest()};".encode())
         for module in modules:
             self._user_module(module, names, fn, d)
         h.update(b")")
 
-    def _user_module(self, module: types.ModuleType | str, names: set[str], fn: types.FunctionType, d: int) -> None:
+    def _user_module(self, module: types.ModuleType, names: set[str], fn: types.FunctionType, d: int) -> None:
         """What `fn` reaches in a module of the user's own (`mod.helper(...)`, `mod.FACTOR`,
         `import mod` inside it): the module's attributes of the names its code reads (helpers
-        followed as any function; a submodule the same way). A module not imported yet counts
-        by its source file's bytes. Library modules count by name (above)."""
-        if isinstance(module, str):
-            h = hashlib.blake2b(digest_size=16)
-            with open(_user_source(module), "rb") as f:
-                h.update(f.read())
-            self.h.update(f"source:{module}:{h.hexdigest()};".encode())
-            return
+        followed as any function; a submodule the same way). Library modules count by name (above)."""
         if _is_library(module.__name__) or id(module) in self.modules:
             return
         self.modules.add(id(module))

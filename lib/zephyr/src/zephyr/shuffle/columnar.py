@@ -134,7 +134,7 @@ def columns_of(items: Sequence[Any]) -> tuple[list[pa.Array], dict] | None:
     if type(first) is not dict:
         return None
     names = tuple(first)
-    if not names or not all(type(name) is str and name.isascii() or _utf8(name) for name in names):
+    if not names or not all(map(_utf8, names)):
         return None  # empty dicts (no column to count rows), or names the description cannot hold
     if set(map(type, items)) != {dict} or set(map(tuple, items)) != {names}:
         return None
@@ -150,6 +150,8 @@ def _utf8(name: Any) -> bool:
     """A str that encodes as UTF-8 (not one with a lone surrogate, which pickle carries)."""
     if type(name) is not str:
         return False
+    if name.isascii():
+        return True
     try:
         name.encode()
     except UnicodeEncodeError:
