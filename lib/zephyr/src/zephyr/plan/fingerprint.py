@@ -13,8 +13,9 @@ Identity covers everything that decides what a stage computes, walked structural
   notebooks) count by their code although they pickle by reference; those of the standard
   library, installed packages and zephyr count by name (by code too where their name is not
   unique: lambdas and nested functions). A user module the code reaches into (`mod.helper`,
-  `mod.FACTOR`, `import mod` inside the function) counts by its attributes of the names the
-  code reads (a module not imported yet, by its source file); library modules by name;
+  `mod.FACTOR`, `import mod` inside the function, a module held in a class attribute, a
+  container or a default: `Cfg.mod.helper`) counts by its attributes of the names the code
+  being walked reads (a module not imported yet, by its source file); library modules by name;
 - bound methods by function and instance; `staticmethod`, `classmethod`, `property`,
   `cached_property` by their functions; `lru_cache` wrappers by the function they wrap;
   builtins by name (and the object a builtin method is bound to);
@@ -122,7 +123,8 @@ class _Feeder:
         self.h = h
         self.seen: dict[int, int] = {}  # id -> order of first visit (back-references hash by it)
         self.keep: list[Any] = []  # keeps visited objects alive so ids stay unique
-        self.modules: set[int] = set()  # user modules whose attributes were fed (modules live on)
+        self.fed: set[tuple[int, str]] = set()  # (user module, attribute) pairs fed (modules live on)
+        self.reading: list[set[str]] = []  # the names read by the functions being walked
 
     def feed_at(self, label: Any, obj: Any, depth: int) -> None:
         """`feed`, naming `label` (a str, or a callable making one) in a problem's path."""
@@ -156,6 +158,8 @@ class _Feeder:
             return
         if id(obj) in self.seen:
             h.update(f"<ref {self.seen[id(obj)]}>".encode())
+            if kind is types.ModuleType and self.reading:  # seen before, maybe by code reading other names
+                self._user_module(obj, set().union(*self.reading), d)
             return
         self.seen[id(obj)] = len(self.seen)
         self.keep.append(obj)
@@ -195,8 +199,10 @@ class _Feeder:
             self._builtin(obj, d)
         elif isinstance(obj, type):
             self._class(obj, d)
-        elif kind is types.ModuleType:
+        elif kind is types.ModuleType:  # reached through a class attribute, a container, ...
             h.update(f"module:{obj.__name__};".encode())
+            if self.reading:
+                self._user_module(obj, set().union(*self.reading), d)
         elif isinstance(obj, enum.Enum):
             h.update(b"enum(")
             self.feed(kind, d)
@@ -224,6 +230,7 @@ class _Feeder:
         digests = []
         for item in obj:
             sub = _Feeder(hashlib.blake2b(digest_size=16))
+            sub.reading = self.reading
             sub.feed_at(lambda: f"set element {_short_repr(item)}", item, d)
             digests.append(sub.h.hexdigest())
         self.h.update(f"{type(obj).__name__}[{len(obj)}]({','.join(sorted(digests))})".encode())
@@ -248,10 +255,22 @@ class _Feeder:
             h.update(b")")  # a library function with a unique name: the name is its identity
             return
         self._code(fn.__code__, d)
-        self.feed_at("defaults", fn.__defaults__, d)
-        self.feed_at("keyword defaults", fn.__kwdefaults__, d)
-        if fn.__dict__:  # attributes set on the function (functools.wraps: __wrapped__)
-            self.feed_at("attributes", fn.__dict__, d)
+        names = _global_names(fn.__code__)
+        self.reading.append(names)  # a user module met below counts by these names (`_user_module`)
+        try:
+            self.feed_at("defaults", fn.__defaults__, d)
+            self.feed_at("keyword defaults", fn.__kwdefaults__, d)
+            if fn.__dict__:  # attributes set on the function (functools.wraps: __wrapped__)
+                self.feed_at("attributes", fn.__dict__, d)
+            self._function_refs(fn, names, d)
+        finally:
+            self.reading.pop()
+        h.update(b")")
+
+    def _function_refs(self, fn: types.FunctionType, names: set[str], d: int) -> None:
+        """What `fn` refers to: closure cells, the module-level names its code reads, and the
+        user modules among them or imported inside it (`_user_module`)."""
+        h = self.h
         modules = []  # modules the code reads attributes of: a user module's count (`_user_module`)
         for name_, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
             try:
@@ -264,7 +283,6 @@ class _Feeder:
                 modules.append(value)
         # module-level names the code reads: helpers and constants count, modules by name
         fn_globals = fn.__globals__
-        names = _global_names(fn.__code__)
         for name_ in sorted(names):
             if name_ in fn_globals:
                 h.update(f"global:{name_};".encode())
@@ -280,24 +298,25 @@ class _Feeder:
                 with open(source, "rb") as f:
                     h.update(f"imports:{name_}:source:{hashlib.blake2b(f.read(), digest_size=16).hexdigest()};".encode())
         for module in modules:
-            self._user_module(module, names, fn, d)
-        h.update(b")")
+            self._user_module(module, names, d)
 
-    def _user_module(self, module: types.ModuleType, names: set[str], fn: types.FunctionType, d: int) -> None:
-        """What `fn` reaches in a module of the user's own (`mod.helper(...)`, `mod.FACTOR`,
-        `import mod` inside it): the module's attributes of the names its code reads (helpers
-        followed as any function; a submodule the same way). Library modules count by name (above)."""
-        if _is_library(module.__name__) or id(module) in self.modules:
+    def _user_module(self, module: types.ModuleType, names: set[str], d: int) -> None:
+        """What the code reaches in a module of the user's own (`mod.helper(...)`, `mod.FACTOR`,
+        `import mod` inside a function, `Cfg.mod.helper(...)`): the module's attributes of the
+        names the code being walked reads (helpers followed as any function; a submodule the
+        same way), each (module, name) once. Library modules count by name (above)."""
+        if _is_library(module.__name__):
             return
-        self.modules.add(id(module))
         attributes = vars(module)
         for name in sorted(names):
-            if name in attributes and not (name[:2] == "__" and name[-2:] == "__"):
-                value = attributes[name]
-                self.h.update(f"module:{module.__name__}.{name};".encode())
-                self.feed_at(lambda n=name: f"{_fn_label(fn)} reads {module.__name__}.{n}", value, d)
-                if type(value) is types.ModuleType:
-                    self._user_module(value, names, fn, d)
+            if (id(module), name) in self.fed or name not in attributes or (name[:2] == "__" and name[-2:] == "__"):
+                continue
+            self.fed.add((id(module), name))
+            value = attributes[name]
+            self.h.update(f"module:{module.__name__}.{name};".encode())
+            self.feed_at(lambda n=name: f"reads {module.__name__}.{n}", value, d)
+            if type(value) is types.ModuleType:
+                self._user_module(value, names, d)
 
     def _code(self, code: types.CodeType, d: int) -> None:
         h = self.h
