@@ -214,3 +214,33 @@ def test_integers_beyond_64_bits_are_read_exactly_anywhere_in_a_block(tmp_path):
     path = tmp_path / "big.jsonl"
     path.write_bytes(b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in rows))
     assert list(read_jsonl(str(path))) == rows
+
+
+def test_parquet_holds_uint64_values(tmp_path, local_backend, monkeypatch):
+    """64-bit hashes and ids (2**63 and up) are written as uint64, widening earlier int64 row
+    groups when they first appear after 8,192 rows, and a Parquet -> Parquet copy keeps them
+    on both paths (it was refused as "beyond int64"). Negative ints beside them, and ints past
+    uint64, are refused by name."""
+    import pyarrow.parquet as pq
+
+    from zephyr.io import UnwritableRecordError
+
+    rows = [{"h": i} for i in range(8192)] + [{"h": 2**64 - 1}, {"h": 2**63}, {"h": None}]
+    src = str(tmp_path / "src.parquet")
+    list(local_backend.execute(Dataset.from_iterable(rows).write_parquet(src)))
+    assert pq.read_schema(src).field("h").type == pa.uint64()
+    assert pq.read_table(src).column("h").to_pylist() == [r["h"] for r in rows]
+    copies = {}
+    for columnar in ("1", "0"):
+        monkeypatch.setenv("ZEPHYR_COLUMNAR", columnar)
+        out = str(tmp_path / f"copy-{columnar}.parquet")
+        list(local_backend.execute(Dataset.from_list([src]).load_parquet().filter(lambda r: True).write_parquet(out)
+                                   if columnar == "0" else Dataset.from_list([src]).load_parquet().write_parquet(out)))
+        copies[columnar] = pq.read_table(out)
+    assert copies["1"].equals(copies["0"]) and copies["1"].column("h").to_pylist() == [r["h"] for r in rows]
+    for bad, record in (([{"h": -1}, {"h": 2**63}], 1), ([{"h": 2**63}] * 9000 + [{"h": -5}], 9000), ([{"h": 2**64}], 0)):
+        with pytest.raises(ShardError) as info:
+            list(local_backend.execute(Dataset.from_iterable(bad).write_parquet(str(tmp_path / "bad.parquet"))))
+        error = info.value.__cause__
+        assert isinstance(error, UnwritableRecordError) and error.field == "h" and f"record {record}," in str(error), error
+        assert not (tmp_path / "bad.parquet").exists()

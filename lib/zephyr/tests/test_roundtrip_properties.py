@@ -165,7 +165,8 @@ def parquet_shape(values: list, field: str):
         return ("null",)
     if "other" in kinds:
         raise Refused(field)
-    if "int" in kinds and any(not -(2**63) <= v < 2**63 for v in present if _kind(v) == "int"):
+    ints = [v for v in present if _kind(v) == "int"]  # one Parquet integer: int64, or uint64 when none is negative
+    if ints and not (all(-(2**63) <= v < 2**63 for v in ints) or all(0 <= v < 2**64 for v in ints)):
         raise Refused(field)
     if kinds == {"int", "float"}:
         if any(abs(v) > 2**53 for v in present if _kind(v) == "int"):

@@ -27,11 +27,10 @@ from zephyr import counters
 from zephyr.io.arrow_rows import Pieces, Rows
 from zephyr.io.files import atomic_write
 from zephyr.io.parquet import ROWS_PER_BATCH, RowGroups
-from zephyr.io.parquet_schema import SchemaConflict, arrow_schema, unify
+from zephyr.io.parquet_schema import SchemaConflict, arrow_schema, int_descriptor, unify
 
 __all__ = ["write_parquet_pieces"]
 
-_EXACT_IN_FLOAT = 2**53
 _UNMAPPED = object()  # a column type inference does not map one to one
 
 
@@ -125,9 +124,9 @@ def _descriptor(column: pa.ChunkedArray):
         return "float"
     if pt.is_binary(kind) or pt.is_large_binary(kind):
         return "bytes"
-    if pt.is_integer(kind) and not pt.is_uint64(kind):
+    if pt.is_integer(kind):
         low, high = pc.min_max(column).values()
-        return "int!" if max(-low.as_py(), high.as_py()) > _EXACT_IN_FLOAT else "int"
+        return int_descriptor(low.as_py(), high.as_py(), "")
     return _UNMAPPED
 
 

@@ -219,11 +219,13 @@ def write_parquet_file(items: Iterable[dict[str, Any]], path: str, schema=None, 
 
     Without `schema`, the file's schema covers every field of every record (nested dicts and
     lists too), in first-seen order, typed so that every value reads back unchanged: null +
-    T -> T; int -> float64 only while every int is within +-2**53 (exact as a float); dicts ->
+    T -> T; int -> float64 only while every int is within +-2**53 (exact as a float); int64 ->
+    uint64 for ints of 2**63 or more while none is negative; dicts ->
     structs with the union of their fields; lists (and tuples, which read back as lists) ->
     lists of the unified element type. A field a record lacks is written as null (Parquet has
     no "absent": it reads back as None), and a str subclass as str. Anything else (a str and
-    an int in one field, a bool and an int, bytes and str, an int beyond int64, a str with a
+    an int in one field, a bool and an int, bytes and str, an int beyond uint64 or int64's
+    range, a str with a
     lone surrogate, a dict with non-str keys, other objects) raises UnwritableRecordError
     naming the record (its index in the shard), the field (dotted path, `[]` for list
     elements) and both types, before the output appears.

@@ -4,13 +4,16 @@ A field's type is a small descriptor, inferred a batch of rows at a time with bu
 types of a level's values as one `set(map(type, ...))`, then one pass per nested level):
 
 - `None`: only nulls seen so far; `"bool"`, `"str"`, `"bytes"`, `"float"`;
-- `"int"`: integers within +-2**53 (exact as float64); `"int!"`: some beyond (still int64);
+- integers: `"int"` within +-2**53 (exact as float64), `"int!"` some beyond (still int64), each
+  with a `+` when none is negative (`"int+"`, `"int!+"`); `"uint!"` none negative and some of
+  2**63 or more (uint64, for 64-bit hashes and ids);
 - `("list", element)` for lists and tuples; `("struct", {name: descriptor})` for dicts.
 
-Two descriptors unify only where every value keeps its value: null + T -> T; int + float ->
-float when every int is within +-2**53; structs -> the union of their fields (first-seen
+Two descriptors unify only where every value keeps its value: null + T -> T; integers -> the
+widest of them (uint64 only while none is negative); int + float -> float when every int is
+within +-2**53; structs -> the union of their fields (first-seen
 order); lists -> lists of the unified elements. Anything else (str vs int, bool vs int, bytes
-vs str, ints beyond int64, lone surrogates, other types) is a `SchemaConflict` naming the
+vs str, ints beyond uint64 or below int64, uint64-sized and negative ints together, lone surrogates, other types) is a `SchemaConflict` naming the
 field (dotted path, `[]` for list elements) and both types.
 """
 
@@ -20,7 +23,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["SchemaConflict", "arrow_schema", "infer_records", "unify"]
+__all__ = ["SchemaConflict", "arrow_schema", "infer_records", "int_descriptor", "unify"]
 
 _EXACT_IN_FLOAT = 2**53
 _NONE = type(None)
@@ -59,11 +62,7 @@ def _infer_kind(kind: type, values: list, field: str) -> Any:
     if kind is bool:
         return "bool"
     if kind is int:
-        low, high = min(values), max(values)
-        if low < -(2**63) or high >= 2**63:
-            big = low if low < -(2**63) else high
-            raise SchemaConflict(field, f"int {big} is beyond int64, the widest Parquet integer")
-        return "int!" if max(-low, high) > _EXACT_IN_FLOAT else "int"
+        return int_descriptor(min(values), max(values), field)
     if kind is float:
         return "float"
     if issubclass(kind, str):  # a str subclass (a StrEnum) is written as its str
@@ -82,6 +81,24 @@ def _infer_kind(kind: type, values: list, field: str) -> Any:
     raise SchemaConflict(field, f"{kind.__name__} {values[0]!r:.60} has no exact Parquet type (write str, int, float, bool, bytes, None, lists or dicts)")
 
 
+def int_descriptor(low: int, high: int, field: str) -> str:
+    """The descriptor of integers from `low` to `high`."""
+    if low < -(2**63) or high >= 2**64:
+        big = low if low < -(2**63) else high
+        raise SchemaConflict(field, f"int {big} is beyond int64 and uint64, the widest Parquet integers")
+    if high >= 2**63:
+        if low < 0:
+            raise SchemaConflict(field, f"ints {low} and {high} in one field: {high} needs uint64, which holds no negative int")
+        return "uint!"
+    desc = "int!" if max(-low, high) > _EXACT_IN_FLOAT else "int"
+    return desc if low < 0 else desc + "+"
+
+
+# integer descriptors: (some negative, width: 0 within +-2**53, 1 int64, 2 uint64)
+_INTS = {"int": (True, 0), "int!": (True, 1), "int+": (False, 0), "int!+": (False, 1), "uint!": (False, 2)}
+_INT_OF = {parts: desc for desc, parts in _INTS.items()}
+
+
 def _infer_dicts(dicts: Sequence[dict], field: str) -> tuple:
     names = dict.fromkeys(itertools.chain.from_iterable(dicts))
     if not all(type(name) is str for name in names):
@@ -98,9 +115,14 @@ def unify(a: Any, b: Any, field: str) -> Any:
     if b is None:
         return a
     pair = {a, b} if isinstance(a, str) and isinstance(b, str) else None
-    if pair == {"int", "int!"}:
-        return "int!"
-    if pair == {"int", "float"}:
+    if pair is not None and a in _INTS and b in _INTS:
+        (neg_a, width_a), (neg_b, width_b) = _INTS[a], _INTS[b]
+        negative, width = neg_a or neg_b, max(width_a, width_b)
+        if not (negative and width == 2):
+            return _INT_OF[negative, width]
+        raise SchemaConflict(field, "ints of 2**63 or more (uint64) and negative ints in one field; "
+                                    "no Parquet integer holds both")
+    if pair is not None and "float" in pair and (pair - {"float"}) <= {"int", "int+"}:
         return "float"
     if isinstance(a, tuple) and isinstance(b, tuple) and a[0] == b[0]:
         if a[0] == "list":
@@ -109,7 +131,7 @@ def unify(a: Any, b: Any, field: str) -> Any:
         for name, desc in b[1].items():
             fields[name] = unify(fields.get(name), desc, _join(field, name))
         return ("struct", fields)
-    why = " (an int beyond +-2**53 is not exact as a float)" if pair == {"int!", "float"} else ""
+    why = " (an int beyond +-2**53 is not exact as a float)" if pair is not None and "float" in pair and pair & {"int!", "int!+", "uint!"} else ""
     first, second = sorted((_name(a), _name(b)))
     arrow = sorted(_ARROW_NAMES.get(d, "") if isinstance(d, str) else d[0] for d in (a, b))
     arrow_text = f" (Arrow {arrow[0]} and {arrow[1]})" if all(arrow) else ""
@@ -117,7 +139,8 @@ def unify(a: Any, b: Any, field: str) -> Any:
                                 "no Parquet type holds both exactly")
 
 
-_ARROW_NAMES = {"int": "int64", "int!": "int64", "float": "double", "str": "string", "bytes": "binary", "bool": "bool"}
+_ARROW_NAMES = {"int": "int64", "int!": "int64", "int+": "int64", "int!+": "int64", "uint!": "uint64",
+                "float": "double", "str": "string", "bytes": "binary", "bool": "bool"}
 
 
 def arrow_schema(desc: tuple):
@@ -134,7 +157,8 @@ def _arrow_type(desc: Any, field: str):
     if desc is None:
         return pa.null()
     if isinstance(desc, str):
-        return {"bool": pa.bool_(), "int": pa.int64(), "int!": pa.int64(), "float": pa.float64(), "str": pa.string(), "bytes": pa.binary()}[desc]
+        return pa.uint64() if desc == "uint!" else pa.int64() if desc in _INTS else {
+            "bool": pa.bool_(), "float": pa.float64(), "str": pa.string(), "bytes": pa.binary()}[desc]
     if desc[0] == "list":
         return pa.list_(_arrow_type(desc[1], f"{field}[]"))
     if not desc[1]:
@@ -148,10 +172,12 @@ def _no_fields(field: str):
 
 
 def _name(desc: Any) -> str:
-    if desc == "int!":
+    if desc in ("int!", "int!+"):
         return "int (beyond +-2**53)"
+    if desc == "uint!":
+        return "int (2**63 or more)"
     if isinstance(desc, str):
-        return desc
+        return "int" if desc in _INTS else desc
     return "list" if desc[0] == "list" else "dict"
 
 

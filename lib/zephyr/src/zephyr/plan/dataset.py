@@ -296,9 +296,10 @@ class Dataset:
 
         Without `schema`, the file covers every field of every record (nested too), widening a
         type only where exact (null + T -> T; int -> float while every int is within +-2**53;
+        int64 -> uint64 for ints of 2**63 or more, none negative;
         struct fields unioned; list elements unified); a field a record lacks is written as
         null. A value no such schema holds exactly (str and int in one field, bool and int, an
-        int beyond int64, ...), or one a given `schema` would change (2.7 into int64), fails the
+        int beyond uint64, ...), or one a given `schema` would change (2.7 into int64), fails the
         shard with UnwritableRecordError naming the record, the field and both types; no file
         appears. See `zephyr.io.parquet.write_parquet_file` and docs/zephyr.md ("Files").
         """
