@@ -5,6 +5,7 @@ import os
 import pytest
 
 from zephyr import Dataset, PlanError, ShardError, counters
+from zephyr.io import atomic_write
 from zephyr.status import RECORD_NAME  # the run record beside outputs is not an output
 
 
@@ -63,7 +64,6 @@ def test_atomic_write_spares_a_live_concurrent_writers_temporary(tmp_path):
     import subprocess
     import sys
 
-    from zephyr.io import atomic_write
     from zephyr.io.temporaries import HOST_ID as _HOST_ID
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -114,3 +114,36 @@ def test_after_a_failure_no_other_shard_is_still_writing(tmp_path):
     time.sleep(0.8)
     assert sorted(p.name for p in tmp_path.iterdir()) == settled  # nothing still running
     assert all(not name.startswith(".") for name in settled if name != RECORD_NAME)
+
+
+def test_memory_upload_is_never_seen_partial():
+    """On memory:// (fsspec's default put_file: open the target, copy blocks into it) the
+    object used to appear empty and grow while it was copied, so an interrupt mid-copy left a
+    partial output that a skip_existing rerun kept. Whenever the path exists it is whole."""
+    import threading
+
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    path, size = "/zephyr-test-upload/out.bin", 128 << 20
+    seen, done = [], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            if fs.exists(path):
+                seen.append(fs.size(path))
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        with atomic_write(f"memory://{path}") as f:
+            block = bytes(range(256)) * 4096
+            for _ in range(size // len(block)):
+                f.write(block)
+        watcher.join(timeout=60)
+        assert seen, "the watcher never saw the output"  # the check ran
+        assert seen[0] == size and fs.size(path) == size
+    finally:
+        done.set()
+        fs.rm(path.rsplit("/", 1)[0], recursive=True)

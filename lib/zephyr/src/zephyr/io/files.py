@@ -165,13 +165,14 @@ def atomic_write(path: str, mode: str = "wb", *, remove_stale: bool = True) -> I
     if mode not in ("wb", "w"):
         raise ValueError(f"atomic_write mode must be 'wb' or 'w', got {mode!r}")
     fs, fs_path = url_to_fs(path)
-    if _is_local(fs):
-        directory, name = os.path.split(os.path.abspath(fs_path))
-        _makedirs(directory)
-        tmp = os.path.join(directory, f".{name}{_TMP_MARKER}{owner_tag()}-{uuid.uuid4().hex[:12]}")
-    else:
-        tmp = make_temp_file("upload")
-    try:
+    tmp = None
+    try:  # from the temporary's creation on: an interrupt landing anywhere still removes it
+        if _is_local(fs):
+            directory, name = os.path.split(os.path.abspath(fs_path))
+            _makedirs(directory)
+            tmp = os.path.join(directory, f".{name}{_TMP_MARKER}{owner_tag()}-{uuid.uuid4().hex[:12]}")
+        else:
+            tmp = make_temp_file("upload")
         with open(tmp, "wb") as raw:
             if mode == "w":
                 text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
@@ -187,14 +188,27 @@ def atomic_write(path: str, mode: str = "wb", *, remove_stale: bool = True) -> I
                 _remove_stale_temporaries(directory, name)
         else:
             try:
-                fs.put_file(tmp, fs_path)
+                _upload(fs, tmp, fs_path)
             except Exception as e:  # the storage client's message may not name the object
                 e.add_note(f"while uploading {path}")
                 raise
             fs.invalidate_cache(fs._parent(fs_path))
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(tmp)
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
+
+
+def _upload(fs, local: str, fs_path: str) -> None:
+    """Publish the file `local` at `fs_path` in one step. Object stores' uploads are atomic
+    (gcsfs, s3fs, adlfs); fsspec's default `put_file`, which `memory://` uses, opens the target
+    and copies blocks into it, so an interrupt mid-copy left a partial object at the final path
+    (which a `skip_existing` rerun then kept): `memory://` gets the whole bytes at once."""
+    if isinstance(fs, MemoryFileSystem):
+        with open(local, "rb") as f:
+            fs.pipe_file(fs_path, f.read())
+    else:
+        fs.put_file(local, fs_path)
 
 
 def _makedirs(directory: str) -> None:
