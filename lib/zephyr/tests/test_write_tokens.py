@@ -42,3 +42,30 @@ def test_write_tokens_layout_and_resume(tmp_path):
 def test_write_tokens_refuses_a_bad_dtype_at_build_time():
     with pytest.raises(ValueError, match="dtype must be one of"):
         Dataset.from_list([[1]]).write_tokens("x/part-{shard}.npy", dtype="int8")
+
+
+def test_write_tokens_run_record_and_cleanup_cover_the_offsets_files(tmp_path):
+    """The run record lists both files of each token shard, so `zephyr verify` passes on a
+    fresh run and after a skip_existing rerun, and catches a lost or cut offsets file; a dead
+    writer's temporaries of either file are removed (the offsets file's were left, and verify
+    failed on every run with "extra: part-0.offsets.npy")."""
+    import os
+
+    from zephyr.io.temporaries import HOST_ID
+    from zephyr.status.outputs import verify_directory
+
+    dead = f"999999@{HOST_ID}"  # a pid that is not running: a killed attempt's litter
+    planted = [tmp_path / f".part-00000{ext}.zephyr-tmp-{dead}-abcdef123456" for ext in (".npy", ".offsets.npy")]
+    for litter in planted:
+        litter.write_bytes(b"partial")
+    paths = list(create_backend("sync").execute(_pipeline(tmp_path, [])))
+    assert not any(p.exists() for p in planted)
+    expected = sorted(os.path.basename(f) for p in paths for f in (p, offsets_path(p)))
+    assert sorted(n for n in os.listdir(tmp_path) if not n.startswith(".")) == expected
+    assert verify_directory(str(tmp_path)).ok, verify_directory(str(tmp_path)).describe()
+    list(create_backend("sync").execute(_pipeline(tmp_path, [])))  # every shard kept
+    assert verify_directory(str(tmp_path)).ok, verify_directory(str(tmp_path)).describe()
+    with open(offsets_path(paths[0]), "r+b") as f:
+        f.truncate(os.path.getsize(offsets_path(paths[0])) - 8)
+    verdict = verify_directory(str(tmp_path))
+    assert [item["path"] for item in verdict.truncated] == [os.path.basename(offsets_path(paths[0]))]

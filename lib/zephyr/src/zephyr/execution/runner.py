@@ -32,7 +32,7 @@ from zephyr.execution.stage_loop import StageLoop, StageStats
 from zephyr.io.files import remove_temporaries_for
 from zephyr.io.temporaries import sweep_dead_temporaries
 from zephyr.plan.compile import Plan, Stage, stage_output_paths
-from zephyr.plan.ops import WRITE_OPS
+from zephyr.plan.ops import WRITE_OPS, written_files
 from zephyr.shuffle.scatter import ScatterSink
 from zephyr.status.record import final_output_dir
 from zephyr.tasks import ShardResult, ShardTask, StageProgram
@@ -246,7 +246,8 @@ def _split(workers: int, shards: int) -> int:
 def _remove_write_temporaries(stage: Stage) -> None:
     """Once a stage's outputs are all written, temporaries of earlier or killed attempts of
     those outputs are litter: remove them with one listing per output directory."""
-    paths = [path for record in stage.ops if isinstance(record, WRITE_OPS) for path in stage_output_paths(stage, record)]
+    paths = [written for record in stage.ops if isinstance(record, WRITE_OPS)
+             for path in stage_output_paths(stage, record) for written in written_files(record, path)]
     if paths:
         remove_temporaries_for(paths)
 

@@ -166,7 +166,8 @@ def _resume_point(ops: tuple, ctx: _Context) -> tuple[int, Iterator | None]:
             kept = existing_output_kept(path, ctx.source, ctx.codes.get(i, "")) if ctx.source is not None else exists(path)
             if kept:
                 counters.increment("zephyr/shards_skipped_existing")
-                ctx.outputs[path] = {"bytes": file_size(path), "records": None}  # kept: counted by the run that wrote it
+                for written in op.written_files(record, path):  # kept: counted by the run that wrote them
+                    ctx.outputs[written] = {"bytes": file_size(written), "records": None}
                 return i + 1, iter([path])
     return 0, None
 
@@ -254,7 +255,7 @@ def _(record: op.WriteBinary, stream, ctx):
 def _(record: op.WriteTokens, stream, ctx):
     path = _output_path(record, ctx)
     return _written(path, lambda: write_tokens_file(stream, path, field=record.field, dtype=record.dtype,
-                                                    remove_stale=False), ctx)
+                                                    remove_stale=False), ctx, op.written_files(record, path))
 
 
 def _output_path(record, ctx: _Context) -> str:
@@ -307,9 +308,11 @@ def _fold_windows(stream: Iterator, folder_fn, initial_state) -> Iterator[list]:
         yield window
 
 
-def _written(path: str, write, ctx: _Context) -> Iterator[str]:
-    """Write, count, and note the output's size and records for the run record (`zephyr verify`)."""
+def _written(path: str, write, ctx: _Context, files: list[str] | None = None) -> Iterator[str]:
+    """Write, count, and note the size and records of the output (and of the `files` written
+    beside it) for the run record (`zephyr verify`)."""
     count = write()
     counters.increment("zephyr/records_written", count)
-    ctx.outputs[path] = {"bytes": file_size(path), "records": count}
+    for written in files or [path]:
+        ctx.outputs[written] = {"bytes": file_size(written), "records": count}
     yield path

@@ -358,6 +358,16 @@ def input_basename(path: str) -> str:
     return stem if dot and stem else name
 
 
+def written_files(record: Any, path: str) -> list[str]:
+    """Every file writer `record` makes for the shard whose output is `path`: a token cache
+    shard is two (the tokens and their document offsets), the run record and cleanup count both."""
+    if isinstance(record, WriteTokens):
+        from zephyr.io.tokens import offsets_path  # NumPy: only for token writers
+
+        return [path, offsets_path(path)]
+    return [path]
+
+
 def shard_output_path(pattern: OutputPattern, shard: int, total: int, input_path: str | None = None) -> str:
     """The output path of one shard: the callable's answer, or the pattern filled in.
 
