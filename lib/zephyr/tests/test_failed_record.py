@@ -101,3 +101,41 @@ def test_the_record_survives_the_trip_back_from_a_ray_worker(ray_shared):
     with pytest.raises(ShardError) as info:
         _run(Dataset.from_iterable(records).map(_fail_on("b")), "ray", max_parallelism=1, max_user_retries=0)
     assert info.value.record == _expected(1, records[1])
+
+
+def test_no_record_is_guessed_for_a_key_function_a_reducer_or_a_writer(tmp_path):
+    """Regression: the record blamed was the last one the shard had read, but a shuffle's key
+    function and a reducer see records a batch ahead, and a writer's own errors (under
+    zephyr/io) counted as user code: each named a wrong record (record 15 for a bad record 3).
+    They name none now; a map before the shuffle still names its record."""
+    records = [{"id": f"doc-{i}", "k": i % 3} for i in range(100)]
+    del records[3]["k"]
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    source = Dataset.from_files(str(path)).load_jsonl()
+
+    def count(k, rows):
+        return {"k": k, "n": sum(1 for _ in rows)}
+
+    with pytest.raises(ShardError) as info:
+        _run(source.map(lambda r: r).group_by(lambda r: r["k"], count))
+    assert info.value.error_type == "KeyError" and info.value.record is None
+
+    with pytest.raises(ShardError) as info:
+        _run(source.map(lambda r: {**r, "k": r["k"]}).group_by(lambda r: r["k"], count))
+    assert info.value.record == _expected(3, records[3])  # the map's own error: its record
+
+    def reducer(k, rows):
+        if k == 2:
+            raise Boom("reducer cannot handle key 2")
+        return count(k, rows)
+
+    with pytest.raises(ShardError) as info:
+        _run(Dataset.from_iterable([{"id": i, "k": i % 5} for i in range(100)]).group_by(lambda r: r["k"], reducer, num_output_shards=1))
+    assert info.value.error_type == "Boom" and info.value.record is None
+
+    rows = [{"id": f"doc-{i}", "x": 1.0} for i in range(2000)]
+    rows[5]["x"] = float("nan")
+    with pytest.raises(ShardError) as info:
+        _run(Dataset.from_iterable(rows).map(lambda r: r).write_jsonl(str(tmp_path / "out.jsonl")))
+    assert info.value.error_type == "UnwritableRecordError" and "record 5" in str(info.value) and info.value.record is None
