@@ -1,6 +1,7 @@
 """Plan fingerprints: what a resumed run may reuse. Same code -> same digest in any process;
 any change to what a stage computes -> a different digest."""
 
+import importlib
 import json
 import os
 import subprocess
@@ -211,22 +212,43 @@ def test_code_reached_through_a_user_module_counts(tmp_path, monkeypatch):
     assert [a != b for a, b in zip(before, after)] == [True, True, True, True, False]
 
 
+SOURCE = "FACTOR = {factor}\nOFFSET = {offset}\n\ndef scale(x):\n    return x * FACTOR\n"
+
+
+def _user_module(tmp_path, monkeypatch, name):
+    """A module of the user's own, `name`, with FACTOR = 1 and OFFSET = 0 (see `_changes`)."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / f"{name}.py").write_text(SOURCE.format(factor=1, offset=0))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    return importlib.import_module(name)
+
+
+def _changes(tmp_path, module, digests) -> tuple[list[bool], list[bool]]:
+    """Which of `digests()` change when the module's FACTOR is edited, then its OFFSET."""
+    before = digests()
+    assert before == digests()  # stable while nothing changes
+    seen = []
+    try:
+        for factor, offset in ((1000, 0), (1000, 5)):
+            (tmp_path / f"{module.__name__}.py").write_text(SOURCE.format(factor=factor, offset=offset))
+            importlib.reload(module)
+            seen.append(digests())
+    finally:
+        sys.modules.pop(module.__name__, None)
+    return [a != b for a, b in zip(before, seen[0])], [a != b for a, b in zip(seen[0], seen[1])]
+
+
 def test_user_module_reached_through_a_class_or_a_container_counts(tmp_path, monkeypatch):
     """A user module held as a class attribute or in a container (`Cfg.mod.scale(x)`,
     `MODS[0].FACTOR`) counts by what the code reads of it, as one held in a global does; and
     two functions of one stage that read different attributes of one module both count (the
     second used to be skipped as a module already seen)."""
-    import importlib
-
-    monkeypatch.syspath_prepend(str(tmp_path))
-    source = "FACTOR = {factor}\nOFFSET = {offset}\n\ndef scale(x):\n    return x * FACTOR\n"
-    (tmp_path / "fp_held_mod.py").write_text(source.format(factor=1, offset=0))
-    import fp_held_mod
+    held = _user_module(tmp_path, monkeypatch, "fp_held_mod")
 
     class Cfg:
-        mod = fp_held_mod
+        mod = held
 
-    mods = [fp_held_mod]
+    mods = [held]
 
     def by_class(x):
         return Cfg.mod.scale(x)
@@ -235,48 +257,30 @@ def test_user_module_reached_through_a_class_or_a_container_counts(tmp_path, mon
         return x * mods[0].FACTOR
 
     def reads_factor(x):
-        return x * fp_held_mod.FACTOR
+        return x * held.FACTOR
 
     def reads_offset(x):
-        return x + fp_held_mod.OFFSET
+        return x + held.OFFSET
 
-    def stage():
-        return [fingerprint(by_class), fingerprint(by_container), fingerprint((reads_factor, reads_offset))]
-
-    try:
-        before = stage()
-        assert before == stage()
-        (tmp_path / "fp_held_mod.py").write_text(source.format(factor=1000, offset=0))
-        importlib.reload(fp_held_mod)
-        factor_changed = stage()
-        (tmp_path / "fp_held_mod.py").write_text(source.format(factor=1000, offset=5))
-        importlib.reload(fp_held_mod)
-        offset_changed = stage()
-    finally:
-        sys.modules.pop("fp_held_mod", None)
-    assert [a != b for a, b in zip(before, factor_changed)] == [True, True, True]
-    # only the pair reads OFFSET: the by_class/by_container digests stay, the pair's changes
-    assert [a != b for a, b in zip(factor_changed, offset_changed)] == [False, False, True]
+    factor, offset = _changes(tmp_path, held, lambda: [fingerprint(by_class), fingerprint(by_container),
+                                                       fingerprint((reads_factor, reads_offset))])
+    assert factor == [True, True, True]
+    assert offset == [False, False, True]  # only the pair reads OFFSET
 
 
 def test_user_module_as_a_default_or_held_twice_counts(tmp_path, monkeypatch):
     """A user module passed as a default argument counts by what the function reads of it; one
     held by two classes counts the names each reader reads (the second sighting used to be a
     bare back-reference)."""
-    import importlib
-
-    monkeypatch.syspath_prepend(str(tmp_path))
-    source = "FACTOR = {factor}\nOFFSET = {offset}\n"
-    (tmp_path / "fp_twice_mod.py").write_text(source.format(factor=1, offset=0))
-    import fp_twice_mod
+    twice = _user_module(tmp_path, monkeypatch, "fp_twice_mod")
 
     class A:
-        mod = fp_twice_mod
+        mod = twice
 
     class B:
-        mod = fp_twice_mod
+        mod = twice
 
-    def by_default(x, m=fp_twice_mod):
+    def by_default(x, m=twice):
         return x * m.FACTOR
 
     def reads_factor(x):
@@ -285,18 +289,6 @@ def test_user_module_as_a_default_or_held_twice_counts(tmp_path, monkeypatch):
     def reads_offset(x):
         return x + B.mod.OFFSET
 
-    def digests():
-        return [fingerprint(by_default), fingerprint((reads_factor, reads_offset))]
-
-    try:
-        before = digests()
-        (tmp_path / "fp_twice_mod.py").write_text(source.format(factor=1000, offset=0))
-        importlib.reload(fp_twice_mod)
-        factor_changed = digests()
-        (tmp_path / "fp_twice_mod.py").write_text(source.format(factor=1000, offset=5))
-        importlib.reload(fp_twice_mod)
-        offset_changed = digests()
-    finally:
-        sys.modules.pop("fp_twice_mod", None)
-    assert [a != b for a, b in zip(before, factor_changed)] == [True, True]
-    assert [a != b for a, b in zip(factor_changed, offset_changed)] == [False, True]
+    factor, offset = _changes(tmp_path, twice, lambda: [fingerprint(by_default), fingerprint((reads_factor, reads_offset))])
+    assert factor == [True, True]
+    assert offset == [False, True]
