@@ -183,3 +183,29 @@ def test_error_after_claim_leaves_no_orphan_claim(tmp_path, monkeypatch):
     second = Lease(directory, "second", timeout=60, heartbeat_interval=1)
     assert second.try_acquire()  # not blocked for 60 s by first's claim
     second.release()
+
+
+def test_a_step_whose_lease_was_taken_while_its_heartbeat_stalled_does_not_record_success(tmp_path):
+    """Review defect: SUCCESS was written when the heartbeat thread had not noticed a takeover
+    (`lease.lost` still False), e.g. while it was stuck in a storage call. Here it never looks
+    (a 10-minute interval) and a rival claims the next epoch while the step runs."""
+    import json
+
+    prefix = str(tmp_path / "out")
+
+    def work(config):
+        lease_dir = f"{config.output_path}/.executor_lease"
+        claims = sorted(n for n in os.listdir(lease_dir) if n.startswith("claim-"))
+        assert claims == ["claim-00000001.json"]  # ours
+        rival = {"owner": "rival", "token": "rival-token", "epoch": 2, "heartbeat": time.time(), "since": time.time(),
+                 "timeout": 1200, "host": "elsewhere", "pid": 1}
+        with open(f"{lease_dir}/claim-00000002.json", "w") as f:
+            json.dump(rival, f)
+
+    step = ExecutorStep("taken", work, Cfg(versioned(1), this_output_path()))
+    executor = Executor(prefix, poll_interval=0.05, heartbeat_interval=600, lease_timeout=1200)
+    output_path = executor.plan([step]).steps[0].output_path
+    with pytest.raises(Exception, match="lost its lease"):
+        executor.run([step])
+    assert read_status(output_path) != StepStatus.SUCCESS
+    assert os.path.exists(f"{output_path}/.executor_lease/claim-00000002.json")  # the fault landed

@@ -356,22 +356,26 @@ class Executor:
         return True
 
     def _record_success(self, run: StepRun, lease: Lease) -> str:
-        """Write SUCCESS, unless the step lost its lease or the executor recorded it INTERRUPTED."""
+        """Write SUCCESS, unless the step lost its lease or the executor recorded it INTERRUPTED.
+
+        Whether the lease is still held is read from storage just before writing: `lease.lost`
+        alone comes from the heartbeat thread, which may be stalled and not have seen a takeover.
+        """
         planned = run.planned
-        if lease.lost:
-            logger.error(
-                "Step %s finished after losing its lease; another executor took it over and records its outcome, "
-                "so SUCCESS is not written here", planned.name,
-            )
-            raise StepFailedError(
-                f"lost its lease while running (another executor took over {planned.output_path}); SUCCESS not recorded"
-            )
         with run.lock:
             if run.finalized:  # recorded INTERRUPTED by the executor, which stopped waiting for it
                 raise StepInterrupted()
-            write_status(planned.output_path, StepStatus.SUCCESS)
-        logger.info("Step %s succeeded: %s", planned.name, planned.output_path)
-        return StepStatus.SUCCESS.value
+            if lease.still_held():
+                write_status(planned.output_path, StepStatus.SUCCESS)
+                logger.info("Step %s succeeded: %s", planned.name, planned.output_path)
+                return StepStatus.SUCCESS.value
+        logger.error(
+            "Step %s finished after losing its lease; another executor took it over and records its outcome, "
+            "so SUCCESS is not written here", planned.name,
+        )
+        raise StepFailedError(
+            f"lost its lease while running (another executor took over {planned.output_path}); SUCCESS not recorded"
+        )
 
     def _settled(self, planned: PlannedStep, lease: Lease, status: str | None, since: int, waiting: bool) -> bool:
         """True when the step needs no run (succeeded); raises when it failed and must not rerun.

@@ -23,16 +23,21 @@ claim file, and the owner keeps a heartbeat file fresh while it holds the lease:
     the same instant and a store whose listing lags its generation counter (the emulator).
 - **Heartbeat.** While held, a thread rewrites our beat file every `heartbeat_interval`
   seconds, and first checks that no claim of a newer epoch exists; if one does (we stalled
-  past our timeout and were taken over) the lease is marked `lost`.
+  past our timeout and were taken over) the lease is marked `lost`. The thread may itself be
+  the one stalled (a storage call that hangs), so before acting on the lease (the executor
+  writing SUCCESS) the holder asks `still_held()`, which lists the claims there and then.
 - **Release.** Write the beat file with `released: true` and the step's outcome and error
-  (the status file holds only the status token); the next acquirer claims E+1.
+  (the status file holds only the status token); the next acquirer claims E+1. Release waits
+  at most `timeout` for a heartbeat thread stuck in a storage call.
   An error after our claim was written but before the lease is held (the read-back, the
   first heartbeat) removes the claim again (or, failing that, marks it released), so no
   orphan claim blocks the step until its timeout.
 
 - **Same-host liveness.** A claim records the holder's host and pid: a holder on this host
   whose process is dead (or a zombie) is stale at once, so a rerun right after a killed run
-  is not blocked for `timeout`. Holders on other hosts are judged by their heartbeat alone.
+  is not blocked for `timeout`. "This host" means the same host name, kernel boot and PID
+  namespace (`zephyr.io.temporaries.HOST_ID`): containers with host networking share the
+  host name but not their pids. Holders anywhere else are judged by their heartbeat alone.
 - **No history (`keep_history=False`, zephyr's runs).** Release deletes our claim, then our
   beat file, instead of writing a released beat; whoever takes over a stale epoch deletes the
   older epochs' files once it holds the lease. So a finished run leaves nothing. The race
@@ -172,7 +177,7 @@ class Lease:
         if not record or record.get("released"):
             return False
         if record.get("host") == HOST_ID and record.get("pid") and not process_alive(int(record["pid"])):
-            return False  # its process on this host is gone: no heartbeat will come
+            return False  # its process (same host, boot, pid namespace) is gone: no heartbeat will come
         now = time.time() if now is None else now
         return now - float(record["heartbeat"]) <= float(record["timeout"])
 
@@ -287,6 +292,22 @@ class Lease:
     def _taken_over(self) -> bool:
         return max(self._claims(), default=0) > (self.epoch or 0)
 
+    def still_held(self) -> bool:
+        """Whether we hold the lease now, read from storage rather than from the heartbeat
+        thread (which may be stalled and not have noticed a takeover): our claim still owns
+        the newest epoch. Marks the lease `lost` when not."""
+        if self.epoch is None or self.lost:
+            return False
+        claims = self._claims()
+        owner = claims.get(self.epoch, [None])[0]
+        # by token, not name: without history a successor may reuse our epoch's name once it is gone
+        if max(claims, default=0) > self.epoch or owner is None or (
+            storage.read_json(f"{self.directory}/{owner}") or {}
+        ).get("token") != self.token:
+            self.lost = True
+            logger.error("Lost lease %s (epoch %s): another executor took it over", self.directory, self.epoch)
+        return not self.lost
+
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat_interval):
             try:
@@ -305,7 +326,12 @@ class Lease:
             return
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            # bounded: a storage call that hangs in the heartbeat must not hang the release too (if
+            # it lands later, our epoch looks live again until its heartbeat is `timeout` old)
+            self._thread.join(self.timeout)
+            if self._thread.is_alive():
+                logger.warning("Heartbeat of lease %s still stuck after %.0fs; releasing without it",
+                               self.directory, self.timeout)
         if self.keep_history:
             if not self.lost and not self._taken_over():
                 self._write_beat(released=True, outcome=outcome, error=error)

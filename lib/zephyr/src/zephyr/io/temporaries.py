@@ -1,7 +1,8 @@
 """Private temporary files and folders that name their owner, and the sweep of dead owners' ones.
 
 A writer killed at any moment (a preempted worker, a SIGKILLed driver) cannot clean up after
-itself, so every temporary Zephyr makes carries its owner, `<pid>@<host id>`:
+itself, so every temporary Zephyr makes carries its owner, `<pid>@<host id>` (the host id
+also tells kernel boots and PID namespaces apart: see `HOST_ID`):
 
 - `.NAME.zephyr-tmp-<owner>-<id>` beside a local output (see `zephyr.io.files.atomic_write`);
 - `zephyr-upload-<owner>-<id>` in the temp dir: an object-store output staged for upload;
@@ -9,9 +10,9 @@ itself, so every temporary Zephyr makes carries its owner, `<pid>@<host id>`:
 - `zephyr-segment-<owner>-<id>` in the temp dir: a Parquet writer's rows so far (`zephyr.io.parquet`).
 
 `sweep_dead_temporaries()` removes those of the temp dir whose owner is a dead process on this
-host (or, for another host or an unparsable name, that are over a day old); a live owner's are
-never touched, so concurrent runs on one machine are safe. Each process sweeps once, when it
-first makes a temporary or starts a run.
+host (or, for another host, boot or PID namespace, or an unparsable name, that are over a day
+old); a live owner's are never touched, so concurrent runs on one machine are safe. Each
+process sweeps once, when it first makes a temporary or starts a run.
 """
 
 from __future__ import annotations
@@ -27,9 +28,37 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["is_stale", "make_temp_dir", "make_temp_file", "owner_tag", "process_alive", "sweep_dead_temporaries"]
+__all__ = [
+    "HOST_ID", "host_id", "is_stale", "make_temp_dir", "make_temp_file", "owner_tag", "process_alive",
+    "sweep_dead_temporaries",
+]
 
-HOST_ID = hashlib.blake2b(socket.gethostname().encode(), digest_size=4).hexdigest()
+
+def host_id(hostname: str, boot_id: str = "", pid_namespace: str = "") -> str:
+    """A short hex id of a process's pid space: its host name, kernel boot and PID namespace.
+
+    The host name alone is not enough: containers with host networking (`--net=host`,
+    hostNetwork pods) share it but not their pids, so a pid running in one is "dead" in another.
+    """
+    key = hostname if not (boot_id or pid_namespace) else f"{hostname}\0{boot_id}\0{pid_namespace}"
+    return hashlib.blake2b(key.encode(), digest_size=4).hexdigest()
+
+
+def _proc_text(read) -> str:
+    """What `read()` gives from /proc, or "" where /proc lacks it (not Linux, a restricted /proc)."""
+    try:
+        return read().strip()
+    except OSError:
+        return ""
+
+
+# Whose pids `process_alive` can judge: only owners with this id (same host name, boot and PID
+# namespace); others' temporaries and leases fall back to their age or heartbeat.
+HOST_ID = host_id(
+    socket.gethostname(),
+    _proc_text(lambda: Path("/proc/sys/kernel/random/boot_id").read_text()),
+    _proc_text(lambda: os.readlink("/proc/self/ns/pid")),
+)
 STALE_AFTER = 24 * 3600  # seconds; for temporaries whose owner cannot be checked
 _KINDS = ("upload", "merge", "segment")
 _OWNED = re.compile(r"(\d+)@([0-9a-f]+)-")
@@ -84,7 +113,8 @@ def sweep_dead_temporaries(directory: str | None = None, *, force: bool = False)
 
 def is_stale(entry: os.DirEntry | Path, suffix: str) -> bool:
     """Whether the temporary `entry`, whose name ends in `suffix` (`<pid>@<host>-<id>`), is
-    litter: its owner is a dead process on this host, or it cannot be checked and is old."""
+    litter: its owner is a dead process on this host (same boot and PID namespace: `HOST_ID`),
+    or it cannot be checked and is old."""
     match = _OWNED.match(suffix)
     if match and match.group(2) == HOST_ID:
         return not process_alive(int(match.group(1)))
