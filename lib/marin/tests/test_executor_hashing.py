@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import copy
+from collections import OrderedDict, defaultdict
+from dataclasses import InitVar, dataclass, field
 
 import pytest
 
@@ -12,6 +14,7 @@ from marin.execution import (
     InputName,
     output_path_of,
     this_output_path,
+    unwrap_versioned_value,
     versioned,
 )
 from marin.execution.hashing import resolve_config
@@ -238,3 +241,215 @@ def test_ordinary_config_hash_is_stable():
     record = {"name": "a", "config": {"size": [1, {"k": 2}], "extra.lr": 0.1}, "dependencies": []}
     expected = hashlib.md5(json.dumps(record, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:8]
     assert paths(a)["a"] == f"/p/a-{expected}"
+
+
+def _expected_hash(record: dict) -> str:
+    """The oracle: MD5 of the version record as the module docstring specifies it."""
+    import hashlib
+    import json
+
+    return hashlib.md5(json.dumps(record, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:8]
+
+
+_MIX_FROM_A_SET = """
+import json
+from dataclasses import dataclass
+from marin.execution import Executor, ExecutorStep, output_path_of, versioned
+
+def noop(config):
+    return None
+
+@dataclass
+class C:
+    inputs: dict
+
+names = {"alpha", "beta", "gamma", "delta", "epsilon"}  # e.g. the data sets of a mixture
+sources = {n: ExecutorStep(name=f"src/{n}", fn=noop, config=C({"v": versioned(n)})) for n in sorted(names)}
+mix = ExecutorStep(name="mix", fn=noop, config=C({n: output_path_of(sources[n]) for n in names}))
+print(json.dumps({"order": list(names), "path": Executor("/p").plan([mix]).steps[-1].output_path}))
+"""
+
+
+def test_a_config_built_from_a_set_has_one_path_in_every_process():
+    """Regression: the record's dependencies were in order of first appearance, so a mixture
+    config built from a set of names got another path in each process (PYTHONHASHSEED)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    seen = []
+    for seed in ("0", "1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run([sys.executable, "-c", _MIX_FROM_A_SET], env=env, capture_output=True, text=True, check=True)
+        seen.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert len({tuple(s["order"]) for s in seen}) > 1  # the seeds did reorder the dict
+    ids = {n: f"src/{n}-" + _expected_hash({"name": f"src/{n}", "config": {"inputs.v": n}, "dependencies": []}) for n in seen[0]["order"]}
+    record = {
+        "name": "mix",
+        "config": {f"inputs.{n}": {"dependency": ids[n], "subpath": None} for n in ids},
+        "dependencies": sorted(ids.values()),
+    }
+    assert {s["path"] for s in seen} == {"/p/mix-" + _expected_hash(record)}
+
+
+def _two_sources():
+    return [ExecutorStep(name=f"src/{n}", fn=noop, config=Cfg(size=versioned(n))) for n in ("alpha", "beta")]
+
+
+def test_equal_config_dicts_in_another_insertion_order_have_one_path():
+    """Regression: {"a": ref(alpha), "b": ref(beta)} and {"b": ..., "a": ...} are equal configs
+    but listed their dependencies in another order, so they had two paths. The sorted order is
+    the old order of the first, so a step whose dependencies came sorted keeps its path."""
+    alpha, beta = _two_sources()
+    forward = ExecutorStep(name="m", fn=noop, config=Cfg(extra={"a": output_path_of(alpha), "b": output_path_of(beta)}))
+    backward = ExecutorStep(name="m", fn=noop, config=Cfg(extra={"b": output_path_of(beta), "a": output_path_of(alpha)}))
+    ids = [f"src/{n}-" + _expected_hash({"name": f"src/{n}", "config": {"size": n}, "dependencies": []}) for n in ("alpha", "beta")]
+    record = {
+        "name": "m",
+        "config": {"extra.a": {"dependency": ids[0], "subpath": None}, "extra.b": {"dependency": ids[1], "subpath": None}},
+        "dependencies": ids,  # alpha < beta: as the old code recorded `forward`
+    }
+    assert paths(forward)["m"] == paths(backward)["m"] == "/p/m-" + _expected_hash(record)
+
+
+def test_pseudo_dependencies_are_sorted_too():
+    alpha, beta = _two_sources()
+    forward = ExecutorStep(name="m", fn=noop, config=Cfg(extra={"a": output_path_of(alpha).nonblocking(), "b": output_path_of(beta).nonblocking()}))
+    backward = ExecutorStep(name="m", fn=noop, config=Cfg(extra={"b": output_path_of(beta).nonblocking(), "a": output_path_of(alpha).nonblocking()}))
+    pseudo = Executor("/p").plan([backward]).steps[-1].version["pseudo_dependencies"]
+    assert pseudo == sorted(pseudo) and len(pseudo) == 2
+    assert paths(forward)["m"] == paths(backward)["m"]
+
+
+def _versioned_path(value) -> str:
+    return paths(ExecutorStep(name="mix", fn=noop, config=Cfg(size=versioned(value))))["mix"]
+
+
+@pytest.mark.parametrize(
+    "keyed, as_strings",
+    [({0: 0.7, 1: 0.3}, {"0": 0.7, "1": 0.3}), ({True: 1}, {"true": 1}), ({None: 1}, {"null": 1}), ({0.5: 1}, {"0.5": 1})],
+)
+def test_non_str_keys_of_a_versioned_dict_do_not_collide_with_their_json_text(keyed, as_strings):
+    """Regression: json.dumps wrote the keys 0, True, None as "0", "true", "null", so
+    versioned({0: .7}) and versioned({"0": .7}) had one path."""
+    record = {"name": "mix", "config": {"size": {f"<{type(k).__name__}:{k!r}>": v for k, v in keyed.items()}}, "dependencies": []}
+    assert _versioned_path(keyed) == "/p/mix-" + _expected_hash(record)
+    # a value with str keys only keeps its path
+    assert _versioned_path(as_strings) == "/p/mix-" + _expected_hash({"name": "mix", "config": {"size": as_strings}, "dependencies": []})
+
+
+def test_int_and_str_keys_may_be_mixed_in_a_versioned_dict():
+    """Regression: {0: .5, "web": .5} raised a misleading "must be JSON-serialisable" (json's
+    sort_keys compared 0 with "web"), though json.dumps accepts it."""
+    value = {0: 0.5, "web": 0.5, "nested": [{1: "a", "b": (2,)}]}
+    record = {
+        "name": "mix",
+        "config": {"size": {"<int:0>": 0.5, "web": 0.5, "nested": [{"<int:1>": "a", "b": {"__tuple__": [2]}}]}},
+        "dependencies": [],
+    }
+    assert Executor("/p").plan([ExecutorStep(name="mix", fn=noop, config=Cfg(size=versioned(value)))]).steps[0].version == record
+    assert _versioned_path(value) == "/p/mix-" + _expected_hash(record)
+    with pytest.raises(TypeError, match="JSON"):  # a key json.dumps cannot write is still refused
+        _versioned_path({(1, 2): "a"})
+
+
+# Configs a user may plausibly write, for resolve_config and unwrap_versioned_value: each must come
+# back as written, with only its placeholders replaced (so __init__/__post_init__ must not rerun).
+
+
+@dataclass
+class WithInitVar:
+    data: object
+    batch_per_device: InitVar[int] = 8
+    global_batch: int = field(init=False)
+
+    def __post_init__(self, batch_per_device):
+        self.global_batch = batch_per_device * 4
+
+
+@dataclass
+class Derived:
+    data: object
+    lr: float
+
+    def __post_init__(self):
+        self.lr = self.lr * 2  # the effective lr, derived from the one written
+
+
+@dataclass(frozen=True)
+class FrozenWithInitVar:
+    data: object
+    scale: InitVar[int] = 1
+    factor: int = field(init=False, default=0)
+
+    def __post_init__(self, scale):
+        object.__setattr__(self, "factor", scale * 10)
+
+
+class NeedsAnArgument(dict):
+    """A dict subclass whose constructor type(d)(pairs) cannot call."""
+
+    def __init__(self, label, *args):
+        super().__init__(*args)
+        self.label = label
+
+
+def _resolution_cases(ref, resolved):
+    """(config as written with `ref`, the same built by hand with `resolved` in its place)."""
+    return {
+        "InitVar with a default": (WithInitVar(ref, batch_per_device=64), WithInitVar(resolved, batch_per_device=64)),
+        "__post_init__ deriving a field": (Derived(ref, 0.1), Derived(resolved, 0.1)),
+        "frozen with InitVar": (FrozenWithInitVar(ref, scale=3), FrozenWithInitVar(resolved, scale=3)),
+        "defaultdict": (defaultdict(list, {"inp": ref}), defaultdict(list, {"inp": resolved})),
+        "OrderedDict": (OrderedDict([("z", ref), ("a", 1)]), OrderedDict([("z", resolved), ("a", 1)])),
+        "dict subclass with an argument": (NeedsAnArgument("web", {"inp": ref}), NeedsAnArgument("web", {"inp": resolved})),
+        "nested": (
+            Derived({"inner": WithInitVar([ref], batch_per_device=2)}, 1.0),
+            Derived({"inner": WithInitVar([resolved], batch_per_device=2)}, 1.0),
+        ),
+    }
+
+
+def _same(got, expected):
+    """Equal, of the same type, with the same dict-subclass state (factory, label, order)."""
+    assert type(got) is type(expected) and got == expected
+    if isinstance(expected, dict):
+        assert list(got) == list(expected)
+        assert getattr(got, "default_factory", None) is getattr(expected, "default_factory", None)
+        assert getattr(got, "__dict__", None) == getattr(expected, "__dict__", None)
+
+
+@pytest.mark.parametrize("case", list(_resolution_cases(None, None)))
+def test_resolve_config_gives_the_config_as_written(case):
+    """Regression: resolve_config rebuilt dataclasses with dataclasses.replace, which reran
+    __post_init__ with InitVars at their defaults (global_batch 32 instead of 256), and dict
+    subclasses with type(d)(pairs), which fails for a defaultdict."""
+    src = ExecutorStep(name="src", fn=noop, config=Cfg(size=versioned(1)))
+    plan = Executor("/p").plan([src])
+    src_path = plan.output_path(src)
+    config, expected = _resolution_cases(output_path_of(src, "x"), src_path + "/x")[case]
+    before = copy.deepcopy(config)
+    _same(resolve_config(config, plan.output_path, "/p/own", "/p"), expected)
+    assert repr(config) == repr(before)  # the original is untouched
+
+
+@pytest.mark.parametrize("case", list(_resolution_cases(None, None)))
+def test_unwrap_versioned_value_gives_the_value_as_written(case):
+    """Regression: the same rebuilding in unwrap_versioned_value."""
+    value, expected = _resolution_cases(versioned("v"), "v")[case]
+    _same(unwrap_versioned_value(value), expected)
+
+
+def test_a_step_function_gets_the_config_as_written(tmp_path):
+    """Regression, end to end: a dataclass with an InitVar reached the function with the
+    field derived from the InitVar's default."""
+    received = []
+    src = ExecutorStep(name="src", fn=noop, config=Cfg(size=versioned(1)))
+    train = ExecutorStep(name="train", fn=received.append, config=WithInitVar(output_path_of(src), batch_per_device=64))
+    mix = ExecutorStep(name="mix", fn=received.append, config=defaultdict(float, {"web": output_path_of(src)}))
+    Executor(str(tmp_path)).run([train, mix])
+    got = {type(c): c for c in received}
+    src_path = str(tmp_path / paths(src)["src"].rsplit("/", 1)[1])
+    _same(got[WithInitVar], WithInitVar(src_path, batch_per_device=64))
+    _same(got[defaultdict], defaultdict(float, {"web": src_path}))

@@ -7,16 +7,19 @@ of the MD5 of a JSON *version record*. Exactly these things count in the record:
 2. every `versioned(value)` in the config, keyed by its field path (e.g. `"sampling.seed"`;
    a dict key containing `.`, `[`, `]`, `"` or `\\` is written as `["json string"]`, so
    `{"a.b": v}` and `{"a": {"b": v}}` differ). Tuples inside a versioned value are recorded
-   as `{"__tuple__": [...]}`, so `versioned((1, 2))` and `versioned([1, 2])` differ;
+   as `{"__tuple__": [...]}`, so `versioned((1, 2))` and `versioned([1, 2])` differ, and a
+   dict key inside one that is an int, float, bool or None as `"<type:repr>"` (as in field
+   paths), so `versioned({0: v})` and `versioned({"0": v})` differ;
 3. every input reference in the config, keyed by its field path:
    - `output_path_of(step, subpath)` records the dependency's version id (`<name>-<hash>`)
      and the subpath;
    - `InputName.hardcoded(path)` records the path as written (different input data,
      different output), with any subpath joined on;
-4. the version ids of all dependencies, in order of first appearance in the config (each
-   once, so two identical dependency steps count like one); the version ids of
-   non-blocking references (`.nonblocking()`) are listed apart, under
-   `pseudo_dependencies`, and only when there are some (so adding none changes no hash).
+4. the version ids of all dependencies, sorted (each once, so two identical dependency steps
+   count like one; sorted, so the order of a config dict's keys, e.g. built from a set, does
+   not move the path); the version ids of non-blocking references (`.nonblocking()`) are
+   listed apart, sorted, under `pseudo_dependencies`, and only when there are some (so
+   adding none changes no hash).
 
 A dependency with `override_output_path` has the version id `<name>-<hash>@<override>`, so
 moving a dependency's override changes the version (and path) of everything downstream.
@@ -38,7 +41,15 @@ import hashlib
 import json
 from typing import Any, Callable, Iterator
 
-from marin.execution.steps import ExecutorStep, InputName, OutputName, VersionedValue, is_dataclass_instance, join_path
+from marin.execution.steps import (
+    ExecutorStep,
+    InputName,
+    OutputName,
+    VersionedValue,
+    copy_with,
+    is_dataclass_instance,
+    join_path,
+)
 
 __all__ = ["HASH_LENGTH", "dependencies_of", "pseudo_dependencies_of", "version_of", "hash_version", "resolve_config"]
 
@@ -70,15 +81,26 @@ def _dotted(prefix: str, key: str) -> str:
     return f"{prefix}.{key}" if prefix else key
 
 
-def _tag_tuples(value: Any) -> Any:
-    """A versioned value with tuples tagged, so JSON keeps them apart from lists."""
+def _tagged(value: Any) -> Any:
+    """A versioned value with tuples and non-str dict keys tagged, so JSON keeps them apart
+    from lists and from str keys (json.dumps writes 0, True, None as "0", "true", "null")."""
     if isinstance(value, tuple):
-        return {"__tuple__": [_tag_tuples(v) for v in value]}
+        return {"__tuple__": [_tagged(v) for v in value]}
     if isinstance(value, list):
-        return [_tag_tuples(v) for v in value]
+        return [_tagged(v) for v in value]
     if isinstance(value, dict):
-        return {k: _tag_tuples(v) for k, v in value.items()}
+        return {_tagged_key(k): _tagged(v) for k, v in value.items()}
     return value
+
+
+def _tagged_key(key: Any) -> Any:
+    """`key` itself when a str, `"<type:repr>"` (as in field paths) when another JSON key type.
+
+    Other keys are left for json.dumps to refuse: their repr may hold a memory address.
+    """
+    if isinstance(key, str) or not isinstance(key, (int, float, bool, type(None))):
+        return key
+    return f"<{type(key).__name__}:{key!r}>"
 
 
 def _as_input(obj: Any) -> InputName | None:
@@ -122,16 +144,18 @@ def version_of(step: ExecutorStep, version_id: Callable[[ExecutorStep], str]) ->
             else:
                 config[path] = {"hardcoded": ref.path}
         elif isinstance(obj, VersionedValue):
-            config[path] = _tag_tuples(obj.value)
+            config[path] = _tagged(obj.value)
+    # sorted: the order of first appearance follows a dict's insertion order, which may differ
+    # between processes (a dict built from a set) though the config is the same
     version: dict[str, Any] = {
         "name": step.name,
         "config": config,
-        "dependencies": list(dict.fromkeys(version_id(dep) for dep in dependencies_of(step))),
+        "dependencies": sorted({version_id(dep) for dep in dependencies_of(step)}),
     }
     # by version id: an identical copy of a blocking dependency is that dependency (the planner
     # folds identical steps), not a step referred to only through `.nonblocking()`
     blocking = set(version["dependencies"])
-    pseudo = [i for i in dict.fromkeys(version_id(dep) for dep in pseudo_dependencies_of(step)) if i not in blocking]
+    pseudo = sorted({version_id(dep) for dep in pseudo_dependencies_of(step)} - blocking)
     if pseudo:  # absent otherwise, so that steps without any keep their hashes
         version["pseudo_dependencies"] = pseudo
     return version
@@ -166,11 +190,8 @@ def resolve_config(
             return join_path(own_output_path, obj.name)
         if isinstance(obj, VersionedValue):
             return obj.value
-        if is_dataclass_instance(obj):
-            changes = {f.name: resolve(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
-            return dataclasses.replace(obj, **changes)
-        if isinstance(obj, dict):
-            return type(obj)((key, resolve(value)) for key, value in obj.items())
+        if is_dataclass_instance(obj) or isinstance(obj, dict):
+            return copy_with(obj, resolve)  # without re-running __init__: the config as written
         if isinstance(obj, tuple) and hasattr(obj, "_fields"):
             return type(obj)(*(resolve(value) for value in obj))
         if isinstance(obj, (list, tuple)):

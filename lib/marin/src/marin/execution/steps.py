@@ -18,6 +18,7 @@ behaviour follow Marin's `marin.execution.executor`, so existing experiments run
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
@@ -251,8 +252,8 @@ def ensure_versioned(value: VersionedValue[T] | T) -> VersionedValue[T]:
 
 
 def unwrap_versioned_value(value: VersionedValue[T] | T) -> T:
-    """`value` with every `versioned(...)` wrapper inside it removed (dataclasses, dicts,
-    lists and tuples are rebuilt). Raises ValueError on step references, whose values are
+    """`value` with every `versioned(...)` wrapper inside it removed (dataclasses and dicts are
+    copied, lists and tuples rebuilt). Raises ValueError on step references, whose values are
     only known when the step runs."""
 
     def unwrap(obj: Any) -> Any:
@@ -260,10 +261,8 @@ def unwrap_versioned_value(value: VersionedValue[T] | T) -> T:
             return unwrap(obj.value)
         if isinstance(obj, (InputName, OutputName, ExecutorStep)):
             raise ValueError(f"cannot unwrap a {type(obj).__name__}: its path is only known when the step runs")
-        if is_dataclass_instance(obj):
-            return dataclasses.replace(obj, **{f.name: unwrap(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init})
-        if isinstance(obj, dict):
-            return type(obj)((k, unwrap(v)) for k, v in obj.items())
+        if is_dataclass_instance(obj) or isinstance(obj, dict):
+            return copy_with(obj, unwrap)
         if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
             return type(obj)(unwrap(v) for v in obj)
         return obj
@@ -288,6 +287,25 @@ def _placeholder_inside(value: Any, at: str) -> tuple[str, Any] | None:
         if found is not None:
             return found
     return None
+
+
+def copy_with(obj: Any, convert: Callable[[Any], Any]) -> Any:
+    """A shallow copy of a dataclass instance or dict with each field or value replaced by
+    `convert(it)`.
+
+    Copied, not rebuilt: `dataclasses.replace` re-runs `__init__` and `__post_init__` (so an
+    InitVar falls back to its default and a derived field is derived again from its own
+    result) and `type(d)(pairs)` fails for a defaultdict. Frozen dataclasses are set through
+    `object.__setattr__`; a dict subclass keeps its type and state (a defaultdict its factory).
+    """
+    new = copy.copy(obj)
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            new[key] = convert(value)
+    else:
+        for field in dataclasses.fields(obj):
+            object.__setattr__(new, field.name, convert(getattr(obj, field.name)))
+    return new
 
 
 def join_path(base: str | None, name: str | None) -> str | None:
