@@ -157,3 +157,30 @@ def test_tpu_head_resource_rejects_sizes_that_do_not_exist(bad):
     """Bug 8: tpu_head_resource accepted any '<gen>-<n>' such as 'v4-12' (no such slice)."""
     with pytest.raises(ValueError, match="Invalid size"):
         tpu_head_resource(bad)
+
+
+def test_tpu_auto_is_refused_when_only_ray_address_names_the_cluster(tmp_path, monkeypatch, capsys):
+    """Regression: with the cluster given by RAY_ADDRESS (a dashboard URL, e.g. a forward to
+    us-east5, whose workers are v6e-4), `--tpu auto` silently meant v4-8. Nothing may be
+    submitted, and the error says what to pass instead."""
+    monkeypatch.setenv("RAY_ADDRESS", "http://127.0.0.1:8265")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no cached token
+    submitted, connected = [], []
+    monkeypatch.setattr(ray_run, "connect", lambda address, token: connected.append(address) or object())
+    monkeypatch.setattr(ray_run, "submit", lambda client, request, env: submitted.append(request.tpu) or "job-1")
+    work = _workdir(tmp_path)
+    for dry in ([], ["--dry-run"]):
+        code = ray_run.main(["--working-dir", str(work), *dry, "--no_wait", "--tpu", "auto", "--", "python", "pkg/job.py"])
+        captured = capsys.readouterr()
+        assert code == 2, captured
+        assert "pass --cluster NAME or an explicit --tpu TYPE" in captured.err
+        assert "TPU-" not in captured.out
+    assert submitted == [] and connected == []
+    # an explicit type is taken as given; --cluster names the cluster, and wins over RAY_ADDRESS
+    assert ray_run.main(["--working-dir", str(work), "--no_wait", "--tpu", "v6e-4", "--", "python", "pkg/job.py"]) == 0
+    assert submitted == ["v6e-4"]
+    code = ray_run.main(
+        ["--cluster", str(ROOT / "infra" / "marin-us-central1.yaml"), "--working-dir", str(work), "--dry-run",
+         "--tpu", "auto", "--", "python", "pkg/job.py"]
+    )  # fmt: skip
+    assert code == 0 and "TPU-v6e-4-head" in capsys.readouterr().out

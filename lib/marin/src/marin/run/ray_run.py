@@ -352,6 +352,7 @@ def _split(value: str) -> list[str]:
 
 
 def _auto_tpu(target) -> str:
+    """The cluster's worker type; v4-8 for the local cluster (None: no --cluster, no RAY_ADDRESS)."""
     if target is None or target.is_local:
         return "v4-8"
     return target.spec.worker_tpu_type
@@ -415,6 +416,12 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.tpu and args.tpu != "auto":
         tpu_head_resource(args.tpu)  # validate before connecting
+    if args.tpu == "auto" and not args.cluster and os.environ.get("RAY_ADDRESS"):
+        # a dashboard URL names no cluster, so its worker type is unknown: v4-8 would be a guess
+        raise ValueError(
+            f"--tpu auto needs to know the cluster, and RAY_ADDRESS ({os.environ['RAY_ADDRESS']}) does not say "
+            "which it is: pass --cluster NAME or an explicit --tpu TYPE"
+        )
     runtime_env = build_runtime_env(request)
     if args.dry_run:  # contacts nothing: no token fetched, no tunnel opened, no job API called
         target = resolve_target(args.cluster) if args.cluster else None
