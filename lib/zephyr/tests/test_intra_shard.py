@@ -8,8 +8,12 @@ another chunk holds) and by the process ids the items record.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
+import subprocess
+import sys
+import textwrap
 import time
 
 import pyarrow as pa
@@ -97,10 +101,10 @@ def test_shard_wide_ops_after_a_split_see_the_whole_shard(tmp_path):
         pq.write_table(pa.table({"id": pa.array(ids, type=pa.int64())}), path, row_group_size=13)
         sources.append(path)
     ds = (Dataset.from_list(sources).load_parquet().filter(lambda row: row["id"] >= 3).map(lambda row: row["id"])
-          .take_per_shard(9).window(4).map_shard(lambda batches, shard: [(shard.shard_idx, shard.total_shards, list(batches))]))
+          .window(4).map_shard(lambda batches, shard: [(shard.shard_idx, shard.total_shards, list(batches))]))
     ctx = split_context("threadpool", tmp_path, workers=7)  # 3 shards, 7 workers: each shard split in 2
     try:
-        assert ctx.execute(ds).results == [(0, 3, []), (1, 3, [[3, 4, 5, 6], [7, 8, 9, 10], [11]]), (2, 3, [])]
+        assert ctx.execute(ds).results == [(0, 3, []), (1, 3, [[3, 4, 5, 6], [7, 8, 9, 10], [11, 12]]), (2, 3, [])]
     finally:
         ctx.shutdown()
 
@@ -173,8 +177,103 @@ def test_off_and_shared_objects_keep_each_shard_in_its_task(tmp_path):
 
 
 def test_split_end_stops_at_the_first_op_that_needs_the_whole_shard():
-    ops = (op.Map(abs), op.Filter(bool), op.FlatMap(list), op.TakePerShard(3), op.Map(abs))
+    ops = (op.Map(abs), op.Filter(bool), op.FlatMap(list), op.Window(3), op.Map(abs))
     assert split_end(ops, 0) == 3 and split_end(ops, 3) == 3 and split_end(ops, 4) == 5
+    limited = (op.Map(abs), op.Window(3), op.TakePerShard(3), op.Map(abs))
+    assert split_end(limited, 0) == 0 and split_end(limited, 3) == 4  # a take_per_shard after the chain: no split
+
+
+def _mapped(record):
+    counters.increment("mapped")
+    return record
+
+
+def test_a_take_per_shard_stage_counts_and_reads_what_a_plain_run_does(tmp_path):
+    """The oracle is the same pipeline with intra-shard execution off: a take_per_shard stops
+    reading after n items, so the map before it runs on n items, its counters say n, and the
+    loader reads no further than the plain task does."""
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"id": i}) + "\n" for i in range(5000)))
+    pipelines = {
+        "list": lambda: Dataset.from_list([list(range(10_000))]).flat_map(list).map(_mapped).take_per_shard(2),
+        "jsonl": lambda: Dataset.from_files(str(source)).load_jsonl().map(_mapped).window(2).take_per_shard(3),
+    }
+    for name, pipeline in pipelines.items():
+        outcomes = {}
+        for mode in (IntraShardExecution.OFF, IntraShardExecution.AUTO):
+            ctx = split_context("sync", tmp_path, workers=4, mode=mode)
+            try:
+                outcome = ctx.execute(pipeline())
+                outcomes[mode] = (outcome.results, dict(outcome.counters))
+            finally:
+                ctx.shutdown()
+        assert outcomes[IntraShardExecution.AUTO] == outcomes[IntraShardExecution.OFF], name
+        assert outcomes[IntraShardExecution.OFF][1]["mapped"] == {"list": 2, "jsonl": 6}[name]  # the plain run itself
+
+
+SCRIPT = '''
+import json, os, sys
+from dataclasses import dataclass
+from zephyr import Dataset
+from zephyr.context import IntraShardExecution, ResourceConfig, ZephyrContext
+
+
+@dataclass
+class Doc:  # a class of the user's script: __main__.Doc, which a `python -c` process has not
+    id: int
+    text: str
+
+
+def to_docs(ids):
+    return [Doc(i, "x" * (i % 5)) for i in ids]
+
+
+def longer(doc):
+    assert type(doc) is Doc
+    return Doc(doc.id, doc.text + "!")
+
+
+def run(mode, ds):
+    ctx = ZephyrContext(client="sync", max_workers=2, resources=ResourceConfig(cpu=1, ram="512m"), intra_shard_execution=mode)
+    try:
+        return ctx.execute(ds).results
+    finally:
+        ctx.shutdown()
+
+
+def tag_pid(doc):
+    return (doc, os.getpid())
+
+
+oracle = [longer(doc) for doc in to_docs(range(600))]  # plain Python, no zephyr
+report = {}
+for name, make in {
+    "made in the chunks": lambda: Dataset.from_list([list(range(600))]).flat_map(to_docs).map(longer).map(tag_pid),
+    "fed to the chunks": lambda: Dataset.from_list([list(range(600))]).flat_map(to_docs).reshard(1).map(longer).map(tag_pid),
+}.items():
+    for mode in (IntraShardExecution.OFF, IntraShardExecution.AUTO):
+        pairs = run(mode, make())
+        report[f"{name} {mode.value}"] = {
+            "equal": [doc for doc, _ in pairs] == oracle,  # a dataclass's == also wants the class itself
+            "classes": sorted({f"{type(doc).__module__}.{type(doc).__qualname__}" for doc, _ in pairs}),
+            "split": os.getpid() not in {pid for _, pid in pairs},
+        }
+print(json.dumps(report))
+'''
+
+
+def test_items_of_a_class_from_the_users_script_go_through_the_chunk_processes(tmp_path):
+    """A script run as `__main__` defines the items' class; the chunk processes (`python -c`) do
+    not have it. The oracle is plain Python in the script; the split run's items must be the
+    script's own class, made in the chunks or fed to them."""
+    script = tmp_path / "user_script.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    for name, figures in report.items():
+        assert figures["equal"] and figures["classes"] == ["__main__.Doc"], (name, figures)
+        assert figures["split"] == name.endswith("auto"), (name, figures)
 
 
 ITEM = st.integers(-1000, 1000)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from zephyr import Dataset, create_backend
 from zephyr.cost import PRICE_ENV, StageCost, price_from_env
 from zephyr.execution.summary import format_summary
+from zephyr.execution.usage import process_rss
 from zephyr.status.commands import status_main
 from zephyr.status.costs import compare_runs
 from zephyr.status.record import read_run_record
@@ -225,3 +226,46 @@ def test_the_command_line_takes_a_price(tmp_path, monkeypatch):
     assert make_backend(build_parser().parse_args(["--backend=sync", script])).price_per_core_hour is None
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--backend=sync", "--price-per-core-hour", "-1", script])
+
+
+def _split_cost(ds, split: int):
+    """`ds` on the sync backend, its per-item ops split over `split` processes (1: none), and the stage's cost."""
+    backend = create_backend("sync", progress=False)
+    backend.intra_shard_workers = split  # what ZephyrContext(intra_shard_execution="auto", max_workers=split) sets
+    try:
+        execution = backend.execute(ds)
+        items = list(execution)
+        return items, execution.stats[0].cost
+    finally:
+        backend.close()
+
+
+def test_a_split_stage_counts_the_cpu_its_chunk_processes_burn():
+    """The oracle is the same stage run in its task: the work is the same, wherever it ran."""
+    ds = Dataset.from_list([[{"i": i, "spin": 0.01} for i in range(60)]]).flat_map(list).map(burn)
+    plain_items, plain = _split_cost(ds, 1)
+    split_items, split = _split_cost(ds, 2)
+    assert split_items == plain_items
+    assert plain.cpu_s >= 0.6  # each item's own clock said it burned 10 ms
+    assert split.cpu_s >= 0.3 * plain.cpu_s  # before: the task's idle thread only, ~0.02 s
+
+
+SPLIT_HOLD = 256 * MIB
+
+
+def hold_while_mapping(x):
+    """Hold SPLIT_HOLD bytes (every page touched) while mapping item 0."""
+    if x == 0:
+        held = bytearray(SPLIT_HOLD)
+        held[:: 4096] = b"x" * len(held[:: 4096])
+        return len(held)
+    return x
+
+
+def test_a_split_stage_peak_covers_what_a_chunk_process_held():
+    """A chunk process held SPLIT_HOLD bytes while the task's process was alive beside it: the
+    task's footprint (what its memory budget must hold) is at least the two together."""
+    task_rss = process_rss()  # the task runs in this process (sync backend)
+    items, cost = _split_cost(Dataset.from_list([list(range(50))]).flat_map(list).map(hold_while_mapping), 2)
+    assert items == [SPLIT_HOLD] + list(range(1, 50))
+    assert cost.peak_rss >= task_rss + SPLIT_HOLD  # before: this process's own peak only

@@ -5,9 +5,11 @@ input file, the one partition after `reshard(1)`). With `ZephyrContext(intra_sha
 "auto")` the runner gives each task of such a stage `split` = workers // shards (`ShardTask.
 split`); a task with `split > 1` cuts its input, after the loader, into chunks and runs the run
 of per-item ops that follows (`map`, `filter`, `flat_map`, `select`, `with_columns`) on them in
-`split` fresh processes (`chunk_worker`). What comes after (`take_per_shard`, `window`,
-`map_shard`, a writer, a shuffle's scatter) sees the chunks' outputs one after the other in
-input order: the output is the one task's, byte for byte.
+`split` fresh processes (`chunk_worker`). What comes after (`window`, `map_shard`, a writer, a
+shuffle's scatter) sees the chunks' outputs one after the other in input order: the output is
+the one task's, byte for byte. A stage with a `take_per_shard` is not split: it stops reading
+after n items, and a task runs its ops on only those (their counters, their side effects),
+where chunks would have run ahead of it.
 
 Chunks start at one item and double up to `MAX_CHUNK_ITEMS` (or `CHUNK_BYTES` of pickles), so
 every process gets work at once even on a small shard. Chunks and their outputs are pickle
@@ -15,13 +17,13 @@ files in a local temporary directory, removed as they are read: at most the shar
 output on local disk, never in memory. A chunk's error fails the task with the error the user
 code raised (its traceback in the process as a note); a process that dies (a native crash, an
 out-of-memory kill) fails it naming its exit status. Counters set in the chunks add up as if
-the task had run them.
+the task had run them, and the processes' CPU and peak memory are counted as the task's
+(`zephyr.execution.usage`).
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import queue
 import shutil
 import subprocess
@@ -36,8 +38,9 @@ from typing import Any
 import cloudpickle
 
 from zephyr import counters
-from zephyr.execution.chunk_worker import FRAME_ITEMS, read_frames
-from zephyr.plan.ops import PER_ITEM_OPS
+from zephyr.execution import usage
+from zephyr.execution.chunk_worker import FRAME_ITEMS, dump_frame, read_frames
+from zephyr.plan.ops import PER_ITEM_OPS, TakePerShard
 
 __all__ = ["CHUNK_BYTES", "MAX_CHUNK_ITEMS", "ChunkPool", "run_split", "split_end"]
 
@@ -48,10 +51,13 @@ _WORKER = "import sys; from zephyr.execution.chunk_worker import main; main(int(
 
 
 def split_end(ops: tuple, start: int) -> int:
-    """The index of the first op at or after `start` that needs the whole shard (or the end)."""
+    """The index of the first op at or after `start` that needs the whole shard (or the end);
+    `start` (nothing to split) when a `take_per_shard` follows (see the module doc)."""
     end = start
     while end < len(ops) and isinstance(ops[end], PER_ITEM_OPS):
         end += 1
+    if any(isinstance(record, TakePerShard) for record in ops[end:]):
+        return start
     return end
 
 
@@ -74,6 +80,7 @@ class _Worker:
         self._requests = Connection(self._to_child, readable=False)
         self._answers = Connection(self._from_child, writable=False)
         self._jobs = jobs
+        self.cpu_s, self.peak_rss = 0.0, 0  # what the process used, as its answers said
         self.thread = threading.Thread(target=self._serve, daemon=True, name=f"zephyr-chunks-{self.process.pid}")
         self.thread.start()
 
@@ -92,7 +99,9 @@ class _Worker:
                     f"while running the chunk {os.path.basename(request[2])}"))
                 return
             if answer[0] == "ok":
-                future.set_result(answer[1])
+                written, counts, cpu_s, peak = answer[1]
+                self.cpu_s, self.peak_rss = self.cpu_s + cpu_s, max(self.peak_rss, peak)
+                future.set_result((written, counts))
             else:
                 error = answer[1]
                 error.add_note(f"raised in an intra-shard worker process (pid {self.process.pid}):\n{answer[2]}")
@@ -127,6 +136,10 @@ class ChunkPool:
         self._jobs.put((future, (blob, stage_name, in_path, out_path)))
         return future
 
+    def usage(self) -> tuple[float, int]:
+        """The processes' CPU seconds and the sum of their peaks, as far as they have answered."""
+        return sum(w.cpu_s for w in self._workers), sum(w.peak_rss for w in self._workers)
+
     def close(self, grace: float = 5.0) -> None:
         """Stop every process: idle ones exit at once, busy ones are killed after `grace`."""
         while True:  # jobs nobody will take: cancelled
@@ -142,7 +155,12 @@ class ChunkPool:
 
 
 def run_split(ops: tuple, stream: Iterator[Any], split: int, stage_name: str) -> Iterator[Any]:
-    """`ops` applied to `stream` in `split` processes, the outputs in input order (see the module doc)."""
+    """`ops` applied to `stream` in `split` processes, the outputs in input order (see the module
+    doc); what the processes used goes to the task measured in this thread, the caller's."""
+    return _run_split(ops, stream, split, stage_name, usage.current())
+
+
+def _run_split(ops: tuple, stream: Iterator[Any], split: int, stage_name: str, measurement: Any) -> Iterator[Any]:
     blob = cloudpickle.dumps(ops)
     ready: queue.Queue = queue.Queue()
     stop = threading.Event()
@@ -170,6 +188,8 @@ def run_split(ops: tuple, stream: Iterator[Any], split: int, stage_name: str) ->
         stop.set()
         if pool is not None:
             pool.close(grace=5.0 if not failed else 0.5)
+            if measurement is not None:
+                measurement.add_children(*pool.usage())
         if feeder is not None:
             feeder.join(timeout=60)
         if workdir is not None:
@@ -200,7 +220,7 @@ def _chunk_files(stream: Iterator[Any], workdir: str, stop: threading.Event) -> 
                 frame = [item for _, item in zip(range(min(FRAME_ITEMS, target - count)), stream)]
                 if not frame:
                     break
-                pickle.dump(frame, f, protocol=pickle.HIGHEST_PROTOCOL)
+                dump_frame(frame, f)
                 count += len(frame)
         if not count:
             os.remove(path)

@@ -8,6 +8,11 @@ Threadpool tasks share the driver's process: while several overlap, CPU is the t
 thread (`time.thread_time`: work a library does on its own threads is missed) and the peak is
 the process's during the task, marked `shared`. The high-water mark is reset only when no
 other task of this process is running, so one task's reset never hides another's peak.
+
+Processes a task hands its work to (intra-shard chunk processes, `zephyr.execution.intra_shard`)
+are the task's too: their CPU seconds are added to its own, and the sum of their peaks to its
+peak and rise. A sum, not a max: they run at the same time as the task and each other, and the
+peak sizes the task's memory budget (`zephyr.execution.memory`), which has to hold them all.
 """
 
 from __future__ import annotations
@@ -22,11 +27,12 @@ from collections.abc import Iterator
 
 from zephyr.tasks import TaskUsage
 
-__all__ = ["measuring", "process_rss"]
+__all__ = ["current", "measuring", "peak_rss", "process_rss"]
 
 _lock = threading.Lock()
 _active = 0  # tasks of this process measuring now
 _starts = 0  # tasks of this process started so far (to tell whether another overlapped)
+_current = threading.local()  # .measurement: the task measuring in this thread
 _STATUS = "/proc/self/status"
 _CLEAR_REFS = "/proc/self/clear_refs"
 
@@ -55,7 +61,8 @@ def process_rss() -> int:
         return 0
 
 
-def _peak_rss() -> int:
+def peak_rss() -> int:
+    """This process's resident-set high-water mark, in bytes (since the last reset, see the module doc)."""
     kib = _status_kib("VmHWM:")
     if kib is not None:
         return kib * 1024
@@ -71,6 +78,22 @@ def _reset_peak() -> None:
 
 class _Measurement:
     usage: TaskUsage | None = None
+
+    def __init__(self) -> None:
+        self._children_cpu_s = 0.0
+        self._children_rss = 0
+
+    def add_children(self, cpu_s: float, peak_rss: int) -> None:
+        """Processes that ran the task's work: their CPU seconds and the sum of their peaks
+        (see the module doc). Too late once the task has ended: its usage is reported."""
+        self._children_cpu_s += cpu_s
+        self._children_rss += peak_rss
+
+
+def current() -> _Measurement | None:
+    """The measurement of the task running in this thread (None outside one), for work it
+    hands to other processes."""
+    return getattr(_current, "measurement", None)
 
 
 @contextlib.contextmanager
@@ -96,16 +119,20 @@ def measuring() -> Iterator[_Measurement]:
             _starts += 1
             starts = _starts
         measurement = _Measurement()
+        outer, _current.measurement = current(), measurement
         rss0 = process_rss()
         thread0, process0 = time.thread_time(), time.process_time()
         try:
             yield measurement
         finally:
             thread_s, process_s = time.thread_time() - thread0, time.process_time() - process0
-            peak = max(_peak_rss(), rss0)
+            _current.measurement = outer
+            peak = max(peak_rss(), rss0)
             shared = overlapped or _starts != starts
-            measurement.usage = TaskUsage(cpu_s=thread_s if shared else process_s, peak_rss=peak,
-                                          rss_rise=max(0, peak - rss0), shared=shared)
+            children_cpu_s, children_rss = measurement._children_cpu_s, measurement._children_rss
+            measurement.usage = TaskUsage(cpu_s=(thread_s if shared else process_s) + children_cpu_s,
+                                          peak_rss=peak + children_rss, rss_rise=max(0, peak - rss0) + children_rss,
+                                          shared=shared)
     finally:
         if counted:
             with _lock:
