@@ -56,3 +56,25 @@ def test_step_removes_near_copies_and_versions_its_parameters(tmp_path):
 def test_step_refuses_unknown_parameters():
     with pytest.raises(TypeError, match="thresold"):
         fuzzy_dedup_step("x", "in", thresold=0.7)
+
+
+def _path(**params) -> str:
+    step = fuzzy_dedup_step("fz/dedup", "gs://bucket/in", **params)
+    return Executor("/p").plan([step]).steps[-1].output_path
+
+
+def test_cc_rounds_keeps_the_path_and_the_new_fields_count_only_off_their_defaults():
+    """cc_rounds decides only whether the components converge, never what a converged run
+    writes: a step that failed with NotConvergedError reruns at its own path with more rounds.
+    cluster_field / kept_field name output fields: another name is another output, while their
+    defaults leave the path of a step written before they existed as it was."""
+    from marin.execution.hashing import version_of
+
+    base = _path()
+    assert _path(cc_rounds=64) == base
+    assert _path(cluster_field="fuzzy_cluster", kept_field="fuzzy_kept") == base
+    assert len({base, _path(cluster_field="c"), _path(kept_field="k"), _path(threshold=0.7)}) == 4
+    step = fuzzy_dedup_step("fz/dedup", "gs://bucket/in")
+    recorded = version_of(step, lambda dep: dep.name)["config"]
+    assert not {"cluster_field", "kept_field", "cc_rounds"} & set(recorded)  # as before the fields existed
+    assert {"threshold", "seed", "annotate"} <= set(recorded)

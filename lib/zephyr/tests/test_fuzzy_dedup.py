@@ -308,3 +308,101 @@ def test_crash_after_intermediate_stages_resumes_to_identical_output(tmp_path):
     assert outputs
     for f in outputs:
         assert (resumed_out / f.name).read_bytes() == f.read_bytes()
+
+
+# ---- parameters and edge cases (review defects) ------------------------------------------------
+
+def _p(s: float, bands: int, rows: int) -> float:
+    """The LSH S-curve, written apart from zephyr.dedup.minhash."""
+    return 1.0 - (1.0 - s**rows) ** bands
+
+
+@pytest.mark.parametrize("threshold", [0.05, 0.1, 0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95])
+def test_chosen_banding_meets_its_targets_or_is_the_least_bad_split(threshold):
+    """Where some split of 220 finds a pair at threshold+0.1 with >= 0.999, one at threshold
+    with >= 0.75, and merges one at low with <= 0.05, the chosen one does; otherwise it is the
+    (bands, rows) within 220 whose worse error is least (brute force over every split here)."""
+    from zephyr.dedup.minhash import choose_bands
+
+    perms = 220
+    low, high = max(threshold - 0.3, threshold / 2), min(threshold + 0.1, 0.99)
+    bands, rows = choose_bands(threshold, perms)
+    assert bands * rows <= perms and bands >= 1 and rows >= 1
+    every = [(b, r) for b in range(1, perms + 1) for r in range(1, perms // b + 1)]
+    feasible = [br for br in every if _p(high, *br) >= 0.999 and _p(threshold, *br) >= 0.75 and _p(low, *br) <= 0.05]
+    if feasible:
+        assert (bands, rows) in feasible
+    else:
+        worse = lambda br: max(_p(low, *br), 1 - _p(threshold, *br))  # noqa: E731
+        assert worse((bands, rows)) <= min(worse(br) for br in every) + 1e-12
+    if threshold == 0.8:
+        assert (bands, rows) == (20, 11)
+
+
+def test_low_threshold_merges_pairs_at_it_and_keeps_distinct_ones(local_backend):
+    """At 0.3 the old banding (recall only: 220 bands of 1 row) merged any two documents sharing
+    one shingle; the chosen one finds pairs at ~0.6 and leaves pairs at ~0.04 apart (oracle: all pairs)."""
+    rng = random.Random(3)
+    docs = []
+    for i in range(12):
+        base = _words(rng, 200)
+        docs.append(base)
+        docs.append(_edit(rng, base, 0.05))  # ~0.6 Jaccard of 5-grams: above 0.3
+        docs.append(_edit(rng, base, 0.4))  # ~0.04: far below
+    shards = [[{"id": i, "text": " ".join(w)} for i, w in enumerate(docs)]]
+    want, _ = oracle_keep(shards, threshold=0.3)
+    got = list(local_backend.execute(_dataset(shards).deduplicate_fuzzy(_text, threshold=0.3)))
+    assert _ids(got) == _ids(want)
+
+
+def test_annotate_refuses_to_overwrite_a_field_the_record_has(local_backend):
+    shards = [[{"id": 0, "text": "a b c d e f"}], [{"id": 1, "text": "x y z", "fuzzy_kept": "mine"}]]
+    with pytest.raises(Exception, match=r"document 0 of input shard 1 already has field 'fuzzy_kept'"):
+        list(local_backend.execute(_dataset(shards).deduplicate_fuzzy(_text, annotate=True)))
+    got = list(local_backend.execute(_dataset(shards).deduplicate_fuzzy(_text, annotate=True, kept_field="kept2")))
+    assert [r["fuzzy_kept"] for r in got if r["id"] == 1] == ["mine"]  # another name: the field is kept
+
+
+def test_text_with_a_lone_surrogate_gets_a_signature_equal_to_its_bytes():
+    """Text decoded with errors="surrogateescape" cannot be UTF-8 encoded; its signature is that
+    of its bytes, and a valid text's signature is the same by either road."""
+    import numpy as np
+    import rensa
+
+    from zephyr.dedup.minhash import MinHasher, shingles
+
+    hasher = MinHasher(ngram=2, bands=4, rows=5, seed=7)
+
+    def by_bytes(text):
+        h = rensa.RMinHash(num_perm=20, seed=7)
+        h.update([g.encode("utf-8", "surrogatepass") for g in shingles(text, 2)])
+        return np.asarray(h.digest(), dtype=np.uint32)
+
+    bad = b"caf\xe9 au lait".decode("utf-8", "surrogateescape")
+    assert np.array_equal(hasher.signature(bad), by_bytes(bad))
+    assert np.array_equal(hasher.signature("café au lait"), by_bytes("café au lait"))
+
+
+def test_a_column_expression_is_the_text(local_backend):
+    from zephyr import col
+
+    shards = corpus(seed=21)
+    want, _ = oracle_keep(shards)
+    got = list(local_backend.execute(_dataset(shards).deduplicate_fuzzy(col("text"))))
+    assert _ids(got) == _ids(want)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"seed": -1}, ValueError, "seed must be in 0..2"),
+    ({"seed": 2**64}, ValueError, "seed must be in 0..2"),
+    ({"cluster_field": "c", "kept_field": "c"}, ValueError, "must differ"),
+])
+def test_more_bad_arguments_raise_at_build_time(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        Dataset.from_list([1]).deduplicate_fuzzy(_text, **kwargs)
+
+
+def test_a_numpy_threshold_is_taken():
+    import numpy as np
+
+    Dataset.from_list([1]).deduplicate_fuzzy(_text, threshold=np.float32(0.8))  # refused before

@@ -1,6 +1,10 @@
 """A Marin step that removes near duplicates from an executor input with zephyr's
 `Dataset.deduplicate_fuzzy`; every parameter that decides the output is versioned, so
-changing one gives the step a new output path.
+changing one gives the step a new output path. `cc_rounds` is not: it decides only whether
+the connected components converge, never what a converged run writes, so a step that failed
+with NotConvergedError reruns at the same path with a larger `cc_rounds` (and
+`force_run_failed`). `cluster_field` and `kept_field` count only when not at their defaults,
+so steps written before they existed keep their paths.
 
     dedup = fuzzy_dedup_step("corpus/fuzzy_dedup", output_path_of(cleaned), threshold=0.8)
     executor_main([cleaned, dedup])
@@ -35,6 +39,13 @@ class FuzzyDedupConfig:
     annotate: bool = False
     input_glob: str = "*.jsonl*"
     num_output_shards: int | None = None
+    cluster_field: str = "fuzzy_cluster"
+    kept_field: str = "fuzzy_kept"
+    cc_rounds: int | None = None  # None: zephyr's default
+
+
+_UNVERSIONED = frozenset({"cc_rounds"})  # never changes a converged run's output
+_VERSIONED_UNLESS_DEFAULT = frozenset({"cluster_field", "kept_field"})  # added later: old paths stay
 
 
 def _field(name: str, record: dict) -> str:
@@ -54,6 +65,9 @@ def fuzzy_dedup(config: FuzzyDedupConfig) -> None:
             bands=config.bands,
             seed=config.seed,
             annotate=config.annotate,
+            cluster_field=config.cluster_field,
+            kept_field=config.kept_field,
+            cc_rounds=config.cc_rounds,
             num_output_shards=config.num_output_shards,
         )
         .write_jsonl(f"{config.output_path}/data-{{shard:05d}}.jsonl.zst", skip_existing=True)
@@ -63,7 +77,7 @@ def fuzzy_dedup(config: FuzzyDedupConfig) -> None:
 
 def fuzzy_dedup_step(name: str, input_path: Any, **params: Any) -> ExecutorStep:
     """An `ExecutorStep` running `fuzzy_dedup` over `input_path` (e.g. `output_path_of(step)`),
-    with each of `params` (FuzzyDedupConfig fields) versioned."""
+    with `params` (FuzzyDedupConfig fields) versioned as the module docstring says."""
     defaults = {k: f.default for k, f in FuzzyDedupConfig.__dataclass_fields__.items() if k not in ("input_path", "output_path")}
     unknown = sorted(set(params) - set(defaults))
     if unknown:
@@ -71,6 +85,12 @@ def fuzzy_dedup_step(name: str, input_path: Any, **params: Any) -> ExecutorStep:
     config = FuzzyDedupConfig(
         input_path=input_path,
         output_path=this_output_path(),
-        **{k: versioned(params.get(k, v)) for k, v in defaults.items()},
+        **{k: _version(k, params.get(k, v), v) for k, v in defaults.items()},
     )
     return ExecutorStep(name=name, fn=fuzzy_dedup, config=config)
+
+
+def _version(name: str, value: Any, default: Any) -> Any:
+    if name in _UNVERSIONED or (name in _VERSIONED_UNLESS_DEFAULT and value == default):
+        return value
+    return versioned(value)

@@ -233,14 +233,22 @@ def apply_labels(key: Any, items: Iterator[tuple], *, rounds: int, annotate: boo
     for ident, record in enumerate(records, start=block[2]):
         label = labels.get(ident, ident)
         if annotate:
-            yield _annotated(record, label, cluster_field, kept_field)
+            yield _annotated(record, ident, label, cluster_field, kept_field)
         elif label == ident:
             yield record
 
 
-def _annotated(record: Any, label: int, cluster_field: str, kept_field: str) -> dict:
+def _annotated(record: Any, ident: int, label: int, cluster_field: str, kept_field: str) -> dict:
+    """`record` with its cluster and kept document added; refuses to overwrite a field it has."""
     if not isinstance(record, dict):
         raise TypeError(f"deduplicate_fuzzy(annotate=True) adds fields to dict records, got {type(record).__name__}: {record!r:.80}")
+    for field in (cluster_field, kept_field):
+        if field in record:
+            shard, pos = doc_position(ident)
+            raise ValueError(
+                f"deduplicate_fuzzy(annotate=True): document {pos} of input shard {shard} already has field {field!r}, "
+                f"which annotating would overwrite; pass another cluster_field / kept_field: {record!r:.80}"
+            )
     shard, pos = doc_position(label)
     return {**record, cluster_field: label, kept_field: [shard, pos]}
 

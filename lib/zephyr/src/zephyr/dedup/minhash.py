@@ -36,19 +36,36 @@ def collision_probability(similarity: float, bands: int, rows: int) -> float:
     return 1.0 - (1.0 - similarity**rows) ** bands
 
 
-def choose_bands(threshold: float, num_perms: int) -> int:
-    """The banding for `threshold`: of every split of `num_perms` into bands x rows, the one
-    that finds a pair at `threshold + 0.1` (capped at 0.99) with probability >= 0.999 and, among
-    those, merges pairs at `threshold - 0.3` least often. With 0.8 and 220: 20 bands of 11 rows
-    (0.9 -> 0.9995, 0.8 -> 0.83, 0.7 -> 0.35, 0.5 -> 0.0097)."""
-    high, low = min(threshold + 0.1, 0.99), max(threshold - 0.3, 0.0)
+def choose_bands(threshold: float, num_perms: int) -> tuple[int, int]:
+    """(bands, rows) for `threshold`, with `low` = max(threshold - 0.3, threshold / 2). Of the
+    splits of `num_perms` into bands x (num_perms // bands) rows, exact ones first, those that
+    find a pair at `threshold + 0.1` (capped at 0.99) with probability >= 0.999 and one at
+    `threshold` with >= 0.75, and merge a pair at `low` with <= 0.05: the one that merges at
+    `low` least often. With 0.8 and 220: 20 bands of 11 rows (0.9 -> 0.9995, 0.8 -> 0.83,
+    0.7 -> 0.33, 0.5 -> 0.0097).
+
+    Below a threshold of about 0.7 no split of 220 does all that (too few permutations to
+    tell `low` from `threshold` so sharply); then it is the bands x rows within `num_perms`
+    whose worse error, max(P(low), 1 - P(threshold)), is least: 0.3 -> 61x3 (0.15 -> 0.19,
+    0.3 -> 0.81). At 0.1 and below even that errs by more than 0.3."""
+    high, low = min(threshold + 0.1, 0.99), max(threshold - 0.3, threshold / 2)
     splits = [(b, num_perms // b) for b in range(1, num_perms + 1)]
     exact = [(b, r) for b, r in splits if b * r == num_perms]  # splits that use every permutation first
-    recall_ok = [(b, r) for b, r in exact if collision_probability(high, b, r) >= 0.999]
-    recall_ok = recall_ok or [(b, r) for b, r in splits if collision_probability(high, b, r) >= 0.999]
-    if not recall_ok:  # too few permutations for that recall: take the best recall there is
-        return max(splits, key=lambda br: collision_probability(high, *br))[0]
-    return min(recall_ok, key=lambda br: (collision_probability(low, *br), -br[0]))[0]
+
+    def sharp(candidates: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        return [br for br in candidates if collision_probability(high, *br) >= 0.999
+                and collision_probability(threshold, *br) >= 0.75 and collision_probability(low, *br) <= 0.05]
+
+    targeted = sharp(exact) or sharp(splits)
+    if targeted:
+        return min(targeted, key=lambda br: (collision_probability(low, *br), br[0]))
+    every = [(b, r) for r in range(1, num_perms + 1) for b in range(1, num_perms // r + 1)]
+    return min(every, key=lambda br: (_worse_error(threshold, low, *br), br[0]))
+
+
+def _worse_error(threshold: float, low: float, bands: int, rows: int) -> float:
+    """The larger of merging a pair at `low` and missing one at `threshold`."""
+    return max(collision_probability(low, bands, rows), 1.0 - collision_probability(threshold, bands, rows))
 
 
 @dataclass(frozen=True)
@@ -68,7 +85,11 @@ class MinHasher:
         if not grams:
             return None
         h = rensa.RMinHash(num_perm=self.bands * self.rows, seed=self.seed)
-        h.update(grams)
+        try:
+            h.update(grams)  # rensa takes str as UTF-8: ~10x faster than a list of bytes
+        except UnicodeEncodeError:  # a lone surrogate (text decoded with errors="surrogateescape")
+            h = rensa.RMinHash(num_perm=self.bands * self.rows, seed=self.seed)
+            h.update([g.encode("utf-8", "surrogatepass") for g in grams])  # valid text: the same bytes as the str
         return np.asarray(h.digest(), dtype=np.uint32)
 
     def band_keys(self, signature: np.ndarray) -> list[int]:

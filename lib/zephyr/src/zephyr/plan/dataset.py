@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import numbers
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -400,15 +401,19 @@ class Dataset:
         """Keep one item per cluster of near duplicates; every other item passes unchanged.
 
         Two items are near duplicates when their word `ngram`-gram shingle sets (of
-        `text(item)`, lower-cased, split on whitespace) share an LSH bucket of their MinHash
-        signatures: `num_perms` (default 220) permutations in `bands` bands of
-        `num_perms // bands` rows, chosen by default so that a pair at Jaccard
-        `threshold + 0.1` is found with probability >= 0.999 and a pair at `threshold - 0.3`
-        rarely (0.8: 20x11; 0.9 -> 0.9995, 0.5 -> 0.01; see docs/zephyr.md for the S-curve).
+        `text(item)`, lower-cased, split on whitespace; `text` may be a column expression,
+        `col("text")`) share an LSH bucket of their MinHash signatures: `num_perms` (default
+        220) permutations in `bands` bands of `num_perms // bands` rows. By default the banding
+        follows `threshold` (`minhash.choose_bands`): where it can, a pair at Jaccard
+        `threshold + 0.1` is found with probability >= 0.999 and one at
+        max(`threshold - 0.3`, `threshold / 2`) merged with <= 0.05 (0.8: 20x11; 0.9 -> 0.9995,
+        0.5 -> 0.01); at low thresholds, where 220 permutations cannot do that, the banding
+        that errs least at those two points (see docs/zephyr.md for the S-curve).
         Clusters are transitive (A~B and B~C: one cluster) and the item kept is the first by
         (input shard, position). Items whose text has no words never match. With
         `annotate=True` nothing is dropped: each dict item gets `cluster_field` (the cluster's
-        id) and `kept_field` ([input shard, position] of the item kept).
+        id) and `kept_field` ([input shard, position] of the item kept); an item that already
+        has either field raises ValueError rather than lose it.
 
         Lazy; runs as 2 + `cc_rounds` shuffles (7 stages with the default 4 rounds) in which
         each task streams its groups; items are compressed once into blocks of 512 that ride
@@ -416,28 +421,38 @@ class Dataset:
         `num_output_shards`, each block's items in their input order. Raises NotConvergedError (naming the item) if the component
         rounds were too few for the data: rerun with more, the earlier stages are reused.
         """
+
+        text = _expr_key(text)
         _check_callable(text, "deduplicate_fuzzy text")
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold < 1:
+        if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not 0 < threshold < 1:
             raise ValueError(f"threshold must be a Jaccard similarity strictly between 0 and 1, got {threshold!r}")
+        threshold = float(threshold)  # a NumPy float32 too
         _check_positive(ngram, "ngram")
         num_perms = fuzzy.DEFAULT_NUM_PERMS if num_perms is None else num_perms
         _check_positive(num_perms, "num_perms")
-        bands = choose_bands(float(threshold), num_perms) if bands is None else bands
-        _check_positive(bands, "bands")
-        if bands > num_perms:
-            raise ValueError(f"bands ({bands}) cannot exceed num_perms ({num_perms}): each band needs at least one row")
+        if bands is None:
+            bands, rows = choose_bands(threshold, num_perms)
+        else:
+            _check_positive(bands, "bands")
+            if bands > num_perms:
+                raise ValueError(f"bands ({bands}) cannot exceed num_perms ({num_perms}): each band needs at least one row")
+            rows = num_perms // bands
         cc_rounds = fuzzy.DEFAULT_CC_ROUNDS if cc_rounds is None else cc_rounds
         if not isinstance(cc_rounds, int) or isinstance(cc_rounds, bool) or cc_rounds < 0:
             raise ValueError(f"cc_rounds must be a non-negative integer, got {cc_rounds!r}")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise TypeError(f"seed must be an integer, got {seed!r}")
+        if not 0 <= seed < 2**64:
+            raise ValueError(f"seed must be in 0..2**64-1 (rensa's seed is an unsigned 64-bit integer), got {seed}")
         for name, value in (("cluster_field", cluster_field), ("kept_field", kept_field)):
             if not isinstance(value, str) or not value:
                 raise ValueError(f"{name} must be a non-empty field name, got {value!r}")
+        if cluster_field == kept_field:
+            raise ValueError(f"cluster_field and kept_field must differ (both {cluster_field!r}): one would overwrite the other")
         if num_output_shards is not None:
             _check_positive(num_output_shards, "num_output_shards")
         params = fuzzy.FuzzyParams(
-            ngram, bands, num_perms // bands, seed, cc_rounds, bool(annotate), cluster_field, kept_field, num_output_shards
+            ngram, bands, rows, seed, cc_rounds, bool(annotate), cluster_field, kept_field, num_output_shards
         )
         return fuzzy.apply(self, text, params)
 

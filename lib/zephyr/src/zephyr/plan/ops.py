@@ -16,6 +16,7 @@ from zephyr.io.formats import DEFAULT_FILE_PATH_COLUMN
 from zephyr.naming import callable_name
 from zephyr.tasks import ShardInfo
 from zephyr.io.compression import strip_compression_suffix
+from zephyr.io.tokens import offsets_path
 
 __all__ = [
     "DEFAULT_FILE_PATH_COLUMN",
@@ -362,8 +363,6 @@ def written_files(record: Any, path: str) -> list[str]:
     """Every file writer `record` makes for the shard whose output is `path`: a token cache
     shard is two (the tokens and their document offsets), the run record and cleanup count both."""
     if isinstance(record, WriteTokens):
-        from zephyr.io.tokens import offsets_path  # NumPy: only for token writers
-
         return [path, offsets_path(path)]
     return [path]
 
