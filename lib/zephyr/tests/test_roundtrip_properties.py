@@ -18,6 +18,7 @@ import dataclasses
 import gzip
 import math
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -55,6 +56,24 @@ class Refused(Exception):
         super().__init__(field)
         self.field = field
         self.empty = empty
+
+
+_SCRATCH: dict[str, str] = {}  # "dir": this module's scratch folder (hypothesis examples cannot take tmp_path)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _scratch():
+    """One folder for every example's files, removed when the module ends (even on failure):
+    each example made its own under the temp dir and left it there, 500 per run."""
+    _SCRATCH["dir"] = tempfile.mkdtemp(prefix="zephyr-roundtrip-tests-")
+    try:
+        yield
+    finally:
+        shutil.rmtree(_SCRATCH.pop("dir"), ignore_errors=True)
+
+
+def _mkdtemp(prefix: str) -> str:
+    return tempfile.mkdtemp(prefix=prefix, dir=_SCRATCH["dir"])
 
 
 def _scaled(examples: int) -> int:
@@ -259,7 +278,7 @@ def _target(where: str, name: str) -> tuple[str, Callable[[], bool]]:
         path = f"memory://roundtrip-{uuid.uuid4().hex}/{name}"
         fs = fsspec.filesystem("memory")
         return path, lambda: not fs.exists(path)
-    directory = tempfile.mkdtemp(prefix="roundtrip-")
+    directory = _mkdtemp("roundtrip-")
     path = os.path.join(directory, name)
     return path, lambda: os.listdir(directory) == []
 
@@ -358,7 +377,7 @@ def test_binary_round_trip_is_exact_or_refused_by_name(suffix, items):
 def test_pipeline_write_then_load_on_sync_backend(records):
     """The same promise through Dataset pipelines: write_jsonl / write_parquet, then load."""
     backend = create_backend("sync", progress=False)
-    directory = tempfile.mkdtemp(prefix="roundtrip-pipeline-")
+    directory = _mkdtemp("roundtrip-pipeline-")
     one_shard = Dataset.from_list([records]).flat_map(lambda rs: rs)
     for name, oracle, write, load in (
         ("o.jsonl.zst", lambda rs: [json_expected(r) for r in rs], Dataset.write_jsonl, Dataset.load_jsonl),
@@ -393,7 +412,7 @@ def test_lines_with_long_digit_runs_read_floats_as_orjson_does(mantissa, fractio
         expected = orjson.loads(line)
     except orjson.JSONDecodeError:  # beyond the float range: orjson refuses it, so must we
         expected = None
-    directory = tempfile.mkdtemp(prefix="roundtrip-floats-")
+    directory = _mkdtemp("roundtrip-floats-")
     path = os.path.join(directory, "f.jsonl")
     with open(path, "wb") as f:
         f.write(line + b"\n")
