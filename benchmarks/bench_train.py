@@ -15,6 +15,12 @@ devices, for the same number of steps, and end with one orbax checkpoint of the 
 - **preloaded**: the same loop with the whole token stream in memory beforehand (loading not
   timed): the compute-only limit, with no data reading at all.
 
+With ``--data cache`` the shards are a token cache (uint16 ``.npy`` shards and their ledger,
+``zephyr.io.tokens``) instead: the adapter reads it through ``CacheBatches`` and the
+hand-written loop memory-maps the ``.npy`` files. With ``--platform gpu`` one worker trains on
+the machine's real accelerator (every device JAX finds) instead of simulated CPU devices, and
+the table adds the achieved TFLOP/s (6 x the model's matmul parameters per token).
+
 They run alternating round by round. The headline figures are steady-state tokens/s, from
 step ``WARMUP`` on (compilation excluded): the best run of each (the least disturbed by other
 work on a shared machine) and the adapter's speed as a ratio of the hand-written loop's, best
@@ -22,12 +28,15 @@ and median. One more column gives the end-to-end ratio (initialisation, compilat
 final checkpoint included).
 
     uv run python benchmarks/bench_train.py --json benchmarks/results/train.json
+    python benchmarks/bench_train.py --platform gpu --data cache --vocab 32768 --embed 1024 --hidden 4096 \
+        --batch-size 64 --seq-len 1024 --json train_gpu.json
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import glob
 import json
 import os
 import statistics
@@ -49,6 +58,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seq-len", type=int, default=128, help="tokens per row")
     parser.add_argument("--embed", type=int, default=128, help="tiny LM embedding width")
     parser.add_argument("--hidden", type=int, default=512, help="tiny LM hidden width")
+    parser.add_argument("--vocab", type=int, default=256, help="tiny LM vocabulary (the tokens stay in 32..126)")
+    parser.add_argument("--platform", choices=["cpu", "gpu"], default="cpu",
+                        help="cpu: --devices simulated CPU devices; gpu: the machine's accelerator, as JAX finds it")
+    parser.add_argument("--data", choices=["jsonl", "cache"], default="jsonl",
+                        help="token shards as .jsonl.zst records or as a token cache (.npy + ledger)")
     parser.add_argument("--log-every", type=int, default=1,
                         help="steps between metric reads (1: every step is synchronised, so step timings are exact)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each loop per device count")
@@ -62,22 +76,34 @@ def parse_args(argv=None) -> argparse.Namespace:
 # ---- the corpus -----------------------------------------------------------------------------
 
 
-def write_corpus(directory: str, shards: int, tokens_needed: int) -> str:
-    """``shards`` .jsonl.zst files of byte-token records, enough tokens for one pass."""
+def write_corpus(directory: str, shards: int, tokens_needed: int, form: str = "jsonl") -> str:
+    """``shards`` files of byte-token records, enough tokens for one pass: ``.jsonl.zst``
+    (returns their glob) or a token cache (returns its ledger)."""
     import numpy as np
     from zephyr.io import write_jsonl_file
+    from zephyr.io.tokens import write_token_ledger, write_tokens_file
 
+    directory = os.path.join(directory, form)
     os.makedirs(directory, exist_ok=True)
     rng = np.random.default_rng(0)
     per_shard = tokens_needed // shards + 1
+    paths = []
     for shard in range(shards):
-        path = os.path.join(directory, f"part-{shard:05d}.jsonl.zst")
+        path = os.path.join(directory, f"part-{shard:05d}.jsonl.zst" if form == "jsonl" else f"part-{shard:05d}.npy")
+        paths.append(path)
         if os.path.exists(path):
             continue
         lengths = rng.integers(200, 2000, size=per_shard // 1000 + 2)
         records = [{"input_ids": rng.integers(32, 127, size=int(n)).tolist()} for n in lengths]
-        write_jsonl_file(records, path)
-    return os.path.join(directory, "part-*.jsonl.zst")
+        if form == "jsonl":
+            write_jsonl_file(records, path)
+        else:
+            write_tokens_file(records, path, dtype="uint16")
+    if form == "jsonl":
+        return os.path.join(directory, "part-*.jsonl.zst")
+    ledger = os.path.join(directory, "ledger.json")
+    write_token_ledger(paths, ledger)
+    return ledger
 
 
 # ---- one device count, in a fresh process ----------------------------------------------------
@@ -94,7 +120,7 @@ def timed_step(step, state, batch):
 def model(args):
     from marin.training import tiny_lm
 
-    config = tiny_lm.TinyLMConfig(embed_dim=args.embed, hidden_dim=args.hidden)
+    config = tiny_lm.TinyLMConfig(vocab_size=args.vocab, embed_dim=args.embed, hidden_dim=args.hidden)
     step = functools.partial(timed_step, functools.partial(tiny_lm.train_step, config=config))
     return step, functools.partial(tiny_lm.init_state, config=config), config
 
@@ -121,22 +147,37 @@ def run_adapter(args, data: str, checkpoint_path: str) -> float:
     return time.perf_counter() - start
 
 
-def file_batches(data: str, batch_size: int, seq_len: int):
-    """The hand-written reader: records in sorted shard order, concatenated, cut into batches."""
+def _documents(data: str):
+    """Each document's tokens, in shard order, forever: records of the ``.jsonl.zst`` shards,
+    or, for a token cache, each ``.npy`` shard memory-mapped whole (a shard's documents are
+    contiguous, so the stream is the same)."""
     import itertools
 
     import numpy as np
     from zephyr.io import expand_glob, read_jsonl
 
-    need, pending, have = batch_size * seq_len, [], 0
+    if data.endswith("ledger.json"):
+        shards = sorted(glob.glob(os.path.join(os.path.dirname(data), "part-*.npy")))
+        for path in itertools.cycle(shards):
+            yield np.load(path, mmap_mode="r").astype(np.int32)
+        return
     for path in itertools.cycle(sorted(expand_glob(data))):
         for record in read_jsonl(path):
-            pending.append(np.asarray(record["input_ids"], dtype=np.int32))
-            have += len(pending[-1])
-            while have >= need:
-                tokens = np.concatenate(pending)
-                yield tokens[:need].reshape(batch_size, seq_len)
-                pending, have = [tokens[need:]], have - need
+            yield np.asarray(record["input_ids"], dtype=np.int32)
+
+
+def file_batches(data: str, batch_size: int, seq_len: int):
+    """The hand-written reader: documents in sorted shard order, concatenated, cut into batches."""
+    import numpy as np
+
+    need, pending, have = batch_size * seq_len, [], 0
+    for document in _documents(data):
+        pending.append(document)
+        have += len(document)
+        while have >= need:
+            tokens = np.concatenate(pending)
+            yield tokens[:need].reshape(batch_size, seq_len)
+            pending, have = [tokens[need:]], have - need
 
 
 def run_hand_written(args, batches, checkpoint_path: str) -> float:
@@ -165,10 +206,7 @@ def run_hand_written(args, batches, checkpoint_path: str) -> float:
 def load_stream(data: str, tokens: int):
     import numpy as np
 
-    from marin.training import TokenBatches, resolve_shards
-
-    batches = TokenBatches(resolve_shards(data), batch_size=1, seq_len=tokens)
-    return np.asarray(next(batches)).ravel()
+    return next(file_batches(data, 1, tokens)).ravel()
 
 
 def worker(args) -> None:
@@ -197,7 +235,9 @@ def worker(args) -> None:
     _, _, config = model(args)
     params = config.vocab_size * config.embed_dim + config.embed_dim * config.hidden_dim + config.hidden_dim \
         + config.hidden_dim * config.vocab_size
-    print(json.dumps({"devices": jax.device_count(), "times": times, "step_times": step_times, "params": params}))
+    print(json.dumps({"devices": jax.device_count(), "times": times, "step_times": step_times, "params": params,
+                      "matmul_params": config.embed_dim * config.hidden_dim + config.hidden_dim * config.vocab_size,
+                      "device_kind": jax.devices()[0].device_kind, "backend": jax.default_backend()}))
 
 
 # ---- the driver ----------------------------------------------------------------------------------
@@ -214,12 +254,16 @@ def main(argv=None) -> dict:
 
 def _drive(args: argparse.Namespace, argv, work: str) -> dict:
     """One worker process per device count, then the table and the JSON."""
-    data = write_corpus(os.path.join(work, "tokens"), args.shards, args.steps * args.batch_size * args.seq_len)
+    data = write_corpus(os.path.join(work, "tokens"), args.shards, args.steps * args.batch_size * args.seq_len, args.data)
     load_before = load_average()
     rows = []
-    for devices in args.devices:
-        env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu",
-               "BENCH_TRAIN_DATA": data, "BENCH_TRAIN_WORK": work}
+    for devices in (args.devices if args.platform == "cpu" else [None]):
+        env = {**os.environ, "BENCH_TRAIN_DATA": data, "BENCH_TRAIN_WORK": work}
+        if devices is None:  # the real accelerator, every device of it
+            env.pop("JAX_PLATFORMS", None)
+            env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        else:
+            env.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
         command = [sys.executable, os.path.abspath(__file__), "--worker", *(argv if argv is not None else sys.argv[1:])]
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
         if done.returncode:
@@ -229,7 +273,9 @@ def _drive(args: argparse.Namespace, argv, work: str) -> dict:
         per_batch = args.batch_size * args.seq_len
         adapter, hand, pre = (result["step_times"][k] for k in ("adapter", "hand_written", "preloaded"))
         totals = result["times"]
-        rows.append({"devices": devices, "params": result["params"], "tokens": tokens,
+        tflops = 6 * result["matmul_params"] * per_batch / min(adapter) / 1e12
+        rows.append({"devices": result["devices"], "device_kind": result["device_kind"], "backend": result["backend"],
+                     "adapter_tflops": tflops, "params": result["params"], "tokens": tokens,
                      "end_to_end_s": totals, "step_s": result["step_times"],
                      "adapter_tokens_per_s": per_batch / min(adapter), "hand_written_tokens_per_s": per_batch / min(hand),
                      "preloaded_tokens_per_s": per_batch / min(pre),
@@ -243,12 +289,13 @@ def _drive(args: argparse.Namespace, argv, work: str) -> dict:
           f"best of {args.repeats}; load average {load_before} -> {report['load_after']}\n")
     print(f"steady state (after the first {WARMUP} steps), tokens/s of the best run:\n")
     print("| devices | adapter | hand-written | preloaded | adapter / hand-written (best) | (median) "
-          "| adapter / preloaded | end to end, adapter / hand-written |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| adapter / preloaded | end to end, adapter / hand-written | adapter TFLOP/s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
-        print(f"| {row['devices']} | {row['adapter_tokens_per_s']:,.0f} | {row['hand_written_tokens_per_s']:,.0f} "
+        print(f"| {row['devices']} x {row['device_kind']} | {row['adapter_tokens_per_s']:,.0f} "
+              f"| {row['hand_written_tokens_per_s']:,.0f} "
               f"| {row['preloaded_tokens_per_s']:,.0f} | {row['ratio']:.2f}x | {row['median_ratio']:.2f}x "
-              f"| {row['ratio_to_preloaded']:.2f}x | {row['end_to_end_ratio']:.2f}x |")
+              f"| {row['ratio_to_preloaded']:.2f}x | {row['end_to_end_ratio']:.2f}x | {row['adapter_tflops']:.2f} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)

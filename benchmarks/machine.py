@@ -17,11 +17,14 @@ def load_average() -> str:
 
 def machine() -> dict:
     """Cores, memory, and the versions that matter for the figures."""
-    import ray
+    try:
+        import ray
+    except ImportError:  # an accelerator host that trains without Ray (bench_train.py --platform gpu)
+        ray = None
 
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return {"cores": os.cpu_count(), "ram_gib": round(mem_gib, 1), "python": platform.python_version(),
-            "ray": ray.__version__, "platform": platform.platform()}
+            "ray": ray.__version__ if ray else None, "platform": platform.platform()}
 
 
 @contextlib.contextmanager

@@ -66,9 +66,10 @@ def test_parquet_pushdown_benchmark_runs(tmp_path):
 
 
 @pytest.mark.slow
-def test_train_benchmark_runs(tmp_path):
+@pytest.mark.parametrize("data", ["jsonl", "cache"])
+def test_train_benchmark_runs(tmp_path, data):
     out = _run("bench_train.py", "--devices", "1", "2", "--steps", "12", "--repeats", "1", "--batch-size", "4",
-               "--seq-len", "16", "--embed", "16", "--hidden", "32", "--shards", "2", tmp_path=tmp_path)
+               "--seq-len", "16", "--embed", "16", "--hidden", "32", "--shards", "2", "--data", data, tmp_path=tmp_path)
     assert "| devices | adapter | hand-written | preloaded |" in out
     assert out.count("x |") >= 2  # one row per device count
 

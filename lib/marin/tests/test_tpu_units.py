@@ -325,7 +325,9 @@ def test_train_on_tpu_returns_process_0s_result(monkeypatch):
             results.append(fn())
         return results
 
-    monkeypatch.setattr(train, "run_on_tpu", fake_run_on_tpu)
+    from marin.tpu import runner
+
+    monkeypatch.setattr(runner, "run_on_tpu", fake_run_on_tpu)
     monkeypatch.setattr(train, "train_loop", lambda *a, **k: TrainResult(step=int(os.environ["MARIN_TPU_HOST_ID"]),
                                                                            checkpoint_path="x"))
     result = train.train_on_tpu(None, None, "data", tpu_type="v4-16", batch_size=1, seq_len=1, num_steps=1,
@@ -379,3 +381,27 @@ def test_data_reads_vortex_shards(tmp_path):
     path = str(tmp_path / "tokens.vortex")
     write_vortex_file([{"input_ids": d, "other": "x"} for d in docs], path)
     assert list(read_records(path, "input_ids")) == docs
+
+
+def test_train_loop_runs_on_a_host_without_ray():
+    """A single GPU or TPU host trains with `train_loop` alone; only `train_on_tpu` (the slice
+    launcher) needs Ray. Ray is made unimportable in a fresh interpreter."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["ray"] = None  # `import ray` now raises ImportError
+        from marin.training import TokenBatches, train_loop, tiny_lm
+        from marin.training.train import _is_reporting_host
+        assert "ray" not in {m.split(".")[0] for m in sys.modules if sys.modules[m] is not None}
+        try:
+            from marin.training import train_on_tpu
+            train_on_tpu(None, None, "d", tpu_type="v4-8", batch_size=1, seq_len=1, num_steps=1, checkpoint_path="x")
+        except ImportError as error:
+            print("launcher needs ray:", error)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "launcher needs ray" in done.stdout

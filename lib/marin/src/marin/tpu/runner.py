@@ -56,7 +56,7 @@ from marin.tpu.distributed import INIT_TIMEOUT_S, DistributedConfig
 from marin.tpu.errors import TpuPreemptedError, TpuSetupError, is_preemption
 from marin.tpu.lockfile import remove_tpu_lockfile_on_exit
 from marin.logs import show_marin_lines
-from marin.tpu.slices import TPU_RESOURCE, TpuSlice, parse_tpu_type
+from marin.tpu.slices import HOST_ID_ENV, NUM_HOSTS_ENV, SLICE_ID_ENV, TPU_RESOURCE, TpuSlice, parse_tpu_type
 
 __all__ = [
     "PREEMPTION_ERRORS",
@@ -81,10 +81,6 @@ one list, `zephyr.backends.ray_errors` (Zephyr's Ray backend retries the same er
 SLICE_NAME_LABEL = "ray.io/tpu-slice-name"
 MEGASCALE_PORT = 8081
 
-# Environment each host task sees (besides MEGASCALE_* for multislice runs).
-HOST_ID_ENV = "MARIN_TPU_HOST_ID"
-NUM_HOSTS_ENV = "MARIN_TPU_NUM_HOSTS"
-SLICE_ID_ENV = "MARIN_TPU_SLICE_ID"
 
 
 def _cause_chain(error: BaseException):

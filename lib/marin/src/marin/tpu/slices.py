@@ -28,6 +28,9 @@ from dataclasses import dataclass
 
 __all__ = [
     "GENERATIONS",
+    "HOST_ID_ENV",
+    "NUM_HOSTS_ENV",
+    "SLICE_ID_ENV",
     "TPU_RESOURCE",
     "TpuGeneration",
     "TpuSlice",
@@ -38,6 +41,12 @@ __all__ = [
     "tpu_resources",
     "valid_tpu_types",
 ]
+
+# Environment each host task of `marin.tpu.runner.run_on_tpu` sees (besides MEGASCALE_* for
+# multislice runs); here, without Ray, so that `train_loop` reads them on a host with no Ray.
+HOST_ID_ENV = "MARIN_TPU_HOST_ID"
+NUM_HOSTS_ENV = "MARIN_TPU_NUM_HOSTS"
+SLICE_ID_ENV = "MARIN_TPU_SLICE_ID"
 
 TPU_RESOURCE = "TPU"
 

@@ -51,7 +51,7 @@ from marin.training.mesh import (
     process_rows,
     state_shardings,
 )
-from marin.tpu.runner import HOST_ID_ENV, run_on_tpu
+from marin.tpu.slices import HOST_ID_ENV
 
 __all__ = ["TrainResult", "train_loop", "train_on_tpu"]
 
@@ -432,7 +432,9 @@ def train_on_tpu(
         keep_checkpoints=keep_checkpoints, mesh_shape=mesh_shape, axis_names=axis_names,
         state_sharding=state_sharding, async_checkpoints=async_checkpoints,
     )
-    results = run_on_tpu(
+    from marin.tpu import runner  # Ray: only for the slice launcher, so train_loop runs on a host without it
+
+    results = runner.run_on_tpu(
         functools.partial(_tag_reporter, loop), tpu_type,
         max_retries_preemption=max_retries_preemption, max_retries_failure=max_retries_failure,
         runtime_env=runtime_env, fresh_process=fresh_process,
