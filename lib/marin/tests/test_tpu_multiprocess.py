@@ -75,4 +75,6 @@ def test_two_processes_of_four_devices_match_one_process_of_eight(tokens, tmp_pa
     assert two.data_position == one.data_position
     for a, b in zip(jax.tree_util.tree_leaves(two.state["params"]), jax.tree_util.tree_leaves(one.state["params"]),
                     strict=True):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-6)
+        # float32 all-reduces in another order (2 x 4 devices against 8): one element in 16,384
+        # once differed by 5.3e-6 after 10 Adam steps (values ~0.1), past the old atol of 2e-6
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
