@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from zephyr.execution.interrupts import ThreadInterrupter
 
-__all__ = ["is_ray_remote", "optional_dependency_groups", "pip_runtime_env", "run_step_function"]
+__all__ = ["is_ray_remote", "optional_dependency_groups", "pip_runtime_env", "ray_cancel_grace", "run_step_function"]
 
 
 def is_ray_remote(fn: Any) -> bool:
@@ -99,6 +99,9 @@ def ray_options(name: str, resources: dict[str, Any] | None, pip_dependency_grou
     return options
 
 
+CANCEL_GRACE = 3.0  # seconds a cancelled step task gets to stop before its worker is killed (by default)
+
+
 def run_step_function(
     fn: Callable[[Any], Any],
     config: Any,
@@ -106,13 +109,16 @@ def run_step_function(
     resources: dict[str, Any] | None = None,
     pip_dependency_groups: list[str] | None = None,
     interrupter: ThreadInterrupter | None = None,
+    cancel_grace: float = CANCEL_GRACE,
 ) -> Any:
     """Call `fn(config)` where the step asks: this thread, or a Ray task (waited for).
 
     With an `interrupter`, `interrupter.interrupt()` from another thread stops the call: an
     exception raised inside a local function, or `ray.cancel` of the step's Ray task (and the
-    tasks it started) followed, if it has not ended within `CANCEL_GRACE` seconds, by a forced
-    cancel that kills its worker.
+    tasks it started) followed, if it has not ended within `cancel_grace` seconds, by a forced
+    cancel that kills its worker (the executor passes most of its `interrupt_grace`: a
+    `KeyboardInterrupt` can take seconds to reach a task on a busy node, and a forced cancel
+    skips the task's `finally` blocks).
     """
     interrupter = interrupter or ThreadInterrupter()
     remote = is_ray_remote(fn)
@@ -126,12 +132,18 @@ def run_step_function(
         interrupter.call(_wait_for, ray, ref)
     except BaseException:
         if interrupter.interrupted:
-            _cancel(ray, ref)
+            _cancel(ray, ref, cancel_grace)
         raise
     return ray.get(ref)
 
 
-CANCEL_GRACE = 3.0  # seconds a cancelled step task gets to stop before its worker is killed
+
+
+def ray_cancel_grace(interrupt_grace: float) -> float:
+    """How long an interrupted Ray step's task may take to stop on its `KeyboardInterrupt`
+    before its worker is killed: most of the executor's `interrupt_grace`, leaving a fifth (at
+    most 2 s) for the forced cancel to land before the executor stops waiting for the step."""
+    return max(0.0, interrupt_grace - min(2.0, interrupt_grace / 5))
 
 
 def _wait_for(ray: Any, ref: Any) -> None:
@@ -140,11 +152,13 @@ def _wait_for(ray: Any, ref: Any) -> None:
         pass
 
 
-def _cancel(ray: Any, ref: Any) -> None:
-    """Cancel the step's task and its children; kill its worker if it does not stop in time."""
+def _cancel(ray: Any, ref: Any, grace: float) -> None:
+    """Cancel the step's task and its children; kill its worker if it does not stop in `grace` seconds."""
     try:
         ray.cancel(ref, recursive=True)
-        if not ray.wait([ref], timeout=CANCEL_GRACE)[0]:
+        if not ray.wait([ref], timeout=grace)[0]:
+            logging.getLogger(__name__).warning(
+                "the cancelled Ray task of a step did not stop within %.1fs; killing its worker", grace)
             ray.cancel(ref, force=True, recursive=True)
     except Exception:  # noqa: BLE001 - it ended meanwhile, or Ray is going away
         logging.getLogger(__name__).warning("cancelling the Ray task of a step failed", exc_info=True)

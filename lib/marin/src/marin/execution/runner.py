@@ -49,7 +49,7 @@ from zephyr.status.labels import run_label
 from marin.execution.hashing import resolve_config
 from marin.execution.lease import Lease, default_owner
 from marin.execution.planning import Plan, PlannedStep, plan_steps
-from marin.execution.ray_env import run_step_function
+from marin.execution.ray_env import ray_cancel_grace, run_step_function
 from marin.execution.records import ExperimentRecord, step_info
 from marin.execution.status import (
     LEASE_DIR,
@@ -423,7 +423,8 @@ class Executor:
         config = resolve_config(step.config, plan.output_path, path, plan.prefix)
         write_info(path, step_info(planned, config))
         with run_label(f"executor step {step.name}"):  # the status page names the step its pipelines run for
-            run_step_function(step.fn, config, step.name, step.resources, step.pip_dependency_groups, run.interrupter)
+            run_step_function(step.fn, config, step.name, step.resources, step.pip_dependency_groups, run.interrupter,
+                              cancel_grace=ray_cancel_grace(self.interrupt_grace))
 
     def _record_failure(self, run: StepRun, error: BaseException) -> tuple[str | None, str | None]:
         """Write FAILED (PREEMPTED for a lost node or worker, INTERRUPTED for a signal); returns
