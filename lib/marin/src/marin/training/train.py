@@ -380,17 +380,18 @@ def _host_scalars(metrics: dict) -> dict[str, float]:
     """Metrics as Python floats on every host (replicated scalars need no communication)."""
     import jax
 
-    def to_float(value: Any) -> float:
+    def local(value: Any) -> Any:
         if isinstance(value, jax.Array) and not value.is_fully_addressable:
             if value.is_fully_replicated:
-                value = value.addressable_data(0)
-            else:
-                from jax.experimental import multihost_utils
+                return value.addressable_data(0)
+            from jax.experimental import multihost_utils
 
-                value = multihost_utils.process_allgather(value, tiled=True)
-        return float(np.asarray(value))
+            return multihost_utils.process_allgather(value, tiled=True)
+        return value
 
-    return {name: to_float(value) for name, value in metrics.items()}
+    # one device_get for all of them: a transfer and a wait per metric cost a step of a few ms ~0.1 ms
+    fetched = jax.device_get({name: local(value) for name, value in metrics.items()})
+    return {name: float(np.asarray(value)) for name, value in fetched.items()}
 
 
 def train_on_tpu(
