@@ -279,3 +279,28 @@ def test_status_snapshot_shows_aggregated_counters_without_companions(local_back
     for counts in (snapshot["counters"], snapshot["stages"][0]["counters"]):
         assert {k: counts[k] for k in ("max", "min", "mean", "sum")} == {"max": 9, "min": 3, "mean": pytest.approx(16 / 3), "sum": 16}
         assert not [k for k in counts if k.startswith("zephyr/aggregation")]
+
+
+def fails_on_three(x):
+    if x == 3:
+        raise ValueError(f"poison {x}")
+    return {"x": x}
+
+
+def test_a_context_keeps_its_pools_quarantine_and_price(tmp_path):
+    """Regression: a ZephyrContext ran every pipeline fail-fast and unpriced, whatever its pool
+    said (`create_backend(..., on_shard_failure="quarantine")`, or `zephyr
+    --on-shard-failure=quarantine` around a reference-style script): the poison shard failed
+    the run with ZephyrWorkerError instead of being set aside."""
+    from zephyr import QuarantinedShardsError, create_backend
+    from zephyr.status import read_run_record
+
+    pool = create_backend("sync", progress=False, on_shard_failure="quarantine", max_quarantined=None,
+                          price_per_core_hour=0.5)
+    out = tmp_path / "out"
+    with pytest.raises(QuarantinedShardsError) as caught:
+        ZephyrContext(client=pool).execute(Dataset.from_list(list(range(6))).map(fails_on_three)
+                                           .write_jsonl(str(out / "p-{shard}.jsonl")))
+    assert [q["shard"] for q in caught.value.shards] == [3]
+    assert sorted(p.name for p in out.glob("p-*.jsonl")) == [f"p-{i}.jsonl" for i in (0, 1, 2, 4, 5)]
+    assert read_run_record(str(out))["price_per_core_hour"] == 0.5

@@ -200,6 +200,11 @@ class _RunView(Backend):
             retry_backoff=pool.retry_backoff,
             progress=pool.progress,
             scratch_dir=scratch_dir or pool.scratch_dir,
+            # what the pool was told to do with failing shards and how to price them (e.g. by
+            # `zephyr --on-shard-failure=quarantine`) holds for every run on it
+            on_shard_failure=pool.on_shard_failure,
+            max_quarantined=pool.max_quarantined,
+            price_per_core_hour=pool.price_per_core_hour,
         )
         self.name = pool.name
         self.requires_pickling = pool.requires_pickling
