@@ -49,4 +49,5 @@ def main():
         .map(lambda f: process_file(f["input"], f["output"]))
     )
     list(backend.execute(pipeline))
-    print(f"outputs in {WORK_DIR}/output: {sorted(os.listdir(f'{WORK_DIR}/output'))}")
+    out_dir = f"{WORK_DIR}/output"  # absent before the first real run (`zephyr --dry-run` writes nothing)
+    print(f"outputs in {out_dir}: {sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else []}")

@@ -81,6 +81,18 @@ def test_dry_run_prints_the_plan_and_writes_nothing(script, tmp_path):
     assert not out.exists()
 
 
+def test_dry_run_of_the_seed_example_prints_its_plan_and_exits_zero(tmp_path):
+    """Regression: `zephyr --dry-run experiments/seed_example.py` (lib/zephyr/README.md's two
+    commands together) printed the plan, then died with FileNotFoundError listing the output
+    folder that a dry run never makes."""
+    work = tmp_path / "seed"
+    result = zephyr("--backend=sync", "--dry-run", "experiments/seed_example.py", env={"ZEPHYR_EXAMPLE_DIR": str(work)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "[dry-run on sync] Plan: 1 stage(s), 4 output shard(s)" in result.stdout
+    assert f"outputs in {work}/output: []" in result.stdout
+    assert not (work / "output").exists()
+
+
 def test_dry_run_of_a_zephyr_context_script_prints_the_plan_at_once(tmp_path):
     """Regression: ZephyrContext.execute ran tasks on the dry-run backend, whose refusal it took
     for an infrastructure failure and retried (100 times, backing off to a minute: ~1.5 hours)."""
