@@ -25,3 +25,11 @@ def test_example_prints_what_its_last_comment_says(marker, tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == expected
+
+
+def test_the_plan_text_the_readme_quotes_is_what_describe_prints():
+    """The README quoted `filter((col('score') > 0.5))`; plans print literals as `lit(0.5)`."""
+    from zephyr import Dataset, col
+
+    (quoted,) = re.findall(r"Plans print them \(`(.*?)`\)", README.read_text())
+    assert f"-> {quoted}" in Dataset.from_list([{"score": 1.0}]).filter(col("score") > 0.5).describe()

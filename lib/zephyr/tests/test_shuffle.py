@@ -112,6 +112,13 @@ def test_reshard_redistributes_and_keeps_every_item(backend):
         assert shard == sorted(shard)  # input order kept within a shard
 
 
+def test_reshard_docstring_example_shards_round_robin(backend):
+    """Dataset.reshard's docstring: within a shard input order, across shards round-robin
+    (it used to say "keeping their order", which the shards one after another are not)."""
+    ds = Dataset.from_iterable([0, 1, 2, 3]).reshard(2)
+    assert list(backend.execute(ds.map_shard(lambda it: [list(it)]))) == [[0, 2], [1, 3]]
+
+
 def test_reshard_arguments():
     ds = Dataset.from_list([1])
     assert ds.reshard(None) is ds

@@ -278,8 +278,9 @@ class Dataset:
     def write_jsonl(self, pattern: op.OutputPattern, skip_existing: bool = False) -> Dataset:
         """Write each shard as JSON Lines to its path; yields the paths.
 
-        `pattern` takes `{shard}` (e.g. `{shard:05d}`), `{total}` and `{basename}` (the name,
-        without extensions, of the `from_files` input file the shard reads), or is a function
+        `pattern` takes `{shard}` (e.g. `{shard:05d}`), `{total}` and `{basename}` (the name of
+        the `from_files` input file the shard reads, without its compression and format
+        extensions: `CC-01.jsonl.zst` -> `CC-01`), or is a function
         `(shard, total) -> path`. When the plan is built, a pattern that gives two shards one
         path (or `{basename}` without one input file per shard) raises `PlanError`.
         Compression follows the extension (.gz, .zst/.zstd). With `skip_existing`, a shard
@@ -457,7 +458,11 @@ class Dataset:
         return fuzzy.apply(self, text, params)
 
     def reshard(self, num_shards: int | None) -> Dataset:
-        """Redistribute items into `num_shards` shards, keeping their order (None: no-op).
+        """Redistribute items into `num_shards` shards, round-robin (None: no-op).
+
+        Each new shard holds its items in input order (by input shard, then position); the new
+        shards one after another are not the input order:
+        `Dataset.from_iterable([0, 1, 2, 3]).reshard(2)` has shards `[0, 2]` and `[1, 3]`.
 
         Raises ValueError("num_shards must be positive ...") for 0 or a negative number.
         """
