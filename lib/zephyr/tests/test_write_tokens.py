@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -37,6 +39,21 @@ def test_write_tokens_layout_and_resume(tmp_path):
     assert list(create_backend("sync").execute(_pipeline(tmp_path, seen))) == paths
     assert seen == [1]
     assert np.load(paths[1]).tolist() == [7] * 10
+
+
+@pytest.mark.parametrize("ids, shown", [([1.7], "1.7 (float)"), ([2.0], "2.0 (float)"), (["1"], "'1' (str)"),
+                                        ([True, False], "True (bool)"), (np.array([5.5]), "5.5 (float)")])
+def test_write_tokens_refuses_ids_that_are_not_integers(tmp_path, ids, shown):
+    """Regression: ids went through np.asarray(..., dtype=int64), so 1.7 was written as token 1,
+    "1" as 1 and True as 1, silently; writers never change data. Now the shard fails naming the
+    path, record, field and value, and writes nothing."""
+    from zephyr import ShardError
+
+    ds = Dataset.from_iterable([{"input_ids": [3]}, {"input_ids": ids}]).write_tokens(f"{tmp_path}/part-{{shard}}.npy")
+    expected = f"part-0.npy: record 1: field 'input_ids' is not a list of integers: {shown}"
+    with pytest.raises(ShardError, match=re.escape(expected)):
+        list(create_backend("sync", progress=False).execute(ds))
+    assert not [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")]
 
 
 def test_write_tokens_refuses_a_bad_dtype_at_build_time():

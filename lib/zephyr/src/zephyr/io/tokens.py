@@ -40,16 +40,23 @@ _COPY_CHUNK = 1 << 22
 def token_array(tokens, where: str, low: int, high: int) -> np.ndarray:
     """`tokens` as a flat int64 array of ids within [low, high]; a ValueError starting with
     `where` (file, record, field) otherwise. One check for the cache writer and the readers
-    of JSON/Parquet token shards."""
+    of JSON/Parquet token shards. Ids must be integers: a float, string or bool is refused,
+    never truncated or parsed (1.7 would otherwise become token 1)."""
     try:
-        array = np.asarray(tokens, dtype=np.int64)
+        raw = np.asarray(tokens)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{where} is not a list of integers: {e}") from e
-    if array.ndim != 1:
-        raise ValueError(f"{where} must be a flat list, got shape {array.shape}")
-    if array.size and (array.min() < low or array.max() > high):
+    if raw.ndim != 1:
+        raise ValueError(f"{where} must be a flat list, got shape {raw.shape}")
+    if raw.size and raw.dtype.kind not in "iu":
+        values = raw.tolist()
+        bad = next((v for v in values if not isinstance(v, int) or isinstance(v, bool)), None)
+        if bad is not None:
+            raise ValueError(f"{where} is not a list of integers: {bad!r} ({type(bad).__name__})")
+        raise ValueError(f"{where} has token ids outside [{low}, {high}]")  # Python ints beyond 64 bits
+    if raw.size and (int(raw.min()) < low or int(raw.max()) > high):
         raise ValueError(f"{where} has token ids outside [{low}, {high}]")
-    return array
+    return raw.astype(np.int64)
 
 
 def offsets_path(path: str) -> str:
@@ -63,7 +70,8 @@ def write_tokens_file(
     """Write the token lists in ``field`` of ``records`` as one cache shard; returns the document count.
 
     Records are dicts with ``field`` or bare token lists. Raises ValueError naming the path,
-    record and field for a record without tokens or with an id that ``dtype`` cannot hold;
+    record and field for a record without tokens, with an id that is not an integer, or with
+    one that ``dtype`` cannot hold;
     nothing is written then (both files are atomic, the token file last).
     """
     if dtype not in TOKEN_DTYPES:
