@@ -56,7 +56,7 @@ def token_array(tokens, where: str, low: int, high: int) -> np.ndarray:
         raise ValueError(f"{where} has token ids outside [{low}, {high}]")  # Python ints beyond 64 bits
     if raw.size and (int(raw.min()) < low or int(raw.max()) > high):
         raise ValueError(f"{where} has token ids outside [{low}, {high}]")
-    return raw.astype(np.int64)
+    return raw.astype(np.int64, copy=False)
 
 
 def offsets_path(path: str) -> str:
