@@ -168,6 +168,20 @@ def test_a_shard_count_change_with_a_total_in_the_name_stops_the_run(local_backe
     assert outputs(out) == oracle(contents, lambda i, n: f"{i:05d}-of-{n:05d}.jsonl")
 
 
+def test_a_rerun_into_a_folder_named_with_brackets_keeps_its_outputs(local_backend, tmp_path):
+    """Regression: the driver read the sidecars with `fs.cat`, which globs its paths, so every
+    skip_existing rerun into a folder like `out[1]/` failed with FileNotFoundError naming them."""
+    inputs, out = tmp_path / "in", tmp_path / "out[1]"
+    inputs.mkdir()
+    contents = {"a": [1], "b": [2, 3]}
+    for name, values in contents.items():
+        write_input(inputs, name, values)
+    run(local_backend, inputs, out)
+    again = run(local_backend, inputs, out)
+    assert again.counters["zephyr/shards_skipped_existing"] == 2
+    assert outputs(out) == oracle(contents)
+
+
 def test_outputs_of_other_code_from_the_same_input_are_kept_and_counted(local_backend, dirs, caplog):
     inputs, out = dirs
     write_input(inputs, "a", [1])

@@ -189,11 +189,13 @@ def _survey(directories: set[str], fs) -> dict[str, _Survey]:
         except FileNotFoundError:
             return _Survey(set(), {})
         sidecars = sorted(n for n in names if n.rsplit("/", 1)[-1].startswith(".") and n.endswith(SIDECAR_SUFFIX))
-        contents = fs.cat(sidecars, on_error="omit") if sidecars else {}
+        # `cat_ranges`, not `cat`: `cat` globs names holding "[", "*" or "?" (an `out[1]/` folder)
+        contents = fs.cat_ranges(sidecars, None, None, on_error="return") if sidecars else []
         parsed = {}
-        for name, data in contents.items():
+        for name, data in zip(sidecars, contents):
             try:
-                parsed[_output_of(fs._strip_protocol(name))] = orjson.loads(data)
+                if not isinstance(data, Exception):
+                    parsed[_output_of(fs._strip_protocol(name))] = orjson.loads(data)
             except orjson.JSONDecodeError:
                 continue
         return _Survey({fs._strip_protocol(n) for n in names}, parsed)
