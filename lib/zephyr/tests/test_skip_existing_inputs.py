@@ -8,6 +8,7 @@ compares the output directory with a plain-Python oracle of a clean run over the
 from __future__ import annotations
 
 import os
+import re
 import string
 from pathlib import Path
 
@@ -166,6 +167,26 @@ def test_a_shard_count_change_with_a_total_in_the_name_stops_the_run(local_backe
     run(local_backend, inputs, out, pattern)
     contents["a"] = [5]
     assert outputs(out) == oracle(contents, lambda i, n: f"{i:05d}-of-{n:05d}.jsonl")
+
+
+@pytest.mark.parametrize("pattern", ["{shard}/part.jsonl", "{basename}/part.jsonl"])
+def test_a_removed_input_stops_the_run_when_a_field_names_the_directory(local_backend, dirs, pattern):
+    """Regression: only the directories this run writes were searched for earlier outputs, so
+    with `out/{shard}/part.jsonl` a removed input's output (`out/2/...`, made from c, now shard
+    1's) stayed beside the new ones: readers of `out/*/part.jsonl` saw c twice."""
+    inputs, out = dirs
+    for name, values in {"a": [1], "b": [2], "c": [3]}.items():
+        write_input(inputs, name, values)
+    run(local_backend, inputs, out, pattern)
+    (inputs / "b.jsonl").unlink()
+    gone = pattern.format(shard=2, basename="b")
+    made_from = inputs / ("c.jsonl" if "shard" in pattern else "b.jsonl")
+    with pytest.raises(StaleOutputsError, match=re.escape(f"{out}/{gone} (made from {made_from})")):
+        run(local_backend, inputs, out, pattern)
+    (out / gone).unlink()  # as the message says
+    run(local_backend, inputs, out, pattern)
+    found = {str(p.relative_to(out)): [orjson.loads(line) for line in p.read_text().splitlines()] for p in out.glob("*/part.jsonl")}
+    assert found == {pattern.format(shard=i, basename=n): [{"name": n, "v": v * 2}] for i, (n, v) in enumerate([("a", 1), ("c", 3)])}
 
 
 def test_a_rerun_into_a_folder_named_with_brackets_keeps_its_outputs(local_backend, tmp_path):

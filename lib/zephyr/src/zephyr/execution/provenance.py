@@ -27,7 +27,9 @@ that is not its own; a sidecar without its output is harmless (the output is com
 
 from __future__ import annotations
 
+import glob
 import logging
+import string
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -224,7 +226,7 @@ def refuse_stale_outputs(stages) -> None:
                 continue
             fs, planned = _planned(stage, record)
             upstream = "" if isinstance(stage.input, tuple) else stages[stage.index - 1].fingerprint
-            surveys = _survey({p.rsplit("/", 1)[0] for p in planned}, fs)
+            surveys = _survey(_written_directories(record, planned, fs), fs)
             stale = []
             for survey in surveys.values():
                 for output, sidecar in sorted(survey.sidecars.items()):
@@ -238,6 +240,21 @@ def refuse_stale_outputs(stages) -> None:
                     stale.append((output, sidecar.get("label", "?")))
             if stale:
                 raise StaleOutputsError(_stale_message(record, stale, fs))
+
+
+def _written_directories(record, planned: dict[str, int], fs) -> set[str]:
+    """The directories where this writer's earlier outputs may be: those of this plan's outputs
+    and, when a field names a directory (`out/{shard}/part.jsonl`), every directory holding a
+    sidecar of this pattern (one glob), since a removed input's output is then in a directory
+    no shard of this plan writes."""
+    directories = {p.rsplit("/", 1)[0] for p in planned}
+    pattern = record.pattern
+    if callable(pattern) or not op.pattern_fields(pattern.rpartition("/")[0]):
+        return directories
+    pieces = [glob.escape(text) + ("*" if field is not None else "") for text, field, _, _ in string.Formatter().parse(pattern)]
+    wildcard = fs._strip_protocol("".join(pieces))
+    fs.invalidate_cache()  # another process may have written there since
+    return directories | {found.rsplit("/", 1)[0] for found in fs.glob(sidecar_path(wildcard))}
 
 
 def _stale_message(record, stale: list[tuple[str, str]], fs) -> str:
