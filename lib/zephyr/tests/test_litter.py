@@ -76,6 +76,24 @@ def test_a_successful_run_to_object_storage_leaves_nothing_but_its_outputs(gcs_b
     assert list(private_tmp.iterdir()) == []  # every staged upload removed
 
 
+@pytest.mark.parametrize("store", ["local", "memory", "gs"])
+def test_a_shuffle_into_a_folder_named_with_brackets_leaves_nothing_but_its_outputs(request, tmp_path, private_tmp, store):
+    """Regression: scratch was removed with `fs.rm`, which globs a path holding "[", so into
+    `out[1]/` on an object store (or memory://) the run logged "could not remove scratch" and
+    left every run file of the shuffle behind."""
+    base = {"local": str(tmp_path / "base"), "memory": "memory://litter-brackets"}.get(store) or request.getfixturevalue("gcs_bucket")
+    out = f"{base}/out[1]"
+    backend = create_backend("sync", memory="4MiB", progress=False)
+    assert len(list(backend.execute(shuffle_pipeline(out)))) == 2
+    fs, root = fsspec.core.url_to_fs(base)
+    fs.invalidate_cache()
+    try:
+        assert sorted(p.rsplit("/out[1]/", 1)[-1] for p in fs.find(root)) == sorted([RECORD_NAME, "part-0.jsonl", "part-1.jsonl"])
+    finally:
+        if store == "memory":
+            fs.rm(root, recursive=True)
+
+
 def test_an_explicit_scratch_dir_is_emptied_but_kept(tmp_path):
     scratch = tmp_path / "scratch"
     backend = create_backend("sync", progress=False, scratch_dir=str(scratch))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 
-from zephyr.io.files import remove_empty_dir, url_to_fs
+from zephyr.io.files import remove_empty_dir, remove_tree, url_to_fs
 from zephyr.io.lease import Lease
 
 __all__ = ["LEASE_TIMEOUT", "OutputBusyError", "RunLocks", "release_dead_scratch_lease"]
@@ -104,7 +104,7 @@ def release_dead_scratch_lease(root: str) -> bool:
         return False
     fs, path = url_to_fs(lease.directory)
     if fs.exists(path):
-        fs.rm(path, recursive=True)
+        remove_tree(lease.directory)
     return True
 
 

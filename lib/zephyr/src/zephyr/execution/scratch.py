@@ -20,7 +20,7 @@ from dataclasses import replace
 
 import orjson
 
-from zephyr.io.files import expand_glob, remove_empty_dir, url_to_fs
+from zephyr.io.files import expand_glob, remove_empty_dir, remove_tree, url_to_fs
 from zephyr.naming import callable_name
 from zephyr.plan.ops import WRITE_OPS
 from zephyr.execution.run_lock import release_dead_scratch_lease
@@ -62,7 +62,7 @@ def remove_roots(roots: list[str]) -> None:
         fs, path = url_to_fs(root)
         try:
             if fs.exists(path):
-                fs.rm(path, recursive=True)
+                remove_tree(root)
         except OSError as e:
             logger.warning("zephyr: could not remove scratch %s: %s", root, e)
 
@@ -97,7 +97,7 @@ def remove_older_roots(scratch_dir: str, owner: dict | None, keep: set[str]) -> 
             # a root shared with another pipeline's live run (an explicit scratch_dir) stays
             if not release_dead_scratch_lease(root):
                 continue
-            fs.rm(child, recursive=True)
+            remove_tree(root)
             removed.append(child)
         except OSError as e:
             logger.warning("zephyr: could not remove older scratch %s: %s", child, e)

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import io
 import os
 import uuid
@@ -43,6 +44,7 @@ __all__ = [
     "open_output",
     "remove_empty_dir",
     "remove_temporaries_for",
+    "remove_tree",
     "url_to_fs",
 ]
 
@@ -242,6 +244,14 @@ def remove_empty_dir(path: str) -> bool:
     except OSError:  # missing, not empty, or busy: leave it
         return False
     return True
+
+
+def remove_tree(path: str) -> None:
+    """Remove the file or folder `path` and everything under it, taking `path` literally:
+    fsspec's `rm` globs a path holding "[", "*" or "?" on object stores and `memory://`
+    (so `out[1]/...` was not found, or another path matched), though not on local disk."""
+    fs, fs_path = url_to_fs(path)
+    fs.rm(fs_path if _is_local(fs) else glob.escape(fs_path), recursive=True)
 
 
 def _count_written(size: int) -> None:
