@@ -156,6 +156,18 @@ def test_resumed_shuffle_does_not_reuse_map_output_of_changed_code(tmp_path, kin
     assert execution.counters["zephyr/map_shards_resumed"] == 0
 
 
+def test_a_scratch_folder_named_with_brackets_resumes(tmp_path):
+    """Regression: finished map shards were found by globbing `<scratch root>/map-*.json`, so
+    under a folder like `run[1]/` none was found and a rerun redid every map shard."""
+    make, meaning = KINDS["callable_state"]
+    items = list(range(6))
+    scratch = tmp_path / "run[1]"
+    scratch.mkdir()
+    got, execution = _crash_then_rerun(scratch, items, make, 2, 2)
+    assert got == _oracle(items, meaning(2))
+    assert execution.counters["zephyr/map_shards_resumed"] == len(items)
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     backend_name=st.sampled_from(["sync", "threadpool"]),

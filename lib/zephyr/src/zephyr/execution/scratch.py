@@ -13,6 +13,7 @@ a dead holder's lease files go with the root.
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import tempfile
@@ -141,7 +142,7 @@ class ScratchSpace:
         if not isinstance(stage.sink, ScatterSink):
             return {}
         done = {}
-        for path in expand_glob(f"{stage.sink.root}/map-*.json"):
+        for path in expand_glob(f"{glob.escape(stage.sink.root)}/map-*.json"):
             fs, fs_path = url_to_fs(path)
             summary = orjson.loads(fs.cat_file(fs_path))
             shard = summary["map_shard"]
