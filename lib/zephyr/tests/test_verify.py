@@ -72,6 +72,17 @@ def test_verify_names_the_truncated_the_missing_and_the_extra_file(tmp_path, cap
     assert [e["path"] for e in found["extra"]] == ["stray.txt", "sub/deeper.jsonl"] and found["ok"] is False
 
 
+def test_an_output_pattern_with_a_doubled_slash_verifies(tmp_path):
+    """Regression: `f"{OUT}/part-{{shard}}.jsonl"` with OUT ending in "/" wrote out/part-00000.jsonl
+    (the disk ignores "//") but recorded "/part-00000.jsonl", so verify reported every output
+    missing and every file extra."""
+    out = tmp_path / "out"
+    ds = Dataset.from_list(list(range(3))).flat_map(rows).write_jsonl(f"{out}//part-{{shard:05d}}.jsonl")
+    list(create_backend("sync", progress=False).execute(ds))
+    assert read_run_record(str(out))["outputs"] == on_disk(out)
+    assert verify_directory(str(out)).ok
+
+
 def test_verify_without_a_record_says_so(tmp_path, capsys):
     assert zephyr_main(["verify", str(tmp_path)]) == 1
     assert f"no run record at {tmp_path}" in capsys.readouterr().err

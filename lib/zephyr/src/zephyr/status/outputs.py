@@ -15,6 +15,8 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 
+from fsspec.implementations.local import LocalFileSystem
+
 from zephyr.io.files import url_to_fs
 from zephyr.status.record import RECORD_NAME, read_run_record
 
@@ -26,16 +28,28 @@ def outputs_section(outputs: dict[str, dict], directory: str, previous: dict | N
     `directory` when under it; a kept file's count comes from the `previous` record if it knew
     a file of the same size there."""
     known = {item["path"]: item for item in (previous or {}).get("outputs") or () if isinstance(item, dict)}
-    prefix = directory.rstrip("/") + "/"
     section = []
     for path, entry in outputs.items():
-        name = path[len(prefix):] if path.startswith(prefix) else path
+        name = _name_in(path, directory)
         records = entry.get("records")
         earlier = known.get(name)
         if records is None and earlier is not None and earlier.get("bytes") == entry.get("bytes"):
             records = earlier.get("records")
         section.append({"path": name, "bytes": entry.get("bytes"), "records": records})
     return sorted(section, key=lambda item: item["path"])
+
+
+def _name_in(path: str, directory: str) -> str:
+    """`path` relative to `directory` when it is under it, else `path`. Local paths are compared
+    as the disk resolves them: `out//part-0.jsonl` is `part-0.jsonl` of `out/` (it was
+    recorded as "/part-0.jsonl", which `zephyr verify` then reported missing, and the file extra)."""
+    fs, local_dir = url_to_fs(directory)
+    if isinstance(fs, LocalFileSystem):
+        local_path = posixpath.normpath(fs._strip_protocol(path))
+        head = posixpath.normpath(local_dir).rstrip("/") + "/"
+        return local_path[len(head):] if local_path.startswith(head) else path
+    prefix = directory.rstrip("/") + "/"
+    return path[len(prefix):] if path.startswith(prefix) else path
 
 
 @dataclass
