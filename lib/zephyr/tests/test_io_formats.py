@@ -75,6 +75,26 @@ def test_from_files_is_sorted_one_shard_per_file(tmp_path, local_backend):
     assert [r["name"] for r in local_backend.execute(ds.load_jsonl())] == ["a.jsonl", "b.jsonl", "c.jsonl"]
 
 
+@pytest.mark.parametrize("base", ["local", "memory://brackets-in-names"])
+def test_a_listed_file_whose_name_holds_brackets_is_read(tmp_path, local_backend, base):
+    """Regression: `from_files(["page[1].jsonl"])` raised "matched no files" though the file
+    exists ("[1]" is a character class); a pattern whose wildcards match nothing now names the
+    file as written, as a shell does, and the error for a glob says how to escape "[". """
+    root = str(tmp_path) if base == "local" else base
+    fs, _ = fsspec.core.url_to_fs(root)
+    named = f"{root}/in [1]/page[1].jsonl"
+    fs.mkdirs(fs._strip_protocol(f"{root}/in [1]"), exist_ok=True)
+    fs.pipe_file(fs._strip_protocol(named), b'{"page": 1}\n')
+    try:
+        assert list(local_backend.execute(Dataset.from_files([named]).load_jsonl())) == [{"page": 1}]
+        assert list(local_backend.execute(Dataset.from_files(f"{root}/in [[]1]/*.jsonl").load_jsonl())) == [{"page": 1}]
+        with pytest.raises(FileNotFoundError, match=re.escape("matched no files ('[' starts a character class: write '[[]'")):
+            Dataset.from_files(f"{root}/in [1]/*.jsonl").plan()
+    finally:
+        if base != "local":
+            fs.rm(fs._strip_protocol(base), recursive=True)
+
+
 @pytest.mark.parametrize("backend_name", ["sync", "threadpool"])
 def test_same_input_same_bytes(tmp_path, backend_name):
     outputs = []

@@ -73,7 +73,9 @@ def file_size(path: str) -> int:
 def expand_glob(pattern: str) -> list[str]:
     """Sorted files matching an fsspec glob, with the protocol kept (`gs://b/x`, not `b/x`).
 
-    A pattern without wildcards matches itself if it is a file. As in a shell (and Hadoop),
+    A pattern without wildcards matches itself if it is a file, and so does one whose wildcards
+    match nothing, as in a shell (`data[1].jsonl` names that file unless `data1.jsonl`
+    exists; `data[[]1].jsonl` names it always). As in a shell (and Hadoop),
     wildcards do not match hidden names (a leading "."): run records, executor status files
     and in-progress temporaries beside outputs are never taken for inputs; name them
     explicitly (`out/.*`) to match them.
@@ -85,15 +87,22 @@ def expand_glob_versions(pattern: str) -> list[tuple[str, str]]:
     """`expand_glob`, each path paired with its `file_version` (from the same listing)."""
     fs, fs_path = url_to_fs(pattern)
     if not fsspec.core.has_magic(fs_path):
-        try:
-            info = fs.info(fs_path)
-        except Exception:  # noqa: BLE001 - as fsspec's isfile: unreadable counts as absent
-            return []
-        return [(pattern, file_version(info))] if info.get("type") == "file" else []
+        return _literal_file(fs, fs_path, pattern)
     found = fs.glob(fs_path, detail=True)
     files = sorted(p for p, info in found.items() if info.get("type") == "file" and not _hidden_match(fs_path, p))
+    if not files:
+        return _literal_file(fs, fs_path, pattern)
     named = [fs.unstrip_protocol(p) for p in files] if "://" in pattern else files
     return [(name, file_version(found[p])) for name, p in zip(named, files)]
+
+
+def _literal_file(fs: fsspec.AbstractFileSystem, fs_path: str, pattern: str) -> list[tuple[str, str]]:
+    """[(pattern, version)] when `fs_path` names a file as written, else []."""
+    try:
+        info = fs.info(fs_path)
+    except Exception:  # noqa: BLE001 - as fsspec's isfile: unreadable counts as absent
+        return []
+    return [(pattern, file_version(info))] if info.get("type") == "file" else []
 
 
 # What tells one content of a path from another, by filesystem: an object store's generation

@@ -84,7 +84,8 @@ def resolve_source(source: Source) -> list[SourceShard]:
                         f"from_files('{base}/*.jsonl') or from_files('{base}/**/*') for every file under it")
                 raise InputNotFoundError(f"Input file {pattern!r} does not exist")
             if not source.empty_glob_ok:
-                raise InputNotFoundError(f"Input pattern {pattern!r} matched no files (pass empty_glob_ok=True to allow this)")
+                escape = " ('[' starts a character class: write '[[]' for a literal '[')" if "[" in pattern else ""
+                raise InputNotFoundError(f"Input pattern {pattern!r} matched no files{escape} (pass empty_glob_ok=True to allow this)")
         versions.update(matches)
     # overlapping patterns must not read a file twice; one sorted order whatever the patterns
     return [SourceShard((p,), p, p, versions[p]) for p in sorted(versions)]
