@@ -50,7 +50,7 @@ def test_non_utf8_line_is_a_bad_record(local_backend, tmp_path):
         list(local_backend.execute(Dataset.from_list([str(path)]).load_jsonl()))
 
 
-@pytest.mark.parametrize("ext", ["jsonl.gz", "jsonl.zst"])
+@pytest.mark.parametrize("ext", ["jsonl.gz", "jsonl.zst", "jsonl.bz2", "jsonl.xz"])
 def test_truncated_compressed_input_is_an_error_not_a_short_read(local_backend, tmp_path, ext):
     full = tmp_path / f"full.{ext}"
     list(local_backend.execute(Dataset.from_iterable({"i": i, "pad": "x" * 50} for i in range(20000)).write_jsonl(str(full))))
@@ -79,7 +79,7 @@ def test_from_files_missing_path_or_empty_glob(tmp_path, local_backend):
 
 def test_unknown_extension_is_a_clear_error_before_running(tmp_path, local_backend):
     (tmp_path / "data.csv").write_text("a,b\n")
-    known = r"known: .jsonl, .ndjson, .json, .parquet, .vortex, each optionally compressed \(.gz, .gzip, .zst, .zstd\)"
+    known = r"known: .jsonl, .ndjson, .json, .parquet, .vortex, each optionally compressed \(.gz, .gzip, .zst, .zstd, .bz2, .xz\)"
     with pytest.raises(ValueError, match=r"Cannot tell the format of .*data.csv.*Unsupported extension.*" + known):
         local_backend.execute(Dataset.from_files(str(tmp_path / "*.csv")).load_file())
 
@@ -140,7 +140,8 @@ def test_function_the_workers_cannot_import_fails_fast_instead_of_being_retried_
         del sys.modules["only_on_the_driver"]
 
 
-@pytest.mark.parametrize("ext, header", [("jsonl.zst", b"\x28\xb5\x2f\xfd"), ("jsonl.gz", b"\x1f\x8b")])
+@pytest.mark.parametrize("ext, header", [("jsonl.zst", b"\x28\xb5\x2f\xfd"), ("jsonl.gz", b"\x1f\x8b"),
+                                         ("jsonl.bz2", b"BZh9"), ("jsonl.xz", b"\xfd7zXZ\x00")])
 def test_corrupt_compressed_input_names_the_file(local_backend, tmp_path, ext, header):
     """Regression: a corrupt (not truncated) .zst raised a bare ZstdError naming no file."""
     path = tmp_path / f"bad.{ext}"
@@ -163,3 +164,23 @@ def test_unpicklable_reducer_is_named(local_backend):
     with pytest.warns(UserWarning, match=r"locked_sum.*will not run on the ray backend"):
         got = sorted(local_backend.execute(Dataset.from_list([1, 2, 3]).group_by(lambda x: x % 2, locked_sum)))
     assert got == [2, 4]
+
+
+@pytest.mark.parametrize("ext, compress", [("jsonl.bz2", "bz2"), ("jsonl.xz", "lzma")])
+def test_bzip2_and_xz_inputs_are_read_not_skipped_as_bad_records(local_backend, tmp_path, ext, compress):
+    """Regression: a .bz2 file was read as plain bytes, so its first line was "malformed JSON"
+    and with on_bad_record="skip" the whole file vanished, counted as one bad record. The oracle
+    is the standard library's own decompressor."""
+    import importlib
+    import json
+
+    records = [{"i": i, "text": f"doc {i}"} for i in range(1000)]
+    path = tmp_path / f"in.{ext}"
+    path.write_bytes(importlib.import_module(compress).compress("".join(json.dumps(r) + "\n" for r in records).encode()))
+    execution = local_backend.execute(Dataset.from_list([str(path)]).load_jsonl(on_bad_record="skip"))
+    assert list(execution) == records
+    assert execution.counters.get("zephyr/bad_records", 0) == 0
+    out = tmp_path / f"out.{ext}"
+    list(local_backend.execute(Dataset.from_list([records]).flat_map(list).write_jsonl(str(out))))
+    lines = importlib.import_module(compress).decompress(out.read_bytes()).decode().splitlines()
+    assert [json.loads(line) for line in lines] == records

@@ -14,8 +14,10 @@ against values written out by hand.
 
 from __future__ import annotations
 
+import bz2
 import dataclasses
 import gzip
+import lzma
 import math
 import os
 import shutil
@@ -292,7 +294,7 @@ def _check_refusal(error: Exception, path: str, index: int, field: str | None) -
 
 
 @pytest.mark.parametrize("where", ["local", "memory"])
-@pytest.mark.parametrize("suffix", ["", ".gz", ".zst"])
+@pytest.mark.parametrize("suffix", ["", ".gz", ".zst", ".bz2", ".xz"])
 @settings(max_examples=_scaled(50))
 @given(records=_RECORDS)
 def test_jsonl_round_trip_is_exact_or_refused_by_name(where, suffix, records):
@@ -650,7 +652,24 @@ def _gzip_members(data: bytes) -> int:
     return members
 
 
-@pytest.mark.parametrize("suffix, count", [(".zst", _zstd_frames), (".gz", _gzip_members)])
+def _stdlib_streams(module) -> Callable[[bytes], int]:
+    """Streams in a bzip2 (bz2) or xz (lzma) file, counted with the module's own decompressor."""
+
+    def count(data: bytes) -> int:
+        streams = 0
+        while data:
+            d = module.BZ2Decompressor() if module.__name__ == "bz2" else module.LZMADecompressor()
+            d.decompress(data)
+            assert d.eof
+            data = d.unused_data
+            streams += 1
+        return streams
+
+    return count
+
+
+@pytest.mark.parametrize("suffix, count", [(".zst", _zstd_frames), (".gz", _gzip_members),
+                                           (".bz2", _stdlib_streams(bz2)), (".xz", _stdlib_streams(lzma))])
 def test_our_compressed_output_is_one_frame_so_every_cut_is_detected(tmp_path, suffix, count):
     path = tmp_path / f"o.jsonl{suffix}"
     records = [{"i": i, "text": f"row {i} " * (i % 7)} for i in range(40_000)]  # several MB: many zstd blocks

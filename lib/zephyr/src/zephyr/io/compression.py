@@ -8,8 +8,10 @@ frame that never ends is an error.
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import io
+import lzma
 import zlib
 from enum import Enum
 from typing import BinaryIO
@@ -35,14 +37,18 @@ class Codec(Enum):
     NONE = "none"
     GZIP = "gzip"
     ZSTD = "zstd"
+    BZIP2 = "bzip2"
+    XZ = "xz"
 
 
-_SUFFIXES = {".gz": Codec.GZIP, ".gzip": Codec.GZIP, ".zst": Codec.ZSTD, ".zstd": Codec.ZSTD}
+_SUFFIXES = {
+    ".gz": Codec.GZIP, ".gzip": Codec.GZIP, ".zst": Codec.ZSTD, ".zstd": Codec.ZSTD, ".bz2": Codec.BZIP2, ".xz": Codec.XZ,
+}
 COMPRESSION_SUFFIXES = tuple(_SUFFIXES)
 
 
 def codec_for(path: str) -> Codec:
-    """The codec a path's extension asks for (`.gz`, `.zst`/`.zstd`, otherwise none)."""
+    """The codec a path's extension asks for (`.gz`, `.zst`/`.zstd`, `.bz2`, `.xz`, otherwise none)."""
     lowered = path.lower()
     for suffix, codec in _SUFFIXES.items():
         if lowered.endswith(suffix):
@@ -143,11 +149,20 @@ class _StrictZstdReader(io.RawIOBase):
         super().close()
 
 
-class _GzipReader(io.RawIOBase):
-    """`gzip.GzipFile` raises a bare EOFError on truncation; name it for the caller."""
+class _StdlibReader(io.RawIOBase):
+    """A gzip, bzip2 or xz file of the standard library, whose bare EOFError on truncation and
+    codec-specific errors on bad data become TruncatedInputError and CorruptInputError."""
 
-    def __init__(self, raw: BinaryIO):
-        self._gz = gzip.GzipFile(fileobj=raw, mode="rb")
+    _OPENERS = {
+        Codec.GZIP: (lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"), (gzip.BadGzipFile, zlib.error)),
+        Codec.BZIP2: (lambda raw: bz2.BZ2File(raw, mode="rb"), (OSError,)),  # "Invalid data stream"
+        Codec.XZ: (lambda raw: lzma.LZMAFile(raw, mode="rb"), (lzma.LZMAError,)),
+    }
+
+    def __init__(self, raw: BinaryIO, codec: Codec):
+        opener, self._corrupt = self._OPENERS[codec]
+        self._name = codec.value
+        self._file = opener(raw)
         self._raw = raw
         self._started = False
 
@@ -156,22 +171,22 @@ class _GzipReader(io.RawIOBase):
 
     def readinto(self, buffer) -> int:
         try:
-            n = self._gz.readinto(buffer)
+            n = self._file.readinto(buffer)
             if not self._started:
                 self._started = True
                 if n == 0 and self._raw.tell() == 0:
-                    raise TruncatedInputError("the file is empty (0 bytes), which is not a valid gzip stream")
+                    raise TruncatedInputError(f"the file is empty (0 bytes), which is not a valid {self._name} stream")
             return n
-        except (gzip.BadGzipFile, zlib.error) as e:
-            raise CorruptInputError(f"not a valid gzip stream: {e}") from None
         except EOFError as e:
             if isinstance(e, TruncatedInputError):
                 raise
-            raise TruncatedInputError(f"gzip stream ended early (truncated file?): {e}") from e
+            raise TruncatedInputError(f"{self._name} stream ended early (truncated file?): {e}") from e
+        except self._corrupt as e:
+            raise CorruptInputError(f"not a valid {self._name} stream: {e}") from None
 
     def close(self) -> None:
         if not self.closed:
-            self._gz.close()
+            self._file.close()
             self._raw.close()
         super().close()
 
@@ -180,7 +195,7 @@ def open_compressed_reader(raw: BinaryIO, codec: Codec) -> BinaryIO:
     """A buffered binary reader that decompresses `raw` (and closes it when closed)."""
     if codec is Codec.NONE:
         return raw
-    inner = _StrictZstdReader(raw) if codec is Codec.ZSTD else _GzipReader(raw)
+    inner = _StrictZstdReader(raw) if codec is Codec.ZSTD else _StdlibReader(raw, codec)
     return io.BufferedReader(inner, buffer_size=_CHUNK)
 
 
@@ -208,6 +223,10 @@ def open_compressed_writer(raw: BinaryIO, codec: Codec) -> BinaryIO:
         return _NonClosing(raw)
     if codec is Codec.GZIP:
         return gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="")
+    if codec is Codec.BZIP2:  # bzip2 and xz headers hold no time or name: the same items, the same bytes
+        return bz2.BZ2File(raw, mode="wb")
+    if codec is Codec.XZ:
+        return lzma.LZMAFile(raw, mode="wb")
     return io.BufferedWriter(_ZstdWriter(raw), buffer_size=_CHUNK)
 
 

@@ -283,7 +283,7 @@ class Dataset:
         extensions: `CC-01.jsonl.zst` -> `CC-01`), or is a function
         `(shard, total) -> path`. When the plan is built, a pattern that gives two shards one
         path (or `{basename}` without one input file per shard) raises `PlanError`.
-        Compression follows the extension (.gz, .zst/.zstd). With `skip_existing`, a shard
+        Compression follows the extension (.gz, .zst/.zstd, .bz2, .xz). With `skip_existing`, a shard
         whose output exists is not recomputed at all (none of its upstream work runs).
 
         Items read back unchanged: a tuple reads back as a list, a dataclass as a dict, a str
