@@ -99,6 +99,17 @@ def test_a_rerun_with_another_tokenizer_rewrites_every_shard(tmp_path):
     assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "cache").glob("part-*.npy")} == before
 
 
+def test_a_cache_folder_named_with_brackets_is_rewritten_for_another_tokenizer(tmp_path):
+    """Regression: the old shards were found by a glob over the cache folder, which read
+    `cache[1]` as a pattern and found none, so a rerun with another eod_token kept them."""
+    corpus = _write_corpus(tmp_path)
+    out = str(tmp_path / "cache[1]")
+    tokenize_to_cache(TokenizeConfig(input=corpus, output_path=out))
+    tokenize_to_cache(TokenizeConfig(input=corpus, output_path=out, eod_token="\n"))
+    cache = TokenCache(out)
+    assert cache.read(0, cache.total).tolist() == _expected(lambda text: [*text.encode(), 10])
+
+
 def test_a_rewritten_tokenizer_json_counts_as_another_tokenizer(tmp_path):
     spec = _train_bpe(tmp_path / "tokenizer.json")
     config = TokenizeConfig(input=_write_corpus(tmp_path), output_path=str(tmp_path / "cache"), tokenizer=spec,

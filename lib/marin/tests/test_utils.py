@@ -107,6 +107,17 @@ def test_rm_removes_trees_and_says_whether_anything_was_there(root):
     assert fsspec_rm(f"{root}/top.json") is True and not fsspec_exists(f"{root}/top.json")
 
 
+def test_rm_takes_a_path_with_brackets_literally(root):
+    """Regression: fsspec's rm globbed the path on memory:// and object stores, so removing
+    `out[1]` removed the sibling `out1` instead (and left `out[1]` in place)."""
+    for name in ("out[1]", "out1"):
+        with fsspec.open(f"{root}/{name}/part.json", "wb", auto_mkdir=True) as f:
+            f.write(b"x")
+    assert fsspec_rm(f"{root}/out[1]") is True
+    assert not fsspec_exists(f"{root}/out[1]/part.json")
+    assert fsspec_exists(f"{root}/out1/part.json")  # the sibling the glob matched is kept
+
+
 def test_mkdirs_is_idempotent_locally(tmp_path):
     target = tmp_path / "x" / "y"
     fsspec_mkdirs(str(target))

@@ -17,7 +17,7 @@ import re
 
 import fsspec
 from zephyr.io.files import exists as fsspec_exists
-from zephyr.io.files import expand_glob
+from zephyr.io.files import expand_glob, remove_tree
 
 from marin.tpu.lockfile import remove_tpu_lockfile, remove_tpu_lockfile_on_exit
 
@@ -111,7 +111,7 @@ def fsspec_rm(path: str) -> bool:
     if not fs.exists(fs_path):
         return False
     try:
-        fs.rm(fs_path, recursive=True)
+        remove_tree(path)  # the path taken literally: fsspec's rm globs "[" on object stores
     except FileNotFoundError:
         pass  # removed by someone else in between: the outcome is the same
     return True

@@ -14,6 +14,7 @@ that stops before ``finish_token_cache`` leaves no ledger over shards it does no
 from __future__ import annotations
 
 import functools
+import glob
 import hashlib
 import itertools
 import json
@@ -87,11 +88,12 @@ def _claim(output_path: str, identity: dict) -> None:
     before = json.loads(fs.cat_file(marker)) if fs.exists(marker) else None
     if before == identity:
         return
-    shards = fs.glob(f"{root}/part-*.npy")
+    shards = fs.glob(f"{glob.escape(root)}/part-*.npy")  # the folder taken literally ("out[1]/")
     if shards:  # made by another tokenizer, or by one nobody recorded
         logger.warning("%s: removing %d token shard(s) made with another tokenizer (%s; now %s)",
                        output_path, len(shards), before or "not recorded", identity)
-        fs.rm(shards)
+        for shard in shards:
+            fs.rm_file(shard)  # one by one: `rm` of a list globs each path again on object stores
     fs.makedirs(root, exist_ok=True)
     with atomic_write(f"{output_path}/{TOKENIZER_NAME}") as f:
         f.write(json.dumps(identity, sort_keys=True).encode())
