@@ -138,3 +138,15 @@ def test_the_status_of_a_steps_pipeline_names_the_step(tmp_path):
     assert record["label"] == "executor step wordcount"
     assert [r.summary()["label"] for r in runs() if r.record_path == record["record_path"]] == ["executor step wordcount"]
     assert format_snapshot(record).splitlines()[0].endswith(", for executor step wordcount")
+
+
+def test_marin_steps_on_a_prefix_named_with_brackets(tmp_path, capsys):
+    """Regression: the records were found by a glob over the prefix, which read `pre[1]` as a
+    pattern: "no experiment record" for a prefix that has one."""
+    step = ExecutorStep("stats", parse_record_line, Cfg(versioned(3), output_path=this_output_path()))
+    prefix = tmp_path / "pre[1]"
+    executor = Executor(str(prefix), caller="exp.py", poll_interval=0.05)
+    executor.run([step])
+    capsys.readouterr()
+    assert marin_main(["steps", str(prefix)]) == 0
+    assert _table(capsys.readouterr().out) == {"stats": ("SUCCESS", executor.plan([step]).steps[0].output_path)}

@@ -10,6 +10,7 @@ file and lease); runs nothing and takes no lease.
 from __future__ import annotations
 
 import argparse
+import glob
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -56,7 +57,7 @@ def format_rows(rows: list[dict[str, Any]], traceback: bool = False) -> str:
 def _records(target: str) -> list[str]:
     if target.endswith(".json"):
         return [target]
-    found = sorted(fsspec_glob(f"{target.rstrip('/')}/experiments/*.json"))
+    found = sorted(fsspec_glob(f"{glob.escape(target.rstrip('/'))}/experiments/*.json"))  # the prefix taken literally
     if not found:
         raise FileNotFoundError(f"no experiment record under {target.rstrip('/')}/experiments/ (is {target!r} the executor's prefix?)")
     return found
