@@ -161,6 +161,33 @@ def test_errors_are_scrubbed_of_known_tokens(capsys, monkeypatch, tmp_path):
     assert "cannot reach head" in err and "<redacted-token>" in err and SENTINEL_TOKEN not in err
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["submit-job", "--no_wait", "--", "python", "job.py"], ["stop-job", "raysubmit_1"], ["list-jobs"],
+     ["job-logs", "raysubmit_1"], ["wait-job", "raysubmit_1"]],
+)  # fmt: skip
+def test_job_commands_under_dry_run_contact_no_cluster(capsys, monkeypatch, tmp_path, command):
+    """Regression: the job commands ignored --dry-run, so `marin cluster --dry-run stop-job ID`
+    stopped the job and `--dry-run submit-job` submitted one. Now they run no tool (`ray
+    get-head-ip`, `ssh`, `gcloud`: stand-ins that log their calls here) and call no job API."""
+    fake_bin, calls = tmp_path / "bin", tmp_path / "calls.log"
+    fake_bin.mkdir()
+    for tool in ("ray", "ssh", "gcloud"):
+        (fake_bin / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\nexit 3\n')
+        (fake_bin / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
+    monkeypatch.setenv("MARIN_DASHBOARD_DIR", str(tmp_path / "dashboards"))
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "job.py").write_text("print('hi')\n")
+    monkeypatch.chdir(work)
+    code = cli.main(["--dry-run", "--cluster", "us-central2", *command])
+    out = capsys.readouterr()
+    assert not calls.exists(), calls.read_text()
+    assert code == 0, out.err
+    assert SENTINEL_TOKEN not in out.out + out.err
+
+
 def test_marin_command_and_script_wrapper_are_one_entry_point():
     root = Path(__file__).resolve().parents[3]
     args = ["--cluster", "us-west4", "--dry-run", "stop-cluster"]

@@ -286,6 +286,28 @@ def test_stop_job(cluster, capfd, jobs_stopped_after):
     cluster.assert_token_never_shown()
 
 
+def test_dry_run_job_commands_neither_stop_nor_submit(cluster, capfd, jobs_stopped_after):
+    """Regression: `marin cluster --dry-run stop-job ID` stopped the running job and
+    `--dry-run submit-job` submitted its command. Read back from the job API: neither happens."""
+    result = cluster.run(
+        str(BIN / "marin"), "cluster", "--cluster", "local", "submit-job", "--no_wait", "--submission-id", "long-dry",
+        "--", "python", "long_job.py",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    _wait_status("long-dry", cluster.token, {"RUNNING"})
+    code, out = cluster.cli(capfd, "--cluster", "local", "--dry-run", "stop-job", "long-dry")
+    assert code == 0 and "would stop job long-dry" in out
+    code, out = cluster.cli(capfd, "--cluster", "local", "--dry-run", "submit-job", "--submission-id", "never-submitted",
+                            "--", "python", "long_job.py")  # fmt: skip
+    assert code == 0 and "entrypoint:  python long_job.py" in out
+    url = local.load().dashboard_url
+    assert _job_status(url, cluster.token, "long-dry") == "RUNNING"
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        _job_status(url, cluster.token, "never-submitted")
+    assert missing.value.code == 404
+    cluster.assert_token_never_shown()
+
+
 def test_auto_stop_stops_the_job_when_the_launcher_is_interrupted(cluster, jobs_stopped_after):
     argv = [sys.executable, "-m", "marin.run.ray_run", "--cluster", "local", "--auto-stop",
             "--submission-id", "long-auto", "--", "python", "long_job.py"]  # fmt: skip

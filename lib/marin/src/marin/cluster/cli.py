@@ -2,7 +2,8 @@
 
 Every command takes the cluster as `--cluster NAME` (`local` is a Ray head on this machine)
 or `--config infra/marin-NAME.yaml`. Commands that would run `ray up/down`, `gcloud` or `ssh`
-accept `--dry-run` and then print those command lines instead of running them.
+accept `--dry-run` and then print those command lines instead of running them; job commands
+under `--dry-run` contact nothing (`submit-job` runs ray_run's own dry run).
 
 Examples:
     marin cluster --cluster local start-cluster
@@ -198,17 +199,30 @@ def cmd_auth_env(target: Target, args: argparse.Namespace) -> int:
 # --- jobs ------------------------------------------------------------------------------------
 
 
+def _dry_job(target: Target, args: argparse.Namespace, action: str) -> bool:
+    """Under --dry-run a job command contacts nothing (no token fetched, no tunnel, no job API
+    call): it says what it would do and the caller returns. True when it did."""
+    if args.dry_run:
+        print(f"# dry run: would {action} through the job API of the {target.name} cluster; nothing contacted")
+    return args.dry_run
+
+
 def cmd_list_jobs(target: Target, args: argparse.Namespace) -> int:
+    if _dry_job(target, args, "list its jobs"):
+        return 0
     with job_client(target) as (client, _):
         print(jobs.format_jobs(client.list_jobs()))
     return 0
 
 
 def cmd_submit_job(target: Target, args: argparse.Namespace) -> int:
-    return ray_run.main(["--cluster", target.name, *args.ray_run_args])
+    dry = ["--dry-run"] if args.dry_run else []  # `marin cluster --dry-run submit-job ...` submits nothing
+    return ray_run.main(["--cluster", target.name, *dry, *args.ray_run_args])
 
 
 def cmd_job_logs(target: Target, args: argparse.Namespace) -> int:
+    if _dry_job(target, args, f"print the logs of job {args.job_id}"):
+        return 0
     with job_client(target) as (client, _):
         if args.follow:
             jobs.follow_logs(client, args.job_id)
@@ -218,6 +232,8 @@ def cmd_job_logs(target: Target, args: argparse.Namespace) -> int:
 
 
 def cmd_stop_job(target: Target, args: argparse.Namespace) -> int:
+    if _dry_job(target, args, f"stop job {args.job_id}"):
+        return 0
     with job_client(target) as (client, _):
         stopped = client.stop_job(args.job_id)
         status = jobs.wait_for(client, args.job_id, timeout=args.timeout, poll=0.5) if stopped else "not running"
@@ -226,6 +242,8 @@ def cmd_stop_job(target: Target, args: argparse.Namespace) -> int:
 
 
 def cmd_wait_job(target: Target, args: argparse.Namespace) -> int:
+    if _dry_job(target, args, f"wait for job {args.job_id}"):
+        return 0
     with job_client(target) as (client, _):
         status = jobs.wait_for(client, args.job_id, timeout=args.timeout)
     print(f"Job {args.job_id}: {status}")
