@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 import time
 import uuid
@@ -184,6 +185,23 @@ def test_executor_main_parses_flags(tmp_path, logs, capsys):
         del os.environ["MARIN_PREFIX"]
     with pytest.raises(ValueError, match="MARIN_PREFIX"):
         executor_main([c], args=[])
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [(["--lease_timeout", "5"], "got --lease_timeout 5.0 --heartbeat_interval 10.0"),
+     (["--heartbeat_interval", "0"], "got --lease_timeout 60.0 --heartbeat_interval 0.0"),
+     (["--poll_interval", "0"], "poll_interval must be > 0 seconds, got 0.0")],
+)  # fmt: skip
+def test_bad_lease_flags_are_refused_before_anything_runs(tmp_path, logs, flags, message):
+    """Regression: `--lease_timeout 5` (below the default heartbeat of 10 s) failed inside the
+    first step's thread; the run then crashed marking its dependent DEP_FAILED, the error naming
+    neither the flag nor the step, and the experiment record said every step was PENDING."""
+    _, _, c = chain(logs)
+    prefix = tmp_path / "cli"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        executor_main([c], args=["--prefix", str(prefix), *flags])
+    assert runs(logs) == [] and not prefix.exists()
 
 
 def test_concurrency_is_bounded_by_max_concurrent(tmp_path):

@@ -133,6 +133,15 @@ class Executor:
             raise ValueError("Executor needs a prefix: pass --prefix or set MARIN_PREFIX, e.g. --prefix /tmp/marin")
         if max_concurrent is not None and max_concurrent < 1:
             raise ValueError(f"max_concurrent must be at least 1, got {max_concurrent}")
+        # Checked here, not when a step's lease is made: there it failed inside the step's thread,
+        # and the run reported only its dependents ("a dependency failed"), never the bad flag.
+        if not 0 < heartbeat_interval < lease_timeout:
+            raise ValueError(
+                f"lease_timeout must exceed heartbeat_interval, and both be > 0 (defaults 60 and 10 seconds); got "
+                f"--lease_timeout {lease_timeout} --heartbeat_interval {heartbeat_interval}"
+            )
+        if not poll_interval > 0:
+            raise ValueError(f"poll_interval must be > 0 seconds, got {poll_interval}")
         self.prefix = prefix.rstrip("/")
         self.max_concurrent = max_concurrent
         self.force_run_failed = force_run_failed
