@@ -114,6 +114,24 @@ def test_marin_steps_lists_status_output_and_last_error(tmp_path, capsys):
     assert "in _reject" in full and _table(full) == expected
 
 
+def test_marin_steps_from_another_directory_after_a_run_with_a_relative_prefix(tmp_path, capsys, monkeypatch):
+    """Regression: `--prefix scratch/x` (the quickstart's default is relative too) recorded
+    relative output paths, so `marin steps` run from any other directory read no status file and
+    listed every step NOT STARTED. The oracle is what the run itself did: each step's status file
+    under the prefix."""
+    run_dir, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    run_dir.mkdir(), elsewhere.mkdir()
+    monkeypatch.chdir(run_dir)
+    steps = [ExecutorStep("stats", parse_record_line, Cfg(versioned(3), output_path=this_output_path()))]
+    Executor("rel/prefix", caller="exp.py", poll_interval=0.05).run(steps)
+    (status_file,) = (run_dir / "rel" / "prefix").glob("stats-*/.executor_status")
+    assert status_file.read_text().strip() == "SUCCESS"
+    monkeypatch.chdir(elsewhere)
+    capsys.readouterr()
+    assert marin_main(["steps", str(run_dir / "rel" / "prefix")]) == 0
+    assert _table(capsys.readouterr().out) == {"stats": ("SUCCESS", str(status_file.parent))}
+
+
 def test_marin_steps_on_a_prefix_without_records_says_so(tmp_path, capsys):
     assert marin_main(["steps", str(tmp_path)]) == 1
     assert f"no experiment record under {tmp_path}/experiments/" in capsys.readouterr().err

@@ -142,7 +142,7 @@ class Executor:
             )
         if not poll_interval > 0:
             raise ValueError(f"poll_interval must be > 0 seconds, got {poll_interval}")
-        self.prefix = prefix.rstrip("/")
+        self.prefix = _absolute(prefix.rstrip("/"))
         self.max_concurrent = max_concurrent
         self.force_run_failed = force_run_failed
         self.lease_timeout = lease_timeout
@@ -152,7 +152,7 @@ class Executor:
         self.description = description
         self.caller = os.path.abspath(caller if caller is not None else (sys.argv[0] or "<interactive>"))
         self.owner = default_owner()
-        self.executor_info_base_path = (executor_info_base_path or f"{self.prefix}/experiments").rstrip("/")
+        self.executor_info_base_path = _absolute((executor_info_base_path or f"{self.prefix}/experiments").rstrip("/"))
         if interrupt_grace < 0:
             raise ValueError(f"interrupt_grace must be >= 0 seconds, got {interrupt_grace}")
         self.interrupt_grace = interrupt_grace
@@ -458,6 +458,13 @@ class Executor:
                 return None, None
             write_status(planned.output_path, status)
         return status.value, text
+
+
+def _absolute(path: str) -> str:
+    """A local path made absolute (URLs as they are): the experiment record lists output paths,
+    and relative ones meant nothing to `marin steps` run from another directory (every step
+    showed NOT STARTED). The versions do not change: the prefix is not part of a step's hash."""
+    return path if "://" in path else os.path.abspath(path)
 
 
 TRACEBACK_CHARS = 4000  # of a failed step's traceback kept in its lease
