@@ -173,6 +173,11 @@ def test_quiet_run_on_sync_has_no_summary(script, tmp_path):
         (["--resources", "{TPU: 4}", "x.py"], "argument --resources: expected JSON"),
         (["missing_script.py"], "script not found: missing_script.py"),
         (["--backend=sync", "--address", "1.2.3.4:6379", "SCRIPT"], "--address only applies to --backend=ray"),
+        # regression: NaN, infinite and negative amounts were taken, then refused by Ray with a
+        # traceback once the embedded Ray had started (or silently kept by sync and threadpool)
+        (["--num-cpus", "nan", "x.py"], "argument --num-cpus: expected a finite number >= 0, got 'nan'"),
+        (["--num-gpus", "inf", "x.py"], "argument --num-gpus: expected a finite number >= 0, got 'inf'"),
+        (["--backend=sync", "--resources", '{"TPU": -4}', "SCRIPT"], "resources must map names to amounts (finite numbers >= 0)"),
     ],
 )
 def test_command_line_errors_are_reported_without_a_traceback(args, message, script):

@@ -59,6 +59,15 @@ def test_backend_records_its_task_resources():
         create_backend("sync", resources={"TPU": "four"})
 
 
+@pytest.mark.parametrize("options", [{"num_cpus": math.nan}, {"num_gpus": math.inf}, {"resources": {"TPU": -4}},
+                                     {"resources": {"TPU": math.nan}}])
+def test_unreservable_amounts_are_refused_when_the_backend_is_made(options):
+    """Regression: NaN, infinite and negative amounts were kept, and Ray refused them only at the
+    first task, with a traceback from its option checks (local backends never did)."""
+    with pytest.raises(ValueError, match=r"finite numbers >= 0"):
+        create_backend("threadpool", **options)
+
+
 @pytest.mark.ray
 def test_a_user_error_on_ray_is_tried_twice_then_fails(ray_shared, tmp_path):
     def flaky_forever(x):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import math
 import os
 import runpy
 import shlex
@@ -78,8 +79,8 @@ def _non_negative_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
     return value
 
 

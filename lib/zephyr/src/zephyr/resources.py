@@ -99,13 +99,20 @@ class TaskResources:
     resources: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        if self.num_cpus < 0 or self.num_gpus < 0:
-            raise ValueError(f"num_cpus and num_gpus must be >= 0, got {self.num_cpus}, {self.num_gpus}")
+        # Checked here, before any task: Ray refuses NaN, infinite or negative amounts only when the
+        # first task is submitted, with a traceback from its option checks; local backends never would.
+        if not (_amount(self.num_cpus) and _amount(self.num_gpus)):
+            raise ValueError(f"num_cpus and num_gpus must be finite numbers >= 0, got {self.num_cpus}, {self.num_gpus}")
         object.__setattr__(self, "memory", parse_memory(self.memory))
         if not isinstance(self.resources, dict) or not all(
-            isinstance(k, str) and isinstance(v, (int, float)) for k, v in self.resources.items()
+            isinstance(k, str) and _amount(v) for k, v in self.resources.items()
         ):
-            raise ValueError(f"resources must map names to amounts, e.g. {{'TPU': 4}}, got {self.resources!r}")
+            raise ValueError(f"resources must map names to amounts (finite numbers >= 0), e.g. {{'TPU': 4}}, got {self.resources!r}")
+
+
+def _amount(value) -> bool:
+    """A resource amount a scheduler can reserve: a finite number >= 0."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
 def format_bytes(n: int | float) -> str:
