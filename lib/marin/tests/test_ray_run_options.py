@@ -56,6 +56,18 @@ def test_ray_run_parses_memory_with_zephyrs_parser(capsys):
     assert "memory must be positive, got '0'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("bad", ["-1", "nan", "inf", "four"])
+def test_entrypoint_cpus_must_be_a_finite_amount(bad, capsys):
+    """Regression: `--entrypoint-num-cpus -1` was submitted and the job failed on the cluster
+    (with --no_wait the launcher exited 0), and `nan` crashed the submission with a traceback."""
+    parser = ray_run.build_parser()
+    assert parser.parse_args(["--entrypoint-num-cpus", "0.5", "--", "python", "x.py"]).entrypoint_num_cpus == 0.5
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(["--entrypoint-num-cpus", bad, "--", "python", "x.py"])
+    assert exit_.value.code == 2
+    assert f"argument --entrypoint-num-cpus: expected a" in capsys.readouterr().err
+
+
 def _workdir(tmp_path: Path) -> Path:
     work = tmp_path / "work"
     (work / "pkg").mkdir(parents=True)
