@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from zephyr.io.temporaries import process_alive
+
 from marin.cluster import cli, local, procfs
 from marin.cluster.auth import auth_headers
 
@@ -335,6 +337,72 @@ def test_auto_stop_stops_the_job_when_the_launcher_is_interrupted(cluster, jobs_
     cluster.outputs.append(output)
     assert launcher.returncode != 0 and "stopping job long-auto" in output
     assert _wait_status("long-auto", cluster.token, {"STOPPED"}) == "STOPPED"
+
+
+def _children(pid: int) -> list[int]:
+    """Live processes whose parent is `pid` (read from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def test_sigterm_to_the_zephyr_command_stops_its_cluster_job_and_launcher(cluster, jobs_stopped_after):
+    """Regression: SIGTERM to `zephyr --cluster local script.py` killed only the zephyr process;
+    its job launcher lived on (re-parented to init, streaming logs) and the job kept running. Now
+    the launcher is handed the signal and waited for, the job is STOPPED and the command exits 143."""
+    (cluster.work / "zlong.py").write_text(textwrap.dedent(
+        """
+        import time
+        from zephyr import Dataset, flow_backend
+
+        def slow(x):
+            time.sleep(600)
+            return x
+
+        def main():
+            print("ZLONG_STARTED", flush=True)
+            list(flow_backend().execute(Dataset.from_list([1]).map(slow)))
+        """
+    ))
+    argv = [sys.executable, "-m", "zephyr", "--cluster", "local", "--backend=ray", "--quiet", "zlong.py"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"} | cluster.vars
+    command = subprocess.Popen(argv, cwd=cluster.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    launchers: list[int] = []
+    try:
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(command.stdout.readline, "")), daemon=True)
+        reader.start()
+        _wait_until(lambda: any("ZLONG_STARTED" in line for line in lines) or not reader.is_alive(),
+                    "the job's first line, streamed by the launcher")
+        assert any("ZLONG_STARTED" in line for line in lines), "".join(lines)[-3000:]
+        launchers = _children(command.pid)
+        assert len(launchers) == 1 and procfs.cmdline_contains(launchers[0], "marin.run.ray_run")
+        command.send_signal(signal.SIGTERM)
+        command.wait(timeout=COMMAND_TIMEOUT)
+        reader.join(timeout=30)
+        output = "".join(lines)
+    finally:
+        command.kill()
+        command.wait()
+        for pid in launchers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    cluster.outputs.append(output)
+    assert command.returncode == 143, output[-3000:]
+    assert not [pid for pid in launchers if process_alive(pid)], "the job launcher outlived the zephyr command"
+    running = local.load()
+    (job,) = [j for j in _jobs(running.dashboard_url, cluster.token) if "zlong.py" in j["entrypoint"]]
+    assert _wait_status(job["submission_id"], cluster.token, {"STOPPED", "SUCCEEDED", "FAILED"}) == "STOPPED"
+    cluster.assert_token_never_shown()
+
+
+def _jobs(url: str, token: str) -> list[dict]:
+    request = urllib.request.Request(f"{url}/api/jobs/", headers=auth_headers(token))
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return [job for job in json.load(response) if job.get("submission_id")]
 
 
 def test_add_worker_joins_a_simulated_tpu_host(cluster, capfd):

@@ -8,7 +8,7 @@ options. A script without an `if __name__ == "__main__":` block has its entry po
 goes to the script, except zephyr's own options that change where or how it runs (`--backend`,
 `--max-parallelism`, `--memory`, ...): there they are refused with the corrected command, since
 they would silently do nothing; after `script.py --` every argument is the script's. `--cluster NAME` submits the same command to a Ray cluster as a job
-through Marin's job launcher instead. `--dashboard[=PORT]` serves a live status page of the
+through Marin's job launcher instead (SIGINT or SIGTERM then stops the job). `--dashboard[=PORT]` serves a live status page of the
 script's pipelines while it runs. SIGINT (Ctrl-C) or SIGTERM stops the script: its running
 pipeline cancels its in-flight tasks and the command exits with 130 or 143 (see docs/zephyr.md).
 
@@ -284,14 +284,37 @@ def _run_script(path: str, script_args: list[str], entry_point: str | None) -> N
 
 
 def _submit_to_cluster(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    """Re-run this same command on a cluster as a Ray job through `marin.run.ray_run`."""
+    """Re-run this same command on a cluster as a Ray job through `marin.run.ray_run`.
+
+    SIGINT or SIGTERM stops the job, as it stops a local run (the job's zephyr cancels its tasks):
+    the launcher runs with `--auto-stop` in a session of its own, gets a SIGTERM from here on the
+    first signal (once, so that a second cannot cut its stop request short; SIGTERM because a
+    SIGINT that was ignored when this command started stays ignored in the launcher), and is
+    waited for. Before, a SIGTERM left the launcher behind, streaming logs of a job that kept running.
+    """
     forwarded = _without_cluster_option(list(argv))
-    command = [sys.executable, "-m", "marin.run.ray_run", "--cluster", args.cluster, "--", "python", "-m", "zephyr", *forwarded]
+    command = [sys.executable, "-m", "marin.run.ray_run", "--cluster", args.cluster, "--auto-stop", "--",
+               "python", "-m", "zephyr", *forwarded]
     print(f"zephyr: submitting to cluster {args.cluster}: {shlex.join(command[2:])}", file=sys.stderr)
     try:
-        return subprocess.call(command)
+        launcher = subprocess.Popen(command, start_new_session=True)
     except FileNotFoundError as e:
         raise SystemExit(f"zephyr: error: cannot launch the job submitter: {e}") from None
+    received: list[int] = []
+
+    def pass_on(signum, frame):
+        if not received:
+            print(f"zephyr: {signal_name(signum)}: stopping the job", file=sys.stderr, flush=True)
+            launcher.send_signal(signal.SIGTERM)
+        received.append(signum)
+
+    previous = {sig: signal.signal(sig, pass_on) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = launcher.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 128 + received[0] if received else code
 
 
 def _without_cluster_option(argv: list[str]) -> list[str]:
