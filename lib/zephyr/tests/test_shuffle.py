@@ -152,6 +152,25 @@ def test_any_picklable_item_and_key(backend):
     assert len(list(backend.execute(ds.deduplicate(lambda d: {"domain": list(d.domain)})))) == 3
 
 
+Name = collections.namedtuple("Name", "first last")
+
+
+def name_record(i):
+    """Equal keys, built differently: one str object in both fields, or two equal ones."""
+    shared = "".join(["An", "na"])
+    return {"i": i, "name": Name(shared, shared) if i % 2 == 0 else Name(shared, "".join(["A", "nna"]))}
+
+
+def test_equal_keys_holding_shared_or_separate_objects_are_one_key(backend):
+    """Regression: keys of other types (a namedtuple) were pickled with the memo, which writes
+    a second reference to one object as a back-reference, so Name(s, s) and Name(s, copy of s)
+    got different key bytes: group_by split the group and deduplicate kept both."""
+    ds = Dataset.from_list(list(range(4))).map(name_record)
+    groups = list(backend.execute(ds.group_by(lambda r: r["name"], lambda k, items: (k, sorted(r["i"] for r in items)))))
+    assert groups == [(Name("Anna", "Anna"), [0, 1, 2, 3])]
+    assert [r["i"] for r in backend.execute(ds.deduplicate(lambda r: r["name"]))] == [0]
+
+
 def test_join_inner_and_left(backend):
     left = Dataset.from_list([[1, 2, 2, 5], [7, 9]]).flat_map(list)
     right = Dataset.from_list([[(2, "b"), (2, "b2"), (3, "c"), (5, "e")], [(9, "i")]]).flat_map(list)

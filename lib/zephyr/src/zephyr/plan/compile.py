@@ -69,8 +69,8 @@ class Plan:
 
 # The layout and encodings of scatter output (runs, manifests, key bytes). Part of every
 # fingerprint: a zephyr that writes or hashes them differently never resumes another's scratch
-# (2: keys told apart by type, issue 21).
-SCRATCH_FORMAT = 2
+# (2: keys told apart by type, issue 21; 3: other objects' keys pickled without the memo).
+SCRATCH_FORMAT = 3
 
 
 def compile_plan(dataset) -> Plan:

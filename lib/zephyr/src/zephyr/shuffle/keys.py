@@ -14,6 +14,7 @@ same in every process and on every machine (unlike Python's salted `hash`).
 from __future__ import annotations
 
 import dataclasses
+import io
 import math
 import pickle
 import struct
@@ -98,7 +99,21 @@ def _canonical_bytes(value: Any, out: bytearray) -> None:
         _chunk(out, b"D", f"{t.__module__}.{t.__qualname__}".encode())
         _canonical_bytes(tuple(getattr(value, f.name) for f in dataclasses.fields(value)), out)
     else:
-        _chunk(out, b"p", pickle.dumps(value, protocol=5))
+        _chunk(out, b"p", _pickle_by_value(value))
+
+
+def _pickle_by_value(value: Any) -> bytes:
+    """A pickle without the memo: an ordinary pickle writes a second reference to the same
+    object (a str in both fields of a namedtuple) as a back-reference, so equal keys built from
+    shared or separate objects got different bytes and split into two groups."""
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, protocol=5)
+    pickler.fast = True  # no memo, hence no identity
+    try:
+        pickler.dump(value)
+    except ValueError:  # a cyclic value needs the memo
+        return pickle.dumps(value, protocol=5)
+    return buffer.getvalue()
 
 
 def _encode_all(values: tuple) -> bytes:
