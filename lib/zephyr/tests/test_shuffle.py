@@ -297,6 +297,46 @@ def test_rerun_after_the_driver_died_resumes_at_the_reduce_stage(tmp_path, backe
     assert [p.read_bytes() for p in sorted(clean.glob("part-*"))] == [p.read_bytes() for p in sorted(out.glob("part-*"))]
 
 
+SET_KEY_SCRIPT = textwrap.dedent(
+    """
+    import collections, os, sys
+    from zephyr import Dataset, create_backend
+
+    Tags = collections.namedtuple("Tags", "words n")
+
+    def records(shard):
+        if shard == 1 and os.environ.get("FAIL_SHARD_1"):
+            raise RuntimeError("shard 1 fails on the first run")
+        return [{"shard": shard, "i": i} for i in range(3)]
+
+    def key(r):
+        return Tags(frozenset(["alpha", "beta", "gamma", "delta", "epsilon"]), r["i"])
+
+    backend = create_backend("sync", progress=False, scratch_dir=sys.argv[2])
+    ds = Dataset.from_list([0, 1]).flat_map(records).group_by(key, lambda k, items: [k.n, sorted(r["shard"] for r in items)], num_output_shards=1)
+    try:
+        list(backend.execute(ds.write_jsonl(sys.argv[1] + "/part-{shard}.jsonl")))
+    except Exception:
+        sys.exit(3)
+    """
+)
+
+
+def test_namedtuple_keys_holding_sets_group_alike_in_every_process(tmp_path):
+    """Regression: a namedtuple key was pickled, and a set in it pickles in hash order, which
+    differs per process; a rerun in a new process (or a Ray worker) resumed shard 0's scatter
+    keyed one way and hashed shard 1's another, splitting each group in two."""
+    script = tmp_path / "job.py"
+    script.write_text(SET_KEY_SCRIPT)
+    args = [sys.executable, str(script), str(tmp_path / "out"), str(tmp_path / "scratch")]
+    first = subprocess.run(args, env={**os.environ, "PYTHONHASHSEED": "1", "FAIL_SHARD_1": "1"}, capture_output=True, text=True)
+    assert first.returncode == 3, first.stderr
+    rerun = subprocess.run(args, env={**os.environ, "PYTHONHASHSEED": "2"}, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    lines = (tmp_path / "out" / "part-0.jsonl").read_text().splitlines()
+    assert sorted(lines) == [f"[{i},[0,1]]" for i in range(3)]
+
+
 def test_deduplicate_drops_in_shard_duplicates_before_the_shuffle(local_backend):
     rows = [[("a", 0), ("a", 1), ("b", 2), ("a", 3)], [("b", 4), ("c", 5)]]
     execution = local_backend.execute(Dataset.from_list(rows).flat_map(list).deduplicate(lambda r: r[0]))

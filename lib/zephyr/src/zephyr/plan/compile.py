@@ -69,7 +69,8 @@ class Plan:
 
 # The layout and encodings of scatter output (runs, manifests, key bytes). Part of every
 # fingerprint: a zephyr that writes or hashes them differently never resumes another's scratch
-# (2: keys told apart by type, issue 21; 3: other objects' keys pickled without the memo).
+# (2: keys told apart by type, issue 21; 3: namedtuple keys by their fields, other objects' keys
+# pickled without the memo).
 SCRATCH_FORMAT = 3
 
 

@@ -98,6 +98,9 @@ def _canonical_bytes(value: Any, out: bytearray) -> None:
     elif dataclasses.is_dataclass(value):
         _chunk(out, b"D", f"{t.__module__}.{t.__qualname__}".encode())
         _canonical_bytes(tuple(getattr(value, f.name) for f in dataclasses.fields(value)), out)
+    elif isinstance(value, tuple) and hasattr(t, "_fields"):  # a namedtuple: a set in it pickles in hash order
+        _chunk(out, b"n", f"{t.__module__}.{t.__qualname__}".encode())
+        _canonical_bytes(tuple(value), out)
     else:
         _chunk(out, b"p", _pickle_by_value(value))
 
