@@ -210,6 +210,30 @@ def test_join_keys_that_cannot_be_ordered_name_the_join(local_backend):
         list(local_backend.execute(left.sorted_merge_join(right, lambda r: r["k"], lambda r: r["k"])))
 
 
+def by_k(r):
+    return r["k"]
+
+
+def test_a_skewed_group_by_joined_shard_by_shard_is_not_cut_into_key_ranges(local_backend, monkeypatch):
+    """Regression: a skewed partition was cut into key ranges, which added reduce shards and
+    moved every later partition to a higher shard, so an inline sorted_merge_join paired them
+    with the wrong right shards and failed with an IndexError past the right's last shard."""
+    from zephyr.shuffle.keys import key_bytes, partition_of
+
+    monkeypatch.setenv("ZEPHYR_SKEW_MIN_BYTES", "1")
+    hot = [k for k in range(3000) if partition_of(key_bytes(k), 4) == 1]  # most records land in partition 1
+    records = [{"k": hot[i % len(hot)] if i % 10 else i % 3000, "pad": "p" * 200} for i in range(20_000)]
+    counts = collections.Counter(r["k"] for r in records)
+    grouped = Dataset.from_list([records[i::3] for i in range(3)]).flat_map(list).group_by(
+        by_k, lambda k, items: {"k": k, "n": sum(1 for _ in items)}, num_output_shards=4)
+    assert len(list(local_backend.execute(grouped.map_shard(lambda it: [0])))) > 4  # alone, it is split
+
+    # the right side partitioned as the group_by partitions, each shard sorted by key
+    right = Dataset.from_list([[{"k": k, "tag": -k} for k in sorted(counts) if partition_of(key_bytes(k), 4) == p] for p in range(4)])
+    left = grouped.map_shard(lambda items: sorted(items, key=by_k))
+    joined = local_backend.execute(left.sorted_merge_join(right.flat_map(list), by_k, by_k))
+    assert sorted((r["k"], r["n"], r["tag"]) for r in joined) == sorted((k, n, -k) for k, n in counts.items())
+
 def test_same_output_bytes_twice_and_scratch_is_removed(tmp_path):
     outputs = []
     for run in range(2):

@@ -108,6 +108,8 @@ def compile_plan(dataset) -> Plan:
             shuffle = record  # its output is a join's, not a group_by's: no second joint shuffle
         elif isinstance(record, sop.SortedMergeJoin):
             current.append(_bind_join(record, num_shards))
+            if isinstance(stage_input, ShuffleReader):  # shard i meets the right's shard i: keep one shard per partition
+                stage_input = replace(stage_input, splittable=False)
         else:
             current.append(record)
     chain = push_down(tuple(current))

@@ -121,6 +121,9 @@ class ShuffleReader:
     mode: GroupMode
     label: str
     sorted_by_value: bool = False
+    # False where the stage pairs its shard i with shard i of something else (an inline
+    # sorted_merge_join): a partition cut into key ranges would shift every later shard
+    splittable: bool = True
 
     def describe(self) -> str:
         return self.label
@@ -128,7 +131,7 @@ class ShuffleReader:
     def tasks(self, stage, previous) -> ReduceTasks:
 
         summaries = [r.summary for r in previous or ()]  # None: upstream skipped, every output exists
-        inputs = RunIndex(summaries, self.num_partitions).plan(split=self.mode.splittable)
+        inputs = RunIndex(summaries, self.num_partitions).plan(split=self.mode.splittable and self.splittable)
         tasks = ReduceTasks(
             ShardTask(stage.index, i, len(inputs), f"{self.label} shard {i} ({inp.describe()})", (inp,))
             for i, inp in enumerate(inputs)
