@@ -268,6 +268,19 @@ def test_multi_pass_merge_keeps_order_and_first_item(tmp_path):
     assert sorted((r["k"], r["s"], r["i"]) for r in firsts) == [(k, 0, k) for k in range(5)]
 
 
+@pytest.mark.parametrize("where", ["one shard", "two shards"])
+def test_sort_by_values_that_cannot_be_ordered_are_named(local_backend, where):
+    """A None among ints within a group: the error named no op ("'<' not supported between
+    instances of 'NoneType' and 'int'"); it now says sort_by. With one shard the values meet in
+    the map side's sort, with two in the reduce side's merge."""
+    rows = [{"k": 1, "v": 3}, {"k": 1, "v": None}]
+    shards = [rows] if where == "one shard" else [[rows[0]], [rows[1]]]
+    ds = Dataset.from_list(shards).flat_map(list).group_by(lambda r: r["k"], lambda k, items: list(items),
+                                                           sort_by=lambda r: r["v"])
+    with pytest.raises(ShardError, match=r"group_by\(sort_by=\.\.\.\) returned values that cannot be ordered"):
+        list(local_backend.execute(ds))
+
+
 RESUME_SCRIPT = textwrap.dedent(
     """
     import os, sys

@@ -42,7 +42,7 @@ from zephyr.shuffle.columnar import batch_rows, conform, dumps, unify_schemas
 from zephyr.io.temporaries import make_temp_dir
 from zephyr.shuffle.run_index import ReduceInput, ReduceTasks, RunIndex
 from zephyr.shuffle.runs import read_arrow_range, read_pickle_range, write_pickle_frames
-from zephyr.shuffle.scatter import DEFAULT_BUFFER, HashPartition, RoundRobin, ScatterSink, keep_first
+from zephyr.shuffle.scatter import DEFAULT_BUFFER, HashPartition, RoundRobin, ScatterSink, keep_first, unorderable_sort_by
 from zephyr.shuffle.keys import key_bytes, partition_of
 from zephyr.tasks import ShardTask
 
@@ -159,7 +159,7 @@ class ShuffleReader:
 
     def _merge(self, streams: list[Iterator[tuple]]) -> Iterator[tuple]:
         if self.sorted_by_value:
-            return heapq.merge(*streams, key=lambda r: (r[0], r[1], r[2], r[3], r[4]))
+            return _naming_sort_by(heapq.merge(*streams, key=lambda r: (r[0], r[1], r[2], r[3], r[4])))
         return heapq.merge(*streams, key=lambda r: (r[0], r[1], r[3], r[4]))
 
     def _read_in_passes(self, sources: list[Callable[[], Iterator[tuple]]], fan_in: int) -> Iterator[Any]:
@@ -180,6 +180,19 @@ class ShuffleReader:
             yield from self.mode.apply(self._merge([s() for s in sources]))
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _naming_sort_by(merged: Iterator[tuple]) -> Iterator[tuple]:
+    """`merged`, with a failed comparison of two `sort_by` values (the only values in a record
+    that can fail to compare) raised as a TypeError that names `sort_by`."""
+    while True:
+        try:
+            record = next(merged)
+        except StopIteration:
+            return
+        except TypeError as e:
+            raise unorderable_sort_by(e) from e
+        yield record
 
 
 def merge_fan_in(memory: int | None) -> int:

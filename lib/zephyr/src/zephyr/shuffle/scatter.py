@@ -41,7 +41,7 @@ from zephyr.shuffle.runs import ArrowRunWriter, write_pickle_frames
 from zephyr.shuffle.keys import hash_key_bytes, key_bytes
 import pickle
 
-__all__ = ["HashPartition", "RoundRobin", "ScatterSink", "keep_first"]
+__all__ = ["HashPartition", "RoundRobin", "ScatterSink", "keep_first", "unorderable_sort_by"]
 
 DEFAULT_BUFFER = 256 * 1024 * 1024  # without a task memory budget
 MIN_BUFFER = 1024 * 1024
@@ -277,7 +277,10 @@ class _Buffer:
     def _spill_pickled(self, stem: str, combiner) -> dict:
         records = self.pickled
         by_value = self.hashed and self.part.sort_by is not None
-        records.sort(key=(lambda r: (r[0], r[1], r[2], r[3], r[4])) if by_value else (lambda r: (r[0], r[1], r[2], r[4])))
+        try:
+            records.sort(key=(lambda r: (r[0], r[1], r[2], r[3], r[4])) if by_value else (lambda r: (r[0], r[1], r[2], r[4])))
+        except TypeError as e:  # only sort_by values can fail to compare: the rest are ints and bytes
+            raise unorderable_sort_by(e) from e
         if combiner is not None:
             records = list(self._combine(records, combiner))
             counters.increment("zephyr/combined_records", len(records))
@@ -307,7 +310,17 @@ class _Buffer:
             # a generator combiner (the reference project's form) yields the group's partial items
             outputs = list(combined) if isinstance(combined, Iterator) else [combined]
             if sort_by is not None and len(outputs) > 1:
-                outputs.sort(key=sort_by)
+                try:
+                    outputs.sort(key=sort_by)
+                except TypeError as e:
+                    raise unorderable_sort_by(e) from e
             for item in outputs:
                 sv = sort_by(item) if sort_by is not None else None
                 yield (first[0], first[1], first[2], sv, first[4], dumps((key, item)))
+
+
+def unorderable_sort_by(error: TypeError) -> TypeError:
+    """The TypeError of comparing two `sort_by` values, saying so (Python's own names no op)."""
+    return TypeError(f"group_by(sort_by=...) returned values that cannot be ordered against each other ({error}); "
+                     "sort_by must give values of one comparable type within a group (e.g. all ints, or tuples "
+                     "without None)")
