@@ -119,6 +119,16 @@ def test_reshard_docstring_example_shards_round_robin(backend):
     assert list(backend.execute(ds.map_shard(lambda it: [list(it)]))) == [[0, 2], [1, 3]]
 
 
+def test_reshard_of_many_small_shards_fills_as_many_outputs_as_it_can(backend):
+    """Regression: each input shard's round-robin started at its own index, so 10 input shards of
+    3 items went to outputs 0..11 of 50. The oracle: 30 items can fill 30 outputs."""
+    ds = Dataset.from_list([[10 * s + i for i in range(3)] for s in range(10)]).flat_map(list).reshard(50)
+    per_shard = list(backend.execute(ds.map_shard(lambda it: [list(it)])))
+    assert sorted(x for shard in per_shard for x in shard) == sorted(10 * s + i for s in range(10) for i in range(3))
+    assert sum(1 for shard in per_shard if shard) == 30
+    assert all(shard == sorted(shard) for shard in per_shard)
+
+
 def test_reshard_arguments():
     ds = Dataset.from_list([1])
     assert ds.reshard(None) is ds

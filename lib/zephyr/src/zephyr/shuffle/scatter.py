@@ -101,7 +101,7 @@ class ScatterSink:
         # sorting an Arrow buffer holds it twice (the buffer, then its sorted copy): budget half
         arrow_budget = budget // 2
         attempt = os.urandom(4).hex()  # a zombie attempt never overwrites runs another manifest names
-        buffer = _Buffer(self, task.shard)
+        buffer = _Buffer(self, task.shard, task.num_shards)
         runs: list[dict] = []
         records = 0
         rows = FIRST_CHUNK_ROWS  # until the first chunk has measured what a record takes
@@ -113,7 +113,7 @@ class ScatterSink:
             rows = buffer.chunk_rows()
             if buffer.used >= (budget if buffer.pickled is not None else arrow_budget):
                 runs.append(buffer.spill(f"{self.root}/map-{task.shard:05d}-run-{attempt}-{len(runs):03d}"))
-                buffer = _Buffer(self, task.shard)
+                buffer = _Buffer(self, task.shard, task.num_shards)
         if buffer.rows:
             runs.append(buffer.spill(f"{self.root}/map-{task.shard:05d}-run-{attempt}-{len(runs):03d}"))
         counters.increment("zephyr/shuffle_records", records)
@@ -129,9 +129,13 @@ class ScatterSink:
 class _Buffer:
     """One run's worth of records: Arrow batches while every chunk converts, else pickles."""
 
-    def __init__(self, sink: ScatterSink, shard: int):
+    def __init__(self, sink: ScatterSink, shard: int, num_shards: int):
         self.sink = sink
         self.shard = shard
+        # round-robin: where this input shard's items start, spread evenly over the outputs, so
+        # that many small input shards fill many outputs (starting at `shard` piled them onto the
+        # first ones: 10 input shards of 3 items filled 12 of 50 outputs)
+        self.start = shard * sink.num_partitions // max(num_shards, 1)
         self.part = sink.partitioner
         self.hashed = isinstance(self.part, HashPartition)
         self.batches: list[pa.RecordBatch] = []
@@ -197,7 +201,7 @@ class _Buffer:
         else:
             kb = pa.array([b""] * n, pa.large_binary())
             h = np.zeros(n, dtype=np.uint64)
-            p = ((self.shard + np.arange(first_pos, first_pos + n)) % self.sink.num_partitions).astype(np.uint32)
+            p = ((self.start + np.arange(first_pos, first_pos + n)) % self.sink.num_partitions).astype(np.uint32)
         columns, names = [pa.array(p), pa.array(h), kb], ["p", "h", "kb"]
         if values is not None:
             sv = sort_value_column(values)
@@ -227,7 +231,7 @@ class _Buffer:
             payloads = [dumps(pair) for pair in zip(keys, items)]
         else:
             kbs, h = [b""] * n, np.zeros(n, dtype=np.uint64)
-            p = [(self.shard + pos) % self.sink.num_partitions for pos in positions]
+            p = [(self.start + pos) % self.sink.num_partitions for pos in positions]
             payloads = [dumps((None, item)) for item in items]
         self.pickled.extend(zip(p, h.tolist(), kbs, values or itertools.repeat(None), positions, payloads))
         self.used += sum(map(len, payloads)) + sum(map(len, kbs)) + n * _RECORD_OVERHEAD
