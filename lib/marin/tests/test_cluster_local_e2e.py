@@ -444,6 +444,8 @@ def test_restart_preserves_running_jobs_then_stop_cluster(tmp_path, capfd):
                 own.outputs.append(path.read_text(errors="replace"))
         own.assert_token_never_shown()
 
+        members = local._members(after)
+        spawned = {pid: procfs.start_time(pid) for pid in [*members, *procfs.descendants(members)]}
         code, out = own.cli(capfd, "--cluster", "local", "stop-cluster")
         assert code == 0 and "stopped" in out
         assert local.load() is None
@@ -451,6 +453,8 @@ def test_restart_preserves_running_jobs_then_stop_cluster(tmp_path, capfd):
         with socket.socket() as sock:
             assert sock.connect_ex(("127.0.0.1", after.head.ports["dashboard"])) != 0
         assert local._members(after) == []
+        # and no process the cluster started (Ray's renamed agents carry no marker /proc shows)
+        assert [pid for pid, started in spawned.items() if procfs.start_time(pid) == started] == []
 
 
 def _wait_until(condition, what: str, timeout: float = COMMAND_TIMEOUT) -> None:
@@ -521,3 +525,36 @@ def test_stop_ends_a_cluster_process_still_listening_on_its_ports(tmp_path):
         if agent.poll() is None:
             agent.kill()
             agent.wait()
+
+
+def test_stop_ends_the_children_of_the_clusters_processes_that_carry_no_marker(tmp_path):
+    """Regression: Ray's dashboard and runtime-env agents rename themselves, which blanks the
+    environment /proc shows, so the marker scan missed them and they outlived stop-cluster
+    (found by a review helper). A tagged stand-in member starts a child with no marker, no
+    session-directory argument and no port; stop finds the child through its parent."""
+    marker = f"stand-in-{os.getpid()}-{time.monotonic_ns()}"
+    child_code = "import time; time.sleep(600)"
+    member_code = ("import os, subprocess, sys, time\n"
+                   f"env = {{k: v for k, v in os.environ.items() if k != {local.MARKER_ENV!r}}}\n"
+                   f"child = subprocess.Popen([sys.executable, '-c', {child_code!r}], env=env)\n"
+                   "print(child.pid, flush=True)\n"
+                   "time.sleep(600)\n")
+    member = subprocess.Popen([sys.executable, "-c", member_code], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, local.MARKER_ENV: marker}, start_new_session=True)
+    child_pid = None
+    try:
+        child_pid = int(member.stdout.readline())
+        assert not procfs.has_env_entry(child_pid, f"{local.MARKER_ENV}={marker}".encode())  # the fault is in place
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])  # a head pid that no longer runs
+        gone.wait()
+        cluster = local.LocalCluster(directory=str(tmp_path / "state"), temp_dir=str(tmp_path / "session"), num_cpus=1,
+                                     head=local.LocalNode(pid=gone.pid, ports={}, resources={}), marker=marker)
+        assert local._cleanup(cluster, grace=5.0) == {}
+        assert member.wait(timeout=60) in (-signal.SIGTERM, -signal.SIGKILL)
+        _wait_until(lambda: not process_alive(child_pid), "the marker-less child to end", timeout=60)
+    finally:
+        for pid in (member.pid, child_pid):
+            if pid and process_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if member.poll() is None:
+            member.wait()

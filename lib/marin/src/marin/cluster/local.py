@@ -41,7 +41,7 @@ from zephyr.io.temporaries import process_alive  # zombie-aware; shared with Zep
 
 from marin.cluster.auth import auth_headers, read_token, redact
 from marin.cluster.commands import format_command, local_generate_token, local_ray_start
-from marin.cluster.procfs import cmdline_contains, find_processes, has_env_entry, listeners, signal_all
+from marin.cluster.procfs import cmdline_contains, descendants, find_processes, has_env_entry, listeners, signal_all, start_time
 from marin.tpu.slices import tpu_head_resource
 
 __all__ = [
@@ -133,6 +133,20 @@ def _members(cluster: LocalCluster) -> list[int]:
     if cluster.marker:
         return find_processes(env_entry=_marker_entry(cluster))
     return find_processes(sessions=[pid for pid in nodes if process_alive(pid)])  # `ray start` leads its session
+
+
+def _snapshot(cluster: LocalCluster) -> dict[int, int]:
+    """{pid: start time} of the cluster's processes now: its members and every process they
+    started. Ray's dashboard and runtime-env agents rename themselves, which blanks the
+    environment /proc shows (so no marker), and outlived a stop holding the cluster's ports;
+    they are found here through their parents, while those still live."""
+    members = _members(cluster)
+    return {pid: t for pid in dict.fromkeys([*members, *descendants(members)]) if (t := start_time(pid)) is not None}
+
+
+def _still_running(snapshot: dict[int, int]) -> list[int]:
+    """The processes of `snapshot` still alive (same pid and start time: not a reused pid)."""
+    return [pid for pid, started in snapshot.items() if start_time(pid) == started]
 
 
 def _marker_entry(cluster: LocalCluster) -> bytes:
@@ -424,8 +438,9 @@ def _wait_for_nodes(url: str, token: str, count: int, proc: subprocess.Popen, lo
 
 
 def _stragglers(cluster: LocalCluster) -> list[int]:
-    """Processes of `cluster` still alive (for tests and `stop`)."""
-    return _members(cluster)
+    """Processes of `cluster` still alive, the renamed children of its members included (for
+    tests and `stop`)."""
+    return list(_snapshot(cluster))
 
 
 def _cleanup(cluster: LocalCluster, grace: float = 3.0, port_wait: float = 15.0) -> dict[int, list[int]]:
@@ -433,16 +448,17 @@ def _cleanup(cluster: LocalCluster, grace: float = 3.0, port_wait: float = 15.0)
     make sure its ports are free: a process of the cluster still listening on one (Ray's
     dashboard and runtime-env agents once outlived a stop for minutes) is killed too.
     Returns {port: [pids]} of ports still held by processes that are not the cluster's."""
-    signal_all(_members(cluster), signal.SIGTERM)
+    snapshot = _snapshot(cluster)  # before any of them dies: children are known by their parents
+    signal_all(snapshot, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while (left := _members(cluster)) and time.monotonic() < deadline:
+    while (_members(cluster) or _still_running(snapshot)) and time.monotonic() < deadline:
         time.sleep(0.1)
     held: dict[int, list[int]] = {}
     deadline = time.monotonic() + port_wait
     while True:
-        left = set(_members(cluster))
+        left = set(_members(cluster)) | set(_still_running(snapshot))
         held = listeners(_cluster_ports(cluster))
-        left |= {pid for pids in held.values() for pid in pids if _is_cluster_process(cluster, pid)}
+        left |= {pid for pids in held.values() for pid in pids if _is_cluster_process(cluster, pid) or pid in left}
         if not left or time.monotonic() > deadline:  # what still holds a port is not ours
             break
         signal_all(sorted(left), signal.SIGKILL)
@@ -469,7 +485,7 @@ def stop(directory: Path | None = None, *, dry_run: bool = False) -> bool:
     if cluster is None:
         return False
     if dry_run:
-        pids = " ".join(str(pid) for pid in _members(cluster))
+        pids = " ".join(str(pid) for pid in _snapshot(cluster))
         print(f"kill -TERM {pids}  # then -KILL after 3s: processes tagged {MARKER_ENV}={cluster.marker}")
         return True
     held = _cleanup(cluster)

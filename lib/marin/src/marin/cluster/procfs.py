@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["cmdline_contains", "find_processes", "has_env_entry", "listeners", "signal_all"]
+__all__ = ["cmdline_contains", "descendants", "find_processes", "has_env_entry", "listeners", "signal_all", "start_time"]
 
 _PROC = Path("/proc")
 
@@ -36,6 +36,42 @@ def find_processes(*, env_entry: bytes | None = None, sessions: Iterable[int] = 
             continue
         if match:
             found.append(int(entry.name))
+    return found
+
+
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first), or None if gone."""
+    try:
+        return (_PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot), or None if it is gone: with the pid, it
+    names one process, never a later one that reuses the pid."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields and fields[0] != "Z" else None
+
+
+def descendants(roots: Iterable[int]) -> list[int]:
+    """Live processes whose chain of parents reaches one of `roots` (the roots left out).
+
+    A process that renames itself (Ray's agents do) overwrites the memory /proc shows as its
+    environment and command line; its parent still says whose it is, while the parent lives.
+    """
+    children: dict[int, list[int]] = {}
+    for entry in _PROC.iterdir() if _PROC.is_dir() else ():
+        if entry.name.isdigit() and (fields := _stat_fields(entry.name)) and fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], list(roots)
+    seen = set(todo)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in seen:
+                seen.add(child)
+                found.append(child)
+                todo.append(child)
     return found
 
 
