@@ -263,7 +263,7 @@ def test_the_training_reader_reads_every_shard_name_zephyr_reads(tmp_path, name)
     np.testing.assert_array_equal(next(batches), [[7, 8, 9], [1, 2, 3]])  # then the next epoch
 
 
-@pytest.mark.parametrize("name", ["notes.txt", "a.csv.gz", "a.jsonl.bz2", "a.zst"])
+@pytest.mark.parametrize("name", ["notes.txt", "a.csv.gz", "a.jsonl.lz4", "a.zst"])
 def test_the_training_reader_refuses_what_zephyr_refuses(tmp_path, name):
     from zephyr.readers import format_for
 
