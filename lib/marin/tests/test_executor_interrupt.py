@@ -162,7 +162,9 @@ RAY_EXPERIMENT = textwrap.dedent(
     @ray.remote(max_retries=0)
     def beat(config):
         path = os.path.join(MARKS, "heartbeat")
-        open(os.path.join(MARKS, f"task.started-{os.getpid()}"), "w").close()
+        import signal, threading
+        with open(os.path.join(MARKS, f"task.started-{os.getpid()}"), "w") as f:  # what a failure report shows
+            f.write(f"SIGINT handler {signal.getsignal(signal.SIGINT)!r}, thread {threading.current_thread().name}")
         try:
             n = 0
             while True:  # a heartbeat every 0.2 s, until cancelled
@@ -199,7 +201,10 @@ def test_interrupt_cancels_the_ray_task_of_a_step(tmp_path, background, wait_unt
     args = [sys.executable, str(script), "--prefix", str(prefix), "--interrupt_grace", "30"]
     proc = background(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     heartbeat = marks / "heartbeat"
-    wait_until(lambda: heartbeat.exists(), "the step's Ray task to beat")
+    # ten beats (2 s) into the task: Ray drops a cancel that reaches a worker in the first moments
+    # of its task (seen 0.4 s after a fresh worker started, on a loaded machine: no
+    # KeyboardInterrupt ever came, and the worker was killed at the end of the grace period)
+    wait_until(lambda: heartbeat.exists() and int(heartbeat.read_text() or 0) >= 10, "the step's Ray task to beat")
 
     seconds = signal_and_wait(proc, signal.SIGINT)
     code = proc.returncode
@@ -207,7 +212,8 @@ def test_interrupt_cancels_the_ray_task_of_a_step(tmp_path, background, wait_unt
     assert code == 130, proc.stderr.read()[-3000:]
     # the cancel reached the task: it raised in its own loop (Ray delivers KeyboardInterrupt) and
     # finished its cleanup before the executor exited (a killed worker writes no mark)
-    assert [p.name for p in marks.glob("task.stopped-by-*")] == ["task.stopped-by-KeyboardInterrupt"]
+    started = {p.name: p.read_text() for p in marks.glob("task.started-*")}
+    assert [p.name for p in marks.glob("task.stopped-by-*")] == ["task.stopped-by-KeyboardInterrupt"], started
     [step] = list(prefix.glob("beat-*"))
     assert read_status(str(step)) == StepStatus.INTERRUPTED
     assert Lease(str(step / ".executor_lease")).current()["released"]
