@@ -58,6 +58,24 @@ def test_ray_remote_and_resource_steps_run_as_ray_tasks(ray_shared, tmp_path):
     assert where[2]["pid"] == os.getpid()  # a plain function without resources runs in a thread
 
 
+def write_env(config: Cfg) -> None:
+    os.makedirs(config.output_path, exist_ok=True)
+    with open(f"{config.output_path}/env.json", "w") as f:
+        json.dump({name: os.environ.get(name) for name in ("FROM_DECORATOR", "FROM_STEP")}, f)
+
+
+@pytest.mark.ray
+def test_a_remote_functions_own_runtime_env_is_kept_when_the_step_adds_one(ray_shared, tmp_path):
+    """Regression: the step's runtime_env (from `resources` or pip groups) went to Ray's
+    `.options()`, which replaces the decorator's runtime_env outright: its env vars (and pip
+    packages) were silently dropped."""
+    remote = ray_shared.remote(num_cpus=1, runtime_env={"env_vars": {"FROM_DECORATOR": "kept"}})(write_env)
+    step = ExecutorStep("env", remote, Cfg(versioned(1), this_output_path()),
+                        resources={"runtime_env": {"env_vars": {"FROM_STEP": "added"}}})
+    (path,) = Executor(str(tmp_path), poll_interval=0.05).run([step])
+    assert json.load(open(f"{path}/env.json")) == {"FROM_DECORATOR": "kept", "FROM_STEP": "added"}
+
+
 @pytest.mark.ray
 def test_failure_inside_a_ray_task_fails_the_step(ray_shared, tmp_path):
     @ray_shared.remote(max_retries=0)
@@ -88,3 +106,16 @@ def test_ray_options_merge_resources_and_pip(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     options = ray_options("step", {"num_cpus": 4, "runtime_env": {"env_vars": {"K": "V"}}}, ["g", "c"])
     assert options == {"num_cpus": 4, "name": "step", "runtime_env": {"env_vars": {"K": "V"}, "pip": ["a", "b", "c"]}}
+
+
+def test_ray_options_merge_into_the_decorators_runtime_env(monkeypatch, tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[project.optional-dependencies]\ng = ["a", "b"]\n')
+    monkeypatch.chdir(tmp_path)
+    # Ray keeps a decorator's pip list as {"packages": [...], ...}
+    base = {"env_vars": {"A": "1", "B": "1"}, "pip": {"packages": ["x", "a"], "pip_check": False}, "working_dir": "w"}
+    options = ray_options("step", {"runtime_env": {"env_vars": {"B": "2"}}}, ["g"], base)
+    assert options["runtime_env"] == {
+        "env_vars": {"A": "1", "B": "2"}, "pip": {"packages": ["x", "a", "b"], "pip_check": False}, "working_dir": "w"}
+    assert ray_options("step", None, None, base) == {"name": "step"}  # nothing to add: the decorator's env stays
+    with pytest.raises(ValueError, match="requirements.txt"):
+        ray_options("step", {"runtime_env": {"pip": "requirements.txt"}}, ["g"])

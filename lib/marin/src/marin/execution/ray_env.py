@@ -87,16 +87,52 @@ def pip_runtime_env(pip_dependency_groups: list[str] | None, pyproject: str | os
     return {"pip": packages}
 
 
-def ray_options(name: str, resources: dict[str, Any] | None, pip_dependency_groups: list[str] | None) -> dict[str, Any]:
-    """Ray task options for a step: its `resources`, a task name, and the pip runtime env."""
+def ray_options(
+    name: str,
+    resources: dict[str, Any] | None,
+    pip_dependency_groups: list[str] | None,
+    base_runtime_env: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Ray task options for a step: its `resources`, a task name, and the pip runtime env.
+
+    `base_runtime_env` is the one a `@ray.remote(runtime_env=...)` decorator gave the step's
+    function. Ray's `.options(runtime_env=...)` replaces that one outright, so it is merged in
+    here as Ray merges a job's and a task's: the step's fields win, `env_vars` are merged by
+    name, and the pip groups are added to the pip packages.
+    """
     options = dict(resources or {})
     options.setdefault("name", name)
     env = pip_runtime_env(pip_dependency_groups)
+    step_env = dict(options.get("runtime_env") or {})
+    if not env and not step_env:
+        return options  # no runtime_env option: the decorator's (if any) stays as it is
+    base = dict(base_runtime_env or {})
+    runtime_env = {**base, **step_env}
+    if base.get("env_vars") and step_env.get("env_vars"):
+        runtime_env["env_vars"] = {**base["env_vars"], **step_env["env_vars"]}
     if env:
-        runtime_env = dict(options.get("runtime_env") or {})
-        runtime_env["pip"] = list(runtime_env.get("pip", [])) + env["pip"]
-        options["runtime_env"] = runtime_env
+        runtime_env["pip"] = _with_packages(runtime_env.get("pip"), env["pip"], name)
+    options["runtime_env"] = runtime_env
     return options
+
+
+def _with_packages(pip: Any, packages: list[str], name: str) -> Any:
+    """A runtime_env `pip` field (a list, or Ray's `{"packages": [...], ...}`) with `packages` added."""
+    if not pip:
+        return list(packages)
+    if isinstance(pip, dict) and isinstance(pip.get("packages"), list):
+        return {**pip, "packages": pip["packages"] + [p for p in packages if p not in pip["packages"]]}
+    if isinstance(pip, list):
+        return pip + [p for p in packages if p not in pip]
+    raise ValueError(
+        f"step {name!r}: cannot add pip_dependency_groups to the runtime_env pip field {pip!r}; "
+        "give the packages as a list there, or in pip_dependency_groups alone"
+    )
+
+
+def _decorator_runtime_env(fn: Any) -> dict[str, Any] | None:
+    """The runtime_env of `@ray.remote(runtime_env=...)` on `fn` (Ray keeps it in `_default_options`)."""
+    return (getattr(fn, "_default_options", None) or {}).get("runtime_env")
 
 
 CANCEL_GRACE = 3.0  # seconds a cancelled step task gets to stop before its worker is killed (by default)
@@ -127,7 +163,8 @@ def run_step_function(
     import ray
 
     task = fn if remote else ray.remote(fn)
-    ref = task.options(**ray_options(name, resources, pip_dependency_groups)).remote(config)
+    base = _decorator_runtime_env(fn) if remote else None
+    ref = task.options(**ray_options(name, resources, pip_dependency_groups, base)).remote(config)
     try:
         interrupter.call(_wait_for, ray, ref)
     except BaseException:
