@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from zephyr import Dataset, QuarantineLimitError, QuarantinedShardsError, ShardError, create_backend
 from zephyr.status import read_run_record
+from zephyr.status.outputs import verify_directory
 
 POISON = 37
 
@@ -140,6 +141,29 @@ def test_quarantined_writer_shard_leaves_no_partial_file_and_a_rerun_completes_i
     oracle = sorted((x, j) for x in range(40, 30, -1) for j in range(50))
     assert sorted((r["x"], r["j"]) for r in read_jsonl_dir(out)) == oracle
     assert read_run_record(str(out))["state"] == "succeeded"
+
+
+def of_day(item):
+    """`item` is (x, day): shard 3 of day 2 is poison."""
+    x, day = item
+    if (x, day) == (3, 2):
+        raise ValueError("poison on day 2")
+    return {"x": x, "day": day}
+
+
+def test_a_quarantined_writer_shard_leaves_no_output_of_an_earlier_run_at_its_path(quarantining, tmp_path):
+    """Regression: day 2's quarantined shard 3 left day 1's part-3 in place, so the directory mixed
+    an old output in among day 2's (zephyr verify: 'extra'); the shard must contribute nothing."""
+    out = tmp_path / "out"
+
+    def day(n):
+        return Dataset.from_list([(x, n) for x in range(6)]).map(of_day).write_jsonl(str(out / "part-{shard}.jsonl"))
+
+    list(quarantining.execute(day(1)))
+    with pytest.raises(QuarantinedShardsError):
+        list(quarantining.execute(day(2)))
+    assert sorted((r["x"], r["day"]) for r in read_jsonl_dir(out)) == [(x, 2) for x in range(6) if x != 3]
+    assert not verify_directory(str(out)).extra
 
 
 def count_by_key(key, records):

@@ -5,7 +5,9 @@ a shard whose user code or input fails on each of its attempts (`max_user_retrie
 whose worker dies more than `max_infra_retries` times, is not the end of the run: `StageLoop`
 hands it here with its error and goes on. A quarantined shard contributes nothing downstream:
 
-- a writer shard leaves no output (writes are atomic: nothing was renamed into place);
+- a writer shard leaves no output (writes are atomic: nothing was renamed into place), and
+  an output an earlier run left at its path is removed (`remove_outputs`), so the directory
+  never mixes an old run's file for this shard with this run's files for the others;
 - a scatter map shard has no manifest, so no reduce reads its runs (the reducers read only the
   runs that manifests list), and the other map shards' manifests stay for a rerun;
 - every later stage's work is partial, so it is kept apart from complete work: a later scatter
@@ -32,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from zephyr.errors import ShardError
+from zephyr.io.files import url_to_fs
+from zephyr.plan import ops as op
 from zephyr.tasks import ShardTask
 
 __all__ = ["DEFAULT_MAX_QUARANTINED", "ON_SHARD_FAILURE", "Quarantine", "QuarantineLimitError", "QuarantinedShard",
@@ -168,6 +172,27 @@ class Quarantine:
 
     def error(self) -> QuarantinedShardsError:
         return QuarantinedShardsError([q.to_dict() for q in sorted(self.shards, key=lambda q: (q.stage, q.shard))])
+
+
+def remove_outputs(ops: tuple, task: ShardTask, input_path: str | None) -> None:
+    """Remove the files at the quarantined `task`'s output paths (an earlier run's, or an earlier
+    writer's of the same stage), for every writer of its stage but skip_existing ones (those
+    remove a stale output themselves before writing, and keep a current one). A failure is
+    logged: the report names the shard anyway."""
+    for record in ops:
+        if not isinstance(record, op.WRITE_OPS) or record.skip_existing:
+            continue
+        try:
+            path = op.shard_output_path(record.pattern, task.shard, task.num_shards, input_path)
+            for written in op.written_files(record, path):
+                fs, fs_path = url_to_fs(written)
+                if fs.exists(fs_path):
+                    fs.rm_file(fs_path)
+                    logger.warning("zephyr: removed %s: quarantined shard %d of stage %d contributes no output",
+                                   written, task.shard, task.stage)
+        except Exception as e:  # noqa: BLE001 - cleanup of an old file must not end the run
+            logger.warning("zephyr: could not remove the earlier output of quarantined shard %d: %s: %s",
+                           task.shard, type(e).__name__, e)
 
 
 def missing_digest(missing: list[QuarantinedShard]) -> str:

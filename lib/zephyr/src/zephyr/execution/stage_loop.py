@@ -29,7 +29,7 @@ from zephyr.cost import StageCost
 from zephyr.errors import ShardError, TaskLost
 from zephyr.execution.memory import MemorySizer
 from zephyr.execution.pool import TaskPool
-from zephyr.execution.quarantine import Quarantine
+from zephyr.execution.quarantine import Quarantine, remove_outputs
 from zephyr.execution.retry import BackoffQueue, backoff_delay
 from zephyr.execution.shard import run_shard
 from zephyr.out_of_memory import is_out_of_memory
@@ -73,6 +73,7 @@ class StageLoop:
                  sizer: MemorySizer | None = None):
         self.pool = pool
         self.index = program.index
+        self._program = program
         self.num_shards = len(tasks)
         self.stats = stats
         self.counters = counters
@@ -176,8 +177,9 @@ class StageLoop:
         self._pending.appendleft(task)
 
     def _set_aside(self, task: ShardTask, error: ShardError, attempts: int) -> None:
-        """Quarantine the shard: it is done, with nothing to hand on."""
+        """Quarantine the shard: it is done, with nothing to hand on (and no output on disk)."""
         self._quarantine.add(task, error, attempts)
+        remove_outputs(self._program.ops, task, task.input_path if self._program.reader is None else None)
         self.stats.quarantined += 1
         self._finished[task.shard] = None
 
