@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import fsspec
 import pytest
 
-from zephyr import Dataset, ShardError, create_backend
+from zephyr import Dataset, QuarantinedShardsError, ShardError, create_backend
 from zephyr.errors import is_transient_storage_error
 
 ROWS = 30
@@ -170,3 +170,18 @@ def test_classification_of_real_errors(files):
     # the same kind of error, raised by a user's own call rather than by a filesystem
     assert not is_transient_storage_error(raised(lambda: urllib.request.urlopen(f"{files.url}/missing.jsonl")))
     assert not is_transient_storage_error(raised(lambda: socket.create_connection(("127.0.0.1", 1), timeout=5)))
+
+
+def test_a_storage_outage_past_the_loss_budget_is_quarantined_when_the_run_quarantines(files):
+    """Regression: with on_shard_failure="quarantine", a shard whose file the store kept failing
+    to serve ended the whole run (its ShardError raised, later shards never run), where a shard
+    whose worker kept dying is set aside; now it is set aside too and the rest finishes."""
+    names = ["part-0.jsonl", "part-1.jsonl", "part-2.jsonl"]
+    files.fail("part-1.jsonl", times=10_000)
+    backend = create_backend("sync", progress=False, retry_backoff=0.0, max_infra_retries=2, on_shard_failure="quarantine")
+    execution = backend.execute(read_all(files, names))
+    with pytest.raises(QuarantinedShardsError) as caught:
+        list(execution)
+    (entry,) = caught.value.shards
+    assert entry["shard"] == 1 and entry["attempts"] == 3 and f"{files.url}/part-1.jsonl" in entry["message"]
+    assert caught.value.results == expected(["part-0.jsonl", "part-2.jsonl"])

@@ -2,8 +2,8 @@
 
 With `on_shard_failure="quarantine"` (a backend option; `zephyr --on-shard-failure=quarantine`)
 a shard whose user code or input fails on each of its attempts (`max_user_retries` + 1), or
-whose worker dies more than `max_infra_retries` times, is not the end of the run: `StageLoop`
-hands it here with its error and goes on. A quarantined shard contributes nothing downstream:
+whose worker dies (or whose transient storage errors recur) more than `max_infra_retries` times,
+is not the end of the run: `StageLoop` hands it here with its error and goes on. A quarantined shard contributes nothing downstream:
 
 - a writer shard leaves no output (writes are atomic: nothing was renamed into place), and
   an output an earlier run left at its path is removed (`remove_outputs`), so the directory

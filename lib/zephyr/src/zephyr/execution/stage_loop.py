@@ -156,6 +156,9 @@ class StageLoop:
             self._count_loss(task, "storage")
             self.counters["zephyr/storage_retries"] += 1
             if self._losses[task.shard] > self.pool.max_infra_retries:
+                if self._quarantine is not None:  # e.g. one object the store keeps failing to serve
+                    self._set_aside(task, error, self._losses[task.shard])
+                    return
                 _reraise(error, raised)
             delay = backoff_delay(self._losses[task.shard], self.pool.retry_backoff)
             logger.warning("stage %d shard %d: transient storage error (%s: %s); retrying in %.1fs",
