@@ -185,3 +185,18 @@ def test_a_storage_outage_past_the_loss_budget_is_quarantined_when_the_run_quara
     (entry,) = caught.value.shards
     assert entry["shard"] == 1 and entry["attempts"] == 3 and f"{files.url}/part-1.jsonl" in entry["message"]
     assert caught.value.results == expected(["part-0.jsonl", "part-2.jsonl"])
+
+
+def test_cost_retries_count_the_attempts_run_again_not_the_one_given_up(files):
+    """Regression: the stage's `cost.retries["storage"]` counted the last failed attempt as a
+    retry too (3 for a shard tried 3 times), while the status said 2 retried: the summary's and
+    the status page's cost line disagreed with their own shard counts."""
+    files.fail("part-1.jsonl", times=10_000)
+    attempts = 3
+    backend = create_backend("sync", progress=False, retry_backoff=0.0, max_infra_retries=attempts - 1)
+    execution = backend.execute(read_all(files, ["part-0.jsonl", "part-1.jsonl"]))
+    with pytest.raises(ShardError):
+        list(execution)
+    shards = execution.status.snapshot()["stages"][0]["shards"]
+    assert (shards["lost"], shards["retried_lost"]) == (attempts, attempts - 1)
+    assert execution.stats[0].cost.retries == {"user": 0, "lost": 0, "storage": attempts - 1, "memory": 0}

@@ -135,7 +135,7 @@ class StageLoop:
 
     def _lost(self, task: ShardTask, error: TaskLost) -> None:
         """The worker or node died: run the shard again, up to `max_infra_retries` times."""
-        self._count_loss(task, "lost")
+        self._count_loss(task)
         if self._losses[task.shard] > self.pool.max_infra_retries:
             message = f"was lost {self._losses[task.shard]} times (workers or nodes died)"
             if self._quarantine is not None:  # e.g. a shard that kills its worker every time
@@ -143,6 +143,7 @@ class StageLoop:
                                 self._losses[task.shard])
                 return
             raise RuntimeError(f"stage {self.index}, shard {task.shard} (source: {task.label}) {message}; giving up") from error
+        self.stats.cost.retried("lost")
         logger.warning("stage %d shard %d lost (%s); resubmitting", self.index, task.shard, error)
         self._pending.appendleft(task)
 
@@ -153,13 +154,14 @@ class StageLoop:
         if is_out_of_memory(raised) and self._more_memory(task, error):
             return
         if error.transient:  # storage trouble, not the user's: a lost attempt, with backoff
-            self._count_loss(task, "storage")
+            self._count_loss(task)
             self.counters["zephyr/storage_retries"] += 1
             if self._losses[task.shard] > self.pool.max_infra_retries:
                 if self._quarantine is not None:  # e.g. one object the store keeps failing to serve
                     self._set_aside(task, error, self._losses[task.shard])
                     return
                 _reraise(error, raised)
+            self.stats.cost.retried("storage")
             delay = backoff_delay(self._losses[task.shard], self.pool.retry_backoff)
             logger.warning("stage %d shard %d: transient storage error (%s: %s); retrying in %.1fs",
                            self.index, task.shard, error.error_type, error.error_message[:200], delay)
@@ -202,10 +204,10 @@ class StageLoop:
         self._pending.appendleft(task)
         return True
 
-    def _count_loss(self, task: ShardTask, cause: str) -> None:
+    def _count_loss(self, task: ShardTask) -> None:
+        """A lost attempt (`stats.retries_lost` counts them; `cost.retries` only those run again)."""
         self._losses[task.shard] += 1
         self.stats.retries_lost += 1
-        self.stats.cost.retried(cause)
 
     def _in_order(self) -> Iterator[ShardResult]:
         """The finished results that are next in shard order."""
