@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -104,6 +105,19 @@ def test_a_shard_that_kills_its_worker_every_time_is_quarantined_on_ray(ray_shar
     (entry,) = raised.value.shards
     assert (entry["shard"], entry["error_type"], entry["attempts"]) == (1, "TaskLost", 2)
     assert sorted(p.name for p in (tmp_path / "out").glob("p-*")) == ["p-0.jsonl", "p-2.jsonl"]
+
+
+def test_quarantined_shards_error_keeps_its_results_when_pickled(tmp_path):
+    """Regression: pickling (a pipeline run in a Ray task, e.g. a Marin step) dropped `.results`,
+    the written paths that `list(execution)` cannot return once the error is raised."""
+    fixed = str(tmp_path / "fixed")
+    ds = Dataset.from_list([(x, fixed) for x in range(POISON - 1, POISON + 2)]).map(poisoned).write_jsonl(
+        str(tmp_path / "out" / "p-{shard}.jsonl"))
+    with pytest.raises(QuarantinedShardsError) as raised:
+        list(create_backend("sync", progress=False, on_shard_failure="quarantine").execute(ds))
+    copy = pickle.loads(pickle.dumps(raised.value))
+    assert copy.results == [str(tmp_path / "out" / f"p-{i}.jsonl") for i in (0, 2)]
+    assert copy.shards == raised.value.shards and str(copy) == str(raised.value)
 
 
 def test_default_stays_fail_fast(tmp_path):

@@ -116,8 +116,8 @@ class QuarantinedShardsError(RuntimeError):
             + "\n  ".join(lines + more)
         )
 
-    def __reduce__(self):
-        return (QuarantinedShardsError, (self.shards,))
+    def __reduce__(self):  # with `.results`: the error may come back from a Ray task (a Marin step)
+        return (QuarantinedShardsError, (self.shards, self.results))
 
 
 class QuarantineLimitError(RuntimeError):
