@@ -152,6 +152,30 @@ def test_ray_out_of_memory_is_retried_with_a_bigger_ray_request(ray_shared, tmp_
     assert execution.stats[0].cost.retries["memory"] == 1 and execution.stats[0].cost.retries["user"] == 0
 
 
+@pytest.mark.ray
+def test_a_zephyr_context_on_ray_sizes_tasks_within_a_nodes_share(ray_shared):
+    """Regression: a ZephyrContext run without `ram` took its ceiling from the driver's machine
+    (0.8 of it per task at max_workers=1), not the Ray node's share, so budgets grew past what
+    a node can give one task (past the whole node: a task Ray can never schedule, a hang).
+
+    Oracle: Ray's own node table. A shard needs the largest power-of-two GiB that fits the node
+    (more than the node's share of its 2 CPUs, reached exactly by doubling from 1 GiB, so the
+    old code ran it, on a schedulable request): within the share it must fail as out of memory."""
+    from zephyr import ZephyrContext
+    from zephyr.context import ResourceConfig
+
+    [node] = [n["Resources"] for n in ray_shared.nodes() if n.get("Alive")]
+    share = int(node["memory"] * min(1.0, 1 / node["CPU"]))
+    need = GIB * 2 ** int(math.log2(node["memory"] / GIB))
+    assert share < need <= node["memory"]
+    records = [{"shard": 0, "bytes": need}]
+    pool = create_backend("ray", progress=False)
+    ctx = ZephyrContext(client=pool, max_workers=1, resources=ResourceConfig(ram=None), max_shard_failures=0)
+    with pytest.raises(ShardError, match="MemoryError") as raised:
+        ctx.execute(Dataset.from_list([records]).flat_map(lambda x: x).map_shard(hold_records))
+    assert f"with {pool.memory_ceiling()}" in str(raised.value)  # it failed at the node's share
+
+
 def hold_and_wait(item):
     """Holds 50 MiB and waits: on a Ray whose memory monitor kills at 1% node memory, it is killed."""
     import time

@@ -242,6 +242,12 @@ class _RunView(Backend):
     def spans_machines(self) -> bool:
         return self._pool.spans_machines()
 
+    def memory_ceiling(self) -> int:
+        """The pool's: on Ray, a share of the smallest node's memory resource (this process's
+        machine, which the base class would use, may hold more than any node: a task sized past
+        every node's memory could never be scheduled)."""
+        return self._pool.memory_ceiling()
+
     def close(self) -> None:
         self._shared.clear()  # the pool stays: it is the context's (or the caller's)
 
