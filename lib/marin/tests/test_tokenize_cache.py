@@ -99,6 +99,18 @@ def test_a_rerun_with_another_tokenizer_rewrites_every_shard(tmp_path):
     assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "cache").glob("part-*.npy")} == before
 
 
+def test_a_rerun_on_another_text_field_rewrites_every_shard(tmp_path):
+    """Regression: the tokenizer marker did not record text_field, and Zephyr keeps outputs made
+    by other code from the same input, so a rerun encoding another field kept the shards of the
+    first field: the cache silently held the old texts. The oracle is the byte encode of the new field."""
+    (tmp_path / "docs-0.jsonl").write_text("".join(json.dumps({"text": t, "title": t[:9]}) + "\n" for t in CORPUS))
+    corpus, out = str(tmp_path / "docs-*.jsonl"), str(tmp_path / "cache")
+    tokenize_to_cache(TokenizeConfig(input=corpus, output_path=out))
+    tokenize_to_cache(TokenizeConfig(input=corpus, output_path=out, text_field="title"))
+    cache = TokenCache(out)
+    assert cache.read(0, cache.total).tolist() == [t for text in CORPUS for t in [*text[:9].encode(), 256]]
+
+
 def test_a_cache_folder_named_with_brackets_is_rewritten_for_another_tokenizer(tmp_path):
     """Regression: the old shards were found by a glob over the cache folder, which read
     `cache[1]` as a pattern and found none, so a rerun with another eod_token kept them."""

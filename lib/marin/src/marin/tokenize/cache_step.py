@@ -6,8 +6,8 @@ only the shards' headers). ``tokenize_to_cache`` is both as an ``ExecutorStep`` 
 Shards are written atomically and ``skip_existing``: a rerun after a crash redoes only the
 shards that are missing. Zephyr keeps an output made by other code from the same input, so the
 tokenizer is checked here: ``output_path/.tokenizer.json`` names the one the shards were made
-with (its spec, ``eod_token`` and a digest of a ``tokenizer.json``'s bytes), and a run with
-another tokenizer removes the old shards first. A run also removes the ledger first, so a run
+with (its spec, ``eod_token``, a digest of a ``tokenizer.json``'s bytes, and the ``text_field``
+it encoded), and a run with another tokenizer or text field removes the old shards first. A run also removes the ledger first, so a run
 that stops before ``finish_token_cache`` leaves no ledger over shards it does not describe.
 """
 
@@ -62,7 +62,7 @@ def tokenize_dataset(dataset, output_path: str, *, tokenizer: str = "byte", eod_
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int (documents encoded at a time), got {batch_size!r}")
     vocab = load_tokenizer(tokenizer, eod_token).vocab_size
-    _claim(output_path.rstrip("/"), _tokenizer_identity(tokenizer, eod_token))
+    _claim(output_path.rstrip("/"), _tokenizer_identity(tokenizer, eod_token, text_field))
     encode = functools.partial(_encode_shard, spec=tokenizer, eod_token=eod_token, text_field=text_field,
                                batch_size=batch_size)
     return dataset.map_shard(encode).write_tokens(
@@ -71,8 +71,9 @@ def tokenize_dataset(dataset, output_path: str, *, tokenizer: str = "byte", eod_
     )
 
 
-def _tokenizer_identity(spec: str, eod_token: str | None) -> dict:
-    identity = {"tokenizer": spec, "eod_token": eod_token}
+def _tokenizer_identity(spec: str, eod_token: str | None, text_field: str) -> dict:
+    """What decides the shards' tokens: the tokenizer, its end-of-document token, the field encoded."""
+    identity = {"tokenizer": spec, "eod_token": eod_token, "text_field": text_field}
     if spec != "byte":
         fs, path = url_to_fs(spec)
         identity["sha256"] = hashlib.sha256(fs.cat_file(path)).hexdigest()
@@ -80,7 +81,7 @@ def _tokenizer_identity(spec: str, eod_token: str | None) -> dict:
 
 
 def _claim(output_path: str, identity: dict) -> None:
-    """Remove the ledger; remove the shards too unless our tokenizer made them; record ours."""
+    """Remove the ledger; remove the shards too unless our tokenizer (and text field) made them; record ours."""
     fs, root = url_to_fs(output_path)
     if fs.exists(f"{root}/{LEDGER_NAME}"):
         fs.rm_file(f"{root}/{LEDGER_NAME}")
@@ -90,7 +91,7 @@ def _claim(output_path: str, identity: dict) -> None:
         return
     shards = fs.glob(f"{glob.escape(root)}/part-*.npy")  # the folder taken literally ("out[1]/")
     if shards:  # made by another tokenizer, or by one nobody recorded
-        logger.warning("%s: removing %d token shard(s) made with another tokenizer (%s; now %s)",
+        logger.warning("%s: removing %d token shard(s) made with another tokenizer or text field (%s; now %s)",
                        output_path, len(shards), before or "not recorded", identity)
         for shard in shards:
             fs.rm_file(shard)  # one by one: `rm` of a list globs each path again on object stores
