@@ -205,3 +205,29 @@ def test_bad_input_fails_before_any_step_and_damages_nothing(tokens, tmp_path):
         train_loop(step, tiny_lm.init_state, tokens, checkpoint_path=str(ckpt), **{**CONFIG, "seq_len": 32})
     assert not calls
     assert checkpoint_fingerprint(ckpt) == before
+
+
+def test_resuming_on_rewritten_shards_of_the_same_names_is_refused(tmp_path):
+    """Regression: the resume guard hashed only the shards' names (no folders), so a checkpoint
+    made on `v1/tok-*.jsonl` resumed on `v2/tok-*.jsonl`, shards of the same names holding other
+    tokens, and the saved position pointed into them. A copy of the same shards still resumes."""
+    import shutil
+
+    from zephyr.io import write_jsonl_file
+
+    for version, step in (("v1", 7), ("v2", 11)):  # v2: as if re-tokenized, other ids and lengths
+        (tmp_path / version).mkdir()
+        for i in range(2):
+            write_jsonl_file([{"input_ids": [(step * k + j) % 256 for k in range(40 + j * step)]} for j in range(5)],
+                             str(tmp_path / version / f"tok-{i}.jsonl"))
+    shutil.copytree(tmp_path / "v1", tmp_path / "copy")
+
+    def run(version, steps):
+        return train_loop(tiny_lm.train_step, tiny_lm.init_state, str(tmp_path / version / "tok-*.jsonl"),
+                          batch_size=8, seq_len=8, num_steps=steps, checkpoint_path=str(tmp_path / "ckpt"),
+                          checkpoint_every=2)
+
+    run("v1", 2)
+    with pytest.raises(ValueError, match=r"other data than this run's \(shard_sizes_sha256"):
+        run("v2", 4)
+    assert run("copy", 4).resumed_from == 2

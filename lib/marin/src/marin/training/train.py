@@ -184,6 +184,7 @@ class _Data:
     shards: list[str]  # what a saved data position refers to (their names go into the checkpoint)
     mixture: list[tuple[str, float]] | None = None
     cache: str | None = None
+    sizes: list[int] | None = None  # of JSON/Parquet shards, in bytes (they go into the checkpoint too)
 
     def batches(self, batch_size: int, seq_len: int, field: str, position: Any, rows: Any):
         """This host's reader of its ``rows`` of every global batch, from ``position`` on."""
@@ -202,7 +203,19 @@ def _resolve_data(data: str | Sequence[str] | Mapping[str, float]) -> _Data:
     if is_token_cache(data):
         cache = ledger_path(data)
         return _Data([cache], cache=cache)
-    return _Data(resolve_shards(data))
+    shards = resolve_shards(data)
+    return _Data(shards, sizes=_shard_sizes(shards))
+
+
+def _shard_sizes(paths: list[str]) -> list[int]:
+    """Each shard's size in bytes, from the listing the glob just cached on object stores: a
+    copy of the shards keeps them, a rewrite with other tokens almost never does."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from zephyr.io.files import file_size
+
+    with ThreadPoolExecutor(max_workers=min(16, len(paths))) as pool:
+        return list(pool.map(file_size, paths))
 
 
 def _resolve_mesh(mesh: Any, mesh_shape: Sequence[int] | None, axis_names: Sequence[str]) -> Any:
@@ -304,12 +317,15 @@ def _run_steps(train_step: TrainStep, batches: Any, run: _Run, schedule: _Schedu
 
 
 def _data_facts(data: _Data, batch_size: int, seq_len: int, field: str) -> dict:
-    """What a saved data position means: which shards (by name, in order) and how they are cut;
-    for token caches (one, or a mixture's), what their ledgers list: each shard's name, tokens
-    and documents, in order (every cache's ledger has the same name)."""
+    """What a saved data position means: which shards (by name and size, in order) and how they
+    are cut; for token caches (one, or a mixture's), what their ledgers list: each shard's name,
+    tokens and documents, in order (every cache's ledger has the same name). Names without their
+    folders and sizes, not paths: a copy of the data elsewhere still resumes."""
     names = "\n".join(path.rstrip("/").rsplit("/", 1)[-1] for path in data.shards)
     facts = {"num_shards": len(data.shards), "shard_names_sha256": hashlib.sha256(names.encode()).hexdigest(),
              "batch_size": batch_size, "seq_len": seq_len, "field": field}
+    if data.sizes is not None:
+        facts["shard_sizes_sha256"] = hashlib.sha256(json.dumps(data.sizes).encode()).hexdigest()
     caches = [source for source, _ in data.mixture] if data.mixture else [data.cache] if data.cache else []
     if caches:
         listed = [[[s["path"].rsplit("/", 1)[-1], s["tokens"], s.get("documents")] for s in read_ledger(cache)["shards"]]
