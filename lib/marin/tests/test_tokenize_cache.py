@@ -55,6 +55,29 @@ def test_bpe_tokenize_step_writes_the_documents_with_eod(tmp_path):
     assert len(want) < sum(len(t.encode()) for t in CORPUS)  # the BPE merged something
 
 
+def test_a_tokenizer_json_with_padding_and_truncation_still_writes_whole_documents(tmp_path):
+    """Regression: a tokenizer.json saved with padding (and truncation) enabled, as many are for
+    model inputs, padded each encode_batch to its longest document, so pad ids sat between the
+    documents of the cache, and cut every document at max_length. The oracle is the tokenizer's
+    own per-document encode with both turned off, plus the end-of-document id."""
+    from tokenizers import Tokenizer
+
+    spec = _train_bpe(tmp_path / "tokenizer.json")
+    saved = Tokenizer.from_file(spec)
+    saved.enable_padding(pad_id=0, pad_token="<unk>")
+    saved.enable_truncation(max_length=70)  # documents are 28 to 87 tokens: some cut, some padded
+    saved.save(spec)
+    tokenize_to_cache(TokenizeConfig(input=_write_corpus(tmp_path), output_path=str(tmp_path / "cache"),
+                                     tokenizer=spec, eod_token="<|endoftext|>", batch_size=4))
+    reference = Tokenizer.from_file(spec)
+    reference.no_padding()
+    reference.no_truncation()
+    eod = reference.token_to_id("<|endoftext|>")
+    cache = TokenCache(str(tmp_path / "cache"))
+    assert cache.read(0, cache.total).tolist() == _expected(
+        lambda text: reference.encode(text, add_special_tokens=False).ids + [eod])
+
+
 def test_byte_tokenize_step_and_errors(tmp_path):
     tokenize_to_cache(TokenizeConfig(input=_write_corpus(tmp_path), output_path=str(tmp_path / "cache")))
     cache = TokenCache(str(tmp_path / "cache"))

@@ -29,13 +29,19 @@ class ByteTokenizer:
 
 
 class HfTokenizer:
-    """A Hugging Face ``tokenizers`` tokenizer from a ``tokenizer.json`` (local or ``gs://``)."""
+    """A Hugging Face ``tokenizers`` tokenizer from a ``tokenizer.json`` (local or ``gs://``);
+    whole documents: the file's padding and truncation settings, if any, are turned off."""
 
     def __init__(self, path: str, eod_token: str):
         from tokenizers import Tokenizer
 
         with open_input(path) as f:
             self.tokenizer = Tokenizer.from_str(f.read().decode("utf-8"))
+        # A tokenizer.json may carry padding or truncation settings for model inputs; a cache holds
+        # whole documents, so neither may apply (as transformers ignores them unless asked): padding
+        # put pad ids between documents, by batch, and truncation cut documents short.
+        self.tokenizer.no_padding()
+        self.tokenizer.no_truncation()
         eod_id = self.tokenizer.token_to_id(eod_token)
         if eod_id is None:
             special = sorted(t.content for t in self.tokenizer.get_added_tokens_decoder().values())
