@@ -296,6 +296,23 @@ def test_a_json_lines_shard_named_json_is_not_taken_for_a_ledger(tmp_path):
     assert ledger_path(str(tmp_path / "c" / "ledger.json")) == str(tmp_path / "c" / "ledger.json")
 
 
+def test_a_cache_folder_named_with_brackets_is_read_as_a_cache(tmp_path):
+    """Regression: any source with `[`, `*` or `?` counted as a glob of JSON/Parquet shards, so a
+    cache the tokenize step wrote to `cache[1]` was "no shards match" by its folder and, by its
+    ledger, read as a JSON Lines shard (malformed JSON). The oracle is NumPy's load of the shards."""
+    from marin.training.train import _resolve_data
+
+    root = tmp_path / "cache[1]"
+    paths = _write_cache(str(root), [_docs([5, 3]), _docs([4], seed=1)])
+    stream = np.concatenate([np.load(p) for p in paths]).tolist()
+    for source in (str(root), str(root / "ledger.json")):
+        assert is_token_cache(source)
+        data = _resolve_data(source)
+        assert data.cache == str(root / "ledger.json")
+        assert next(data.batches(2, 6, "input_ids", None, None)).tolist() == _oracle_batches(stream, 2, 6, 1)[0]
+    assert not is_token_cache(str(tmp_path / "cache[12]"))  # a glob of folders is not one cache
+
+
 def test_uint32_token_ids_beyond_int32_are_refused_not_wrapped(tmp_path):
     """Regression: the cache reader cast uint32 ids of 2**31 and above into its int32 batches,
     where they wrapped negative; the JSON reader refuses them. Now both refuse."""

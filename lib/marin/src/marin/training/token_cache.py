@@ -49,10 +49,14 @@ def ledger_path(source: str) -> str:
 
 
 def is_token_cache(source: str | Sequence[str]) -> bool:
-    """Whether ``source`` names one token cache (a folder holding ``ledger.json``, or the ledger)."""
-    if not isinstance(source, str) or any(c in source for c in "*?["):
+    """Whether ``source`` names one token cache (a folder holding ``ledger.json``, or the ledger).
+
+    Taken literally first: a cache folder may have ``[``, ``*`` or ``?`` in its name."""
+    if not isinstance(source, str):
         return False
-    return _is_ledger(source) or exists(ledger_path(source))
+    if exists(ledger_path(source)):
+        return True
+    return _is_ledger(source) and not any(c in source for c in "*?[")
 
 
 def read_ledger(source: str) -> dict:
