@@ -313,6 +313,17 @@ def test_a_cache_folder_named_with_brackets_is_read_as_a_cache(tmp_path):
     assert not is_token_cache(str(tmp_path / "cache[12]"))  # a glob of folders is not one cache
 
 
+def test_a_cache_named_by_a_bare_ledger_json_reads_its_shards_beside_it(tmp_path, monkeypatch):
+    """Regression: the shards' folder was the ledger path up to its last "/", which a bare
+    "ledger.json" (the cache in the working directory) lacks, so the reader looked for
+    "ledger.json/part-00000.npy". The oracle is NumPy's load of the shards."""
+    paths = _write_cache(str(tmp_path), [_docs([5, 3]), _docs([4], seed=1)])
+    monkeypatch.chdir(tmp_path)
+    stream = np.concatenate([np.load(p) for p in paths]).tolist()
+    batches = CacheBatches("ledger.json", batch_size=2, seq_len=6)
+    assert [next(batches).tolist() for _ in range(2)] == _oracle_batches(stream, 2, 6, 2)
+
+
 def test_uint32_token_ids_beyond_int32_are_refused_not_wrapped(tmp_path):
     """Regression: the cache reader cast uint32 ids of 2**31 and above into its int32 batches,
     where they wrapped negative; the JSON reader refuses them. Now both refuse."""

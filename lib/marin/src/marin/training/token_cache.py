@@ -77,7 +77,7 @@ class TokenCache:
     def __init__(self, source: str):
         self.ledger_path = ledger_path(source)
         self.ledger = read_ledger(source)
-        base = self.ledger_path.rsplit("/", 1)[0]
+        base = self.ledger_path.rsplit("/", 1)[0] if "/" in self.ledger_path else "."  # "ledger.json": here
         shards = self.ledger["shards"]
         self.paths = [s["path"] if "://" in s["path"] or s["path"].startswith("/") else f"{base}/{s['path']}"
                       for s in shards]
