@@ -147,6 +147,49 @@ def test_failure_marks_dependents_and_lists_failed_steps(tmp_path, logs):
     assert list(result.values()) == ["SUCCESS"] * 3
 
 
+def test_a_step_that_failed_on_its_own_keeps_failed_when_a_dependency_fails_later(tmp_path, logs):
+    import shutil
+
+    def steps(a_fail: bool, b_fail: bool):
+        a = ExecutorStep("a", record, Cfg(logs, versioned(1), output_path=this_output_path(), fail=a_fail))
+        b = ExecutorStep("b", record, Cfg(logs, versioned(2), output_path_of(a, "out.json"), this_output_path(), fail=b_fail))
+        return a, b
+
+    with pytest.raises(ExecutorError):
+        make(tmp_path).run([steps(a_fail=False, b_fail=True)[1]])  # b fails on its own
+    a_path, b_path = (p.output_path for p in make(tmp_path).plan([steps(False, True)[1]]).steps)
+    assert read_status(b_path) == StepStatus.FAILED
+    shutil.rmtree(a_path)  # a is recomputed, and fails this time (fail is not versioned: same paths)
+    with pytest.raises(ExecutorError) as info:
+        make(tmp_path).run([steps(a_fail=True, b_fail=False)[1]])
+    assert info.value.dep_failed == [b_path]  # this run reports b as blocked ...
+    assert read_status(b_path) == StepStatus.FAILED  # ... but its own failure stays on record
+    make(tmp_path, force_run_failed=True).run([steps(a_fail=False, b_fail=False)[0]])  # a fixed, alone
+    before = len(runs(logs))
+    with pytest.raises(ExecutorError, match="force_run_failed"):  # b still needs the flag
+        make(tmp_path).run([steps(a_fail=False, b_fail=False)[1]])
+    assert len(runs(logs)) == before  # b did not run
+    assert "boom" in read_step_record(b_path)["error"]
+
+
+def test_the_last_error_survives_a_later_lease_released_without_an_outcome(tmp_path, logs):
+    from marin.execution.status import LEASE_DIR
+    from zephyr.io.lease import Lease
+
+    a, _, _ = chain(logs, a_fail=True)
+    with pytest.raises(ExecutorError):
+        make(tmp_path).run([a])
+    a_path = make(tmp_path).plan([a]).steps[0].output_path
+    assert "boom" in read_step_record(a_path)["error"]
+    # another executor takes the lease, finds the step failed, and lets go without an outcome
+    other = Lease(f"{a_path}/{LEASE_DIR}", "other-executor", timeout=30, heartbeat_interval=5)
+    assert other.try_acquire()
+    other.release()
+    assert Lease(f"{a_path}/{LEASE_DIR}").current()["owner"] == "other-executor"  # the fault landed
+    found = read_step_record(a_path)
+    assert found["status"] == StepStatus.FAILED and "boom" in found["error"] and found["owner"] != "other-executor"
+
+
 def test_run_only_runs_selection_and_dependencies(tmp_path, logs):
     _, _, c = chain(logs)
     result = make(tmp_path).run([c], run_only=["^b$"])

@@ -303,8 +303,8 @@ class Executor:
 
     def _mark_dep_failed(self, planned: PlannedStep) -> None:
         logger.error("Step %s not run: a dependency failed", planned.name)
-        if _status(planned.output_path) == StepStatus.SUCCESS.value:
-            return
+        if _status(planned.output_path) in (StepStatus.SUCCESS.value, StepStatus.FAILED.value):
+            return  # its own FAILED stays: a rerun must not run it again without force_run_failed
         # DEP_FAILED is written without taking the step's lease: never over a live holder's status.
         lease = Lease(f"{planned.output_path}/{LEASE_DIR}", timeout=self.lease_timeout, heartbeat_interval=self.heartbeat_interval)
         if Lease.is_live(lease.current()):

@@ -115,9 +115,11 @@ def write_status(output_path: str, status: StepStatus) -> None:
 def read_step_record(output_path: str) -> dict[str, Any] | None:
     """`{"status", "owner", "time", "error"}` of a step, or None when it never started.
 
-    The status comes from the status file; owner, time (ISO 8601) and error from the lease
-    epoch that recorded that outcome (or, for RUNNING, that holds the step now). Fields
-    that nothing recorded are None; a legacy JSON status file supplies its own.
+    The status comes from the status file; owner, time (ISO 8601) and error from the newest
+    lease epoch that recorded that outcome (or, for RUNNING, that holds the step now): a
+    later epoch released without an outcome (an executor that took the lease and found the
+    step already failed, or was interrupted before running it) does not hide the error.
+    Fields that nothing recorded are None; a legacy JSON status file supplies its own.
     """
     status, legacy = _read_raw(output_path)
     if not status:
@@ -125,7 +127,11 @@ def read_step_record(output_path: str) -> dict[str, Any] | None:
     record = {"status": status, "owner": legacy.get("owner"), "time": legacy.get("time"), "error": legacy.get("error")}
     if legacy:
         return record
-    holder = Lease(f"{output_path.rstrip('/')}/{LEASE_DIR}").current()
+    lease = Lease(f"{output_path.rstrip('/')}/{LEASE_DIR}")
+    holder = lease.current()
+    if holder and holder.get("outcome") != status and not (status == StepStatus.RUNNING.value and not holder.get("released")):
+        # look back past epochs released without an outcome (newest first)
+        holder = next((r for r in reversed(lease.records_since(0)) if r.get("outcome") == status), None)
     if holder and (holder.get("outcome") == status or (status == StepStatus.RUNNING.value and not holder.get("released"))):
         when = datetime.datetime.fromtimestamp(float(holder["heartbeat"]), datetime.timezone.utc)
         record.update(owner=holder.get("owner"), time=when.isoformat(timespec="seconds"), error=holder.get("error"))
