@@ -190,6 +190,21 @@ def test_the_last_error_survives_a_later_lease_released_without_an_outcome(tmp_p
     assert found["status"] == StepStatus.FAILED and "boom" in found["error"] and found["owner"] != "other-executor"
 
 
+def test_an_overridden_path_made_by_another_version_is_kept_with_a_warning(tmp_path, logs, caplog):
+    def step(value):
+        return ExecutorStep("a", record, Cfg(logs, versioned(value), output_path=this_output_path()),
+                            override_output_path="fixed/a")
+
+    make(tmp_path).run([step(1)])
+    with caplog.at_level(logging.WARNING, logger="marin.execution.runner"):
+        assert list(make(tmp_path).run([step(1)]).values()) == [SKIPPED]
+        assert "another version" not in caplog.text  # same version: skipped quietly
+        assert list(make(tmp_path).run([step(2)]).values()) == [SKIPPED]  # as in Marin: the path decides
+    assert len(runs(logs)) == 1
+    (warning,) = [r.getMessage() for r in caplog.records if "another version" in r.getMessage()]
+    assert str(tmp_path / "out" / "fixed" / "a") in warning and "Remove it" in warning
+
+
 def test_run_only_runs_selection_and_dependencies(tmp_path, logs):
     _, _, c = chain(logs)
     result = make(tmp_path).run([c], run_only=["^b$"])

@@ -55,6 +55,7 @@ from marin.execution.status import (
     LEASE_DIR,
     STATUS_FILE,
     StepStatus,
+    read_info,
     read_status,
     write_info,
     write_status,
@@ -399,6 +400,7 @@ class Executor:
         """
         if status == StepStatus.SUCCESS.value:
             logger.info("Step %s already succeeded; skipping: %s", planned.name, planned.output_path)
+            _warn_if_made_by_another_version(planned)
             return True
         if status != StepStatus.FAILED.value:
             return False
@@ -477,6 +479,20 @@ def _capped(text: str, limit: int = TRACEBACK_CHARS) -> str:
         return text
     head, tail = limit // 3, limit - limit // 3
     return f"{text[:head]}\n... ({len(text) - head - tail} characters cut) ...\n{text[-tail:]}"
+
+
+def _warn_if_made_by_another_version(planned: PlannedStep) -> None:
+    """A step with `override_output_path` keeps its path when its version changes, so its old
+    output is skipped as done: say so, since the user may expect a rerun (Marin skips too)."""
+    if not planned.step.override_output_path:
+        return
+    recorded = (read_info(planned.output_path) or {}).get("hash")
+    if recorded is not None and recorded != planned.hash:
+        logger.warning(
+            "Step %s: %s was made by another version of the step (hash %s, now %s); its "
+            "override_output_path keeps the path, so the old output is kept. Remove it (or change "
+            "the path) to rerun the step.", planned.name, planned.output_path, recorded, planned.hash,
+        )
 
 
 def _first_epoch_of_this_run(lease: Lease) -> int:
