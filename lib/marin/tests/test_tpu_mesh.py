@@ -203,6 +203,11 @@ def test_bad_input_fails_before_any_step_and_damages_nothing(tokens, tmp_path):
         train_loop(step, tiny_lm.init_state, tokens.replace("tok-*", "tok-[01]"), checkpoint_path=str(ckpt), **CONFIG)
     with pytest.raises(ValueError, match=r"seq_len 24 -> 32"):
         train_loop(step, tiny_lm.init_state, tokens, checkpoint_path=str(ckpt), **{**CONFIG, "seq_len": 32})
+    # A checkpoint past num_steps (another run's folder, or a smaller total by mistake).
+    with pytest.raises(ValueError, match=r"ckpt is at step 5, past num_steps=3"):
+        train_loop(step, tiny_lm.init_state, tokens, checkpoint_path=str(ckpt), **{**CONFIG, "num_steps": 3})
+    assert train_loop(step, tiny_lm.init_state, tokens, checkpoint_path=str(ckpt),
+                      **{**CONFIG, "num_steps": 5}).step == 5  # at num_steps: done, nothing to run
     assert not calls
     assert checkpoint_fingerprint(ckpt) == before
 

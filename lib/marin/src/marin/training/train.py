@@ -133,9 +133,9 @@ def train_loop(
 
     Raises:
         ValueError: bad counts, ``batch_size`` not divisible by the data axis, a mesh that
-            does not match the devices, a checkpoint of a different model, or one whose data
-            position refers to other shards or another batch shape (all before any step; no
-            checkpoint is modified).
+            does not match the devices, a checkpoint of a different model, one whose data
+            position refers to other shards or another batch shape, or one past ``num_steps``
+            (all before any step; no checkpoint is modified).
         FileNotFoundError: if ``data`` matches no files.
     """
     import jax
@@ -155,6 +155,11 @@ def train_loop(
             jax.set_mesh(mesh):
         run = _restore_or_start(checkpoints, abstract, lambda: jax.jit(init_state, out_shardings=shardings)(key),
                                 data_facts, mesh, len(source.shards))
+        if run.step > num_steps:
+            raise ValueError(
+                f"the checkpoint in {checkpoint_path} is at step {run.step}, past num_steps={num_steps}: "
+                "give the run's total num_steps, or another checkpoint_path for a new run"
+            )
         batches = source.batches(batch_size, seq_len, field, run.position, process_rows(rows_sharding, global_shape))
         run.position = batches.position
         schedule = _Schedule(num_steps, log_every, checkpoint_every)
