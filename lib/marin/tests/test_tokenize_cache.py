@@ -3,6 +3,7 @@ token cache; the oracle is the tokenizer's own per-document encode plus the end-
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -74,6 +75,37 @@ def test_a_tokenizer_json_with_padding_and_truncation_still_writes_whole_documen
     reference.no_truncation()
     eod = reference.token_to_id("<|endoftext|>")
     cache = TokenCache(str(tmp_path / "cache"))
+    assert cache.read(0, cache.total).tolist() == _expected(
+        lambda text: reference.encode(text, add_special_tokens=False).ids + [eod])
+
+
+def test_a_cache_made_before_padding_was_turned_off_is_made_again(tmp_path):
+    """Regression: caches written with a padded tokenizer.json before padding was turned off
+    have a marker equal to today's (same spec, eod, file digest), so a rerun kept their shards.
+    Here the old shards are stood in for by another tokenization of the same corpus."""
+    import shutil
+
+    from tokenizers import Tokenizer
+
+    spec = _train_bpe(tmp_path / "tokenizer.json")
+    saved = Tokenizer.from_file(spec)
+    saved.enable_padding(pad_id=0, pad_token="<unk>")
+    saved.save(spec)
+    inputs, cache_dir = _write_corpus(tmp_path), tmp_path / "cache"
+    tokenize_to_cache(TokenizeConfig(input=inputs, output_path=str(tmp_path / "bytes")))
+    tokenize_to_cache(TokenizeConfig(input=inputs, output_path=str(cache_dir), tokenizer=spec, eod_token="<|endoftext|>"))
+    old_marker = {"tokenizer": spec, "eod_token": "<|endoftext|>", "text_field": "text",
+                  "sha256": hashlib.sha256(open(spec, "rb").read()).hexdigest()}  # as the old code wrote it
+    (cache_dir / ".tokenizer.json").write_text(json.dumps(old_marker, sort_keys=True))
+    for shard in (tmp_path / "bytes").glob("part-*.npy"):  # the old, wrong shards
+        shutil.copy(shard, cache_dir / shard.name)
+    assert sorted(p.name for p in (tmp_path / "bytes").glob("part-*")) == sorted(p.name for p in cache_dir.glob("part-*"))
+
+    tokenize_to_cache(TokenizeConfig(input=inputs, output_path=str(cache_dir), tokenizer=spec, eod_token="<|endoftext|>"))
+    reference = Tokenizer.from_file(spec)
+    reference.no_padding()
+    eod = reference.token_to_id("<|endoftext|>")
+    cache = TokenCache(str(cache_dir))
     assert cache.read(0, cache.total).tolist() == _expected(
         lambda text: reference.encode(text, add_special_tokens=False).ids + [eod])
 

@@ -76,7 +76,13 @@ def _tokenizer_identity(spec: str, eod_token: str | None, text_field: str) -> di
     identity = {"tokenizer": spec, "eod_token": eod_token, "text_field": text_field}
     if spec != "byte":
         fs, path = url_to_fs(spec)
-        identity["sha256"] = hashlib.sha256(fs.cat_file(path)).hexdigest()
+        data = fs.cat_file(path)
+        identity["sha256"] = hashlib.sha256(data).hexdigest()
+        settings = json.loads(data)
+        if settings.get("padding") or settings.get("truncation"):
+            # encoded whole since these settings are turned off: caches made before (padded or cut
+            # documents, same file) lack this key, so their shards are removed and made again
+            identity["whole_documents"] = True
     return identity
 
 
