@@ -33,6 +33,7 @@ from zephyr.io.temporaries import process_alive
 
 from marin.cluster import cli, local, procfs
 from marin.cluster.auth import auth_headers
+from marin.run import ray_run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -337,6 +338,39 @@ def test_auto_stop_stops_the_job_when_the_launcher_is_interrupted(cluster, jobs_
     cluster.outputs.append(output)
     assert launcher.returncode != 0 and "stopping job long-auto" in output
     assert _wait_status("long-auto", cluster.token, {"STOPPED"}) == "STOPPED"
+
+
+@pytest.mark.parametrize("request_sent", [True, False], ids=["after-the-request", "before-the-request"])
+def test_auto_stop_covers_an_interrupt_while_the_job_is_submitted(cluster, jobs_stopped_after, monkeypatch, capfd,
+                                                                   request_sent):
+    """Regression: Ctrl-C (or SIGTERM) while `submit` was uploading or waiting for the job
+    server's answer left a job that the server had already created running, with no id printed.
+    The launcher now picks the id itself and stops that job, or says it was never submitted."""
+    real_submit, seen = ray_run.submit, []
+
+    def interrupted_submit(client, request, runtime_env):
+        seen.append(request.submission_id)
+        if request_sent:
+            real_submit(client, request, runtime_env)
+        raise KeyboardInterrupt  # as Ctrl-C lands before `submit` returns
+
+    monkeypatch.setattr(ray_run, "submit", interrupted_submit)
+    monkeypatch.setattr(ray_run, "_LATE_SUBMIT_WAIT", 1.0)
+    monkeypatch.chdir(cluster.work)
+    code = ray_run.main(["--cluster", "local", "--auto-stop", "--", "python", "long_job.py"])
+    captured = capfd.readouterr()
+    cluster.outputs.append(captured.out + captured.err)
+    (job_id,) = seen  # the fault landed, in the one submission
+    assert code == 130 and job_id.startswith("raysubmit_") and f"stopping job {job_id}" in captured.err
+    url = local.load().dashboard_url
+    if request_sent:
+        assert _wait_status(job_id, cluster.token, {"STOPPED"}, timeout=120) == "STOPPED"
+    else:
+        assert f"Job {job_id} was not submitted" in captured.err
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            _job_status(url, cluster.token, job_id)
+        assert missing.value.code == 404
+    cluster.assert_token_never_shown()
 
 
 def _children(pid: int) -> list[int]:
