@@ -161,6 +161,18 @@ def test_errors_are_scrubbed_of_known_tokens(capsys, monkeypatch, tmp_path):
     assert "cannot reach head" in err and "<redacted-token>" in err and SENTINEL_TOKEN not in err
 
 
+def _logging_tool_stand_ins(tmp_path, monkeypatch) -> Path:
+    """`ray`, `ssh` and `gcloud` on PATH that log their calls to the returned file and fail."""
+    fake_bin, calls = tmp_path / "bin", tmp_path / "calls.log"
+    fake_bin.mkdir()
+    for tool in ("ray", "ssh", "gcloud"):
+        (fake_bin / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\nexit 3\n')
+        (fake_bin / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
+    monkeypatch.setenv("MARIN_DASHBOARD_DIR", str(tmp_path / "dashboards"))
+    return calls
+
+
 @pytest.mark.parametrize(
     "command",
     [["submit-job", "--no_wait", "--", "python", "job.py"], ["stop-job", "raysubmit_1"], ["list-jobs"],
@@ -170,13 +182,7 @@ def test_job_commands_under_dry_run_contact_no_cluster(capsys, monkeypatch, tmp_
     """Regression: the job commands ignored --dry-run, so `marin cluster --dry-run stop-job ID`
     stopped the job and `--dry-run submit-job` submitted one. Now they run no tool (`ray
     get-head-ip`, `ssh`, `gcloud`: stand-ins that log their calls here) and call no job API."""
-    fake_bin, calls = tmp_path / "bin", tmp_path / "calls.log"
-    fake_bin.mkdir()
-    for tool in ("ray", "ssh", "gcloud"):
-        (fake_bin / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\nexit 3\n')
-        (fake_bin / tool).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
-    monkeypatch.setenv("MARIN_DASHBOARD_DIR", str(tmp_path / "dashboards"))
+    calls = _logging_tool_stand_ins(tmp_path, monkeypatch)
     work = tmp_path / "work"
     work.mkdir()
     (work / "job.py").write_text("print('hi')\n")
@@ -186,6 +192,23 @@ def test_job_commands_under_dry_run_contact_no_cluster(capsys, monkeypatch, tmp_
     assert not calls.exists(), calls.read_text()
     assert code == 0, out.err
     assert SENTINEL_TOKEN not in out.out + out.err
+
+
+def test_submit_job_on_a_config_copy_reaches_the_cluster_through_the_copy(capsys, monkeypatch, tmp_path):
+    """Regression: `marin cluster --config COPY.yaml submit-job` handed ray_run only the
+    cluster's name, so the job went through infra/'s config of that name, not the copy. The
+    tools are stand-ins that log their calls and fail, so nothing is submitted."""
+    root = Path(__file__).resolve().parents[3]
+    copy = tmp_path / "mine.yaml"
+    copy.write_text((root / "infra" / "marin-us-central2.yaml").read_text() + "\n# hand-edited\n")
+    calls = _logging_tool_stand_ins(tmp_path, monkeypatch)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert cli.main(["--config", str(copy), "submit-job", "--no_wait", "--", "python", "job.py"]) != 0
+    capsys.readouterr()
+    logged = calls.read_text()
+    assert str(copy) in logged and "infra/marin-us-central2.yaml" not in logged, logged
 
 
 def test_marin_command_and_script_wrapper_are_one_entry_point():

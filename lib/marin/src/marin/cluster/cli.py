@@ -217,7 +217,10 @@ def cmd_list_jobs(target: Target, args: argparse.Namespace) -> int:
 
 def cmd_submit_job(target: Target, args: argparse.Namespace) -> int:
     dry = ["--dry-run"] if args.dry_run else []  # `marin cluster --dry-run submit-job ...` submits nothing
-    return ray_run.main(["--cluster", target.name, *dry, *args.ray_run_args])
+    # a --config copy (hand-edited, or outside infra/) is passed on as itself: its name alone
+    # would resolve to infra/'s config of that name, or to none
+    cluster = str(target.config_file) if target.config_file else target.name
+    return ray_run.main(["--cluster", cluster, *dry, *args.ray_run_args])
 
 
 def cmd_job_logs(target: Target, args: argparse.Namespace) -> int:
