@@ -77,6 +77,16 @@ def test_from_files_missing_path_or_empty_glob(tmp_path, local_backend):
     assert list(local_backend.execute(empty)) == []
 
 
+def test_an_input_the_store_cannot_look_at_is_not_called_missing(tmp_path, local_backend):
+    """Regression: any error looking at a literal input (a store's 503 past its own retries,
+    here a name too long for the filesystem) was reported as "does not exist", a
+    FileNotFoundError the runner never retries. Only absence now reads as absent."""
+    too_long = str(tmp_path / ("x" * 300 + ".jsonl"))
+    with pytest.raises(OSError, match="File name too long") as raised:
+        local_backend.execute(Dataset.from_files(too_long).load_jsonl())
+    assert not isinstance(raised.value, FileNotFoundError)
+
+
 def test_unknown_extension_is_a_clear_error_before_running(tmp_path, local_backend):
     (tmp_path / "data.csv").write_text("a,b\n")
     known = r"known: .jsonl, .ndjson, .json, .parquet, .vortex, each optionally compressed \(.gz, .gzip, .zst, .zstd, .bz2, .xz\)"

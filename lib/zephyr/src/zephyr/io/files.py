@@ -97,10 +97,12 @@ def expand_glob_versions(pattern: str) -> list[tuple[str, str]]:
 
 
 def _literal_file(fs: fsspec.AbstractFileSystem, fs_path: str, pattern: str) -> list[tuple[str, str]]:
-    """[(pattern, version)] when `fs_path` names a file as written, else []."""
+    """[(pattern, version)] when `fs_path` names a file as written, else []. Only absence counts
+    as absent: a store that fails to answer (a 503 past gcsfs's retries) raises its own error,
+    which the runner can tell from a missing input (`zephyr.errors.is_transient_storage_error`)."""
     try:
         info = fs.info(fs_path)
-    except Exception:  # noqa: BLE001 - as fsspec's isfile: unreadable counts as absent
+    except (FileNotFoundError, NotADirectoryError):
         return []
     return [(pattern, file_version(info))] if info.get("type") == "file" else []
 
