@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import fsspec
 import pytest
 
-from zephyr import Dataset, QuarantinedShardsError, ShardError, create_backend
+from zephyr import Dataset, QuarantinedShardsError, QuarantineLimitError, ShardError, create_backend
 from zephyr.errors import is_transient_storage_error
 
 ROWS = 30
@@ -185,6 +185,23 @@ def test_a_storage_outage_past_the_loss_budget_is_quarantined_when_the_run_quara
     (entry,) = caught.value.shards
     assert entry["shard"] == 1 and entry["attempts"] == 3 and f"{files.url}/part-1.jsonl" in entry["message"]
     assert caught.value.results == expected(["part-0.jsonl", "part-2.jsonl"])
+
+
+def test_a_lost_shard_past_max_quarantined_is_the_fatal_failure_in_the_status(files):
+    """The shard lost to storage errors past `max_quarantined` is the run's fatal failure in the
+    status, not "abandoned" (as if the run had ended for another reason), although the error
+    the run raised is a QuarantineLimitError caused by it."""
+    names = ["part-0.jsonl", "part-1.jsonl", "part-2.jsonl"]
+    files.fail("part-1.jsonl", times=10_000)
+    files.fail("part-2.jsonl", times=10_000)
+    backend = create_backend("sync", progress=False, retry_backoff=0.0, max_infra_retries=1, on_shard_failure="quarantine")
+    execution = backend.execute(read_all(files, names))
+    with pytest.raises(QuarantineLimitError):
+        list(execution)
+    by_attempt = {(f["shard"], f["attempt"]): f for f in execution.status.snapshot()["failures"]}
+    assert {key: f["outcome"] for key, f in by_attempt.items()} == {
+        (1, 1): "retried", (1, 2): "quarantined", (2, 1): "retried", (2, 2): "fatal"}
+    assert by_attempt[2, 2]["kind"] == "lost"
 
 
 def test_cost_retries_count_the_attempts_run_again_not_the_one_given_up(files):
