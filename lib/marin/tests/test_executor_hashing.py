@@ -133,6 +133,18 @@ def test_an_identical_copy_of_a_dependency_referred_to_nonblocking_is_that_depen
     assert Executor("/p").plan([only_nonblocking]).steps[-1].version["pseudo_dependencies"]  # still recorded
 
 
+@pytest.mark.parametrize("kind", [set, frozenset])
+def test_a_placeholder_in_a_set_is_refused_when_planned(kind):
+    """Regression: a set is neither walked for dependencies nor rebuilt when the config is
+    resolved, so an input in one reached the function as an InputName, its step never run."""
+    a = ExecutorStep(name="a", fn=noop, config=Cfg(size=versioned(1)))
+    in_a_set = ExecutorStep(name="b", fn=noop, config=Cfg(extra={"inputs": kind([output_path_of(a, "x")])}))
+    with pytest.raises(ValueError, match=r"config field extra\.inputs: a " + kind.__name__ + " holds an input"):
+        Executor("/p").plan([in_a_set])
+    plain = ExecutorStep(name="c", fn=noop, config=Cfg(extra={"tags": kind(["x", "y"])}))
+    assert [p.name for p in Executor("/p").plan([plain]).steps] == ["c"]  # a set of plain values is fine
+
+
 def test_override_output_path_relative_and_absolute():
     rel = ExecutorStep(name="a", fn=noop, config=Cfg(), override_output_path="fixed/place")
     absolute = ExecutorStep(name="b", fn=noop, config=Cfg(), override_output_path="gs://bucket/data")

@@ -70,6 +70,15 @@ def _walk(obj: Any, path: str) -> Iterator[tuple[str, Any]]:
     elif isinstance(obj, (list, tuple)):
         for index, value in enumerate(obj):
             yield from _walk(value, _dotted(path, str(index)))
+    elif isinstance(obj, (set, frozenset)):
+        # a set has no field paths and is not rebuilt when the config is resolved: a placeholder
+        # in it would reach the step's function as itself (a dependency never waited for)
+        for value in obj:
+            for inner, _ in _walk(value, path):
+                raise ValueError(
+                    f"config field {inner or '(the config)'}: a {type(obj).__name__} holds an input, output or versioned "
+                    "placeholder, which would not be resolved; use a list or a tuple"
+                )
 
 
 _SPECIAL = frozenset('.[]"\\')
