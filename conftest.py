@@ -12,8 +12,10 @@ Ray's defaults, which another user's Ray may hold), and clusters are torn down i
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -294,16 +296,36 @@ RAY_ADDRESS_FILE = "/tmp/ray/ray_current_cluster"
 NODE_START_ATTEMPTS = 3
 
 
+@contextlib.contextmanager
+def _sigint_at_its_default():
+    """SIGINT handled by Python's default (a caught signal is reset to SIG_DFL in the processes
+    this one execs), if it was ignored; the previous handler after."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.SIG_IGN or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def start_ray_node(start, what: str, cleanup=None):
     """`start()` a Ray node, again (up to NODE_START_ATTEMPTS) if it died while starting.
 
     On a loaded machine a raylet gives up when its dashboard agent has not written its port
     within ~15 s (hard-coded in Ray), and the node never registers ("The current node timed
     out during startup"). A fresh attempt usually makes it; anything else is raised at once.
+
+    The node starts with SIGINT at its default even when this run inherited it ignored (a test
+    run started in the background of a script, POSIX): its workers inherit the disposition, and a
+    worker that ignores SIGINT never gets the `KeyboardInterrupt` of `ray.cancel`.
     """
     for attempt in range(1, NODE_START_ATTEMPTS + 1):
         try:
-            return start()
+            with _sigint_at_its_default():
+                return start()
         except Exception as e:
             if "timed out during startup" not in str(e) or attempt == NODE_START_ATTEMPTS:
                 raise
