@@ -212,6 +212,33 @@ def test_a_right_side_that_goes_backwards_after_the_left_ends_fails_the_shard(lo
         list(local_backend.execute(left.sorted_merge_join(right, int, int, combiner=lambda a, b: (a, b), how=how)))
 
 
+def pair_of(left_item, right_item):
+    return (left_item, right_item)
+
+
+@pytest.mark.parametrize("how", ["inner", "left"])
+def test_a_nan_join_key_matches_nothing_and_no_other_key_misses_for_it(local_backend, how):
+    """Regression: NaN compares false with everything, so a right NaN never moved past a left
+    key (right [nan, 5] lost the 5 of left [5]), a NaN inside a run of equal keys split it
+    (right [0, nan, 0]: the second 0 was lost; left [0, nan, 0]: the second 0 found no right
+    rows), and a NaN between two keys hid one going backwards (left [5, nan, 3] passed as
+    sorted and its 3 lost its match). NaN matches nothing; every other key joins as in a
+    nested-loop join by ==, or a key going backwards fails the shard."""
+    nan = float("nan")
+    join = lambda lefts, rights: list(local_backend.execute(  # noqa: E731
+        Dataset.from_list([lefts]).flat_map(list).sorted_merge_join(
+            Dataset.from_list([rights]).flat_map(list), lambda x: x[0], lambda x: x[0], combiner=pair_of, how=how)))
+    missed = lambda *lefts: [(x, None) for x in lefts] if how == "left" else []  # noqa: E731
+    assert join([(5, "a")], [(nan, "x"), (5, "y")]) == [((5, "a"), (5, "y"))]
+    assert join([(0, "a")], [(0, "x"), (nan, "y"), (0, "z")]) == [((0, "a"), (0, "x")), ((0, "a"), (0, "z"))]
+    assert join([(0, "a"), (nan, "b"), (0, "c")], [(0, "x")]) == [((0, "a"), (0, "x"))] + missed((nan, "b")) + [((0, "c"), (0, "x"))]
+    assert join([(nan, "a"), (1, "b")], [(nan, "x"), (1, "y")]) == missed((nan, "a")) + [((1, "b"), (1, "y"))]
+    with pytest.raises(ShardError, match="left input of shard 0 is not sorted by its key: 3 comes after 5"):
+        join([(5, "a"), (nan, "b"), (3, "c")], [(3, "x"), (5, "y")])
+    with pytest.raises(ShardError, match="right input of shard 0 is not sorted by its key: 3 comes after 5"):
+        join([(3, "a"), (5, "b")], [(5, "y"), (nan, "x"), (3, "z")])
+
+
 def test_join_keys_that_cannot_be_ordered_name_the_join(local_backend):
     """None keys (or str against int) raised a bare TypeError from `<`."""
     left = Dataset.from_list([[{"k": None}, {"k": None}]]).flat_map(list)
