@@ -152,6 +152,8 @@ class RunStatus:
             for result in resumed:
                 st.counters.update(result.counters)
             self._sample(st, st.started, force=True)
+            if st.done == st.num_shards:  # every shard resumed (or none at all): no task will report it done
+                st.state, st.ended = StageState.DONE, st.started
 
     def attach_cost(self, index: int, cost: StageCost) -> None:
         """The runner's running totals of stage `index` (`zephyr.cost`), shown from now on."""
