@@ -23,6 +23,7 @@ from zephyr.execution.summary import format_summary
 from zephyr.status import RECORD_NAME, read_run_record, start_dashboard
 from zephyr.status.model import MAX_FAILURES, MAX_SAMPLES, RunStatus
 from zephyr.status.server import FileSource, is_loopback
+from zephyr.status.terminal import format_snapshot
 
 
 def always_fails_at_4(x):
@@ -483,3 +484,30 @@ def test_items_out_counts_only_what_this_run_wrote(tmp_path):
     again = run()
     assert again["stages"][0]["items_out"] == 10 == again["counters"]["zephyr/records_written"]
     assert run()["stages"][0]["items_out"] == 0  # everything kept
+
+
+def by_k(r):
+    return r["k"]
+
+
+def test_a_stage_cut_into_more_shards_by_skew_shows_the_shards_it_ran(tmp_path, monkeypatch):
+    """Regression: a skewed partition cut into key ranges gives the reduce stage more tasks than
+    the plan's partitions; the status kept the plan's count, so it showed "8/4 shards", called
+    the stage done once 4 had finished while the others still ran, and disagreed with the
+    summary and the outputs the record lists."""
+    from zephyr.shuffle.keys import key_bytes, partition_of
+
+    monkeypatch.setenv("ZEPHYR_SKEW_MIN_BYTES", "1")
+    hot = [k for k in range(3000) if partition_of(key_bytes(k), 4) == 1]  # most records land in partition 1
+    records = [{"k": hot[i % len(hot)] if i % 10 else i % 3000, "pad": "p" * 200} for i in range(20_000)]
+    ds = (Dataset.from_list([records[i::3] for i in range(3)]).flat_map(list)
+          .group_by(by_k, lambda k, items: {"k": k, "n": sum(1 for _ in items)}, num_output_shards=4)
+          .write_jsonl(str(tmp_path / "out" / "part-{shard:03d}.jsonl")))
+    execution = create_backend("sync", progress=False).execute(ds)
+    paths = list(execution)
+    assert len(paths) > 4  # the hot partition was cut
+    reduce = read_run_record(str(tmp_path / "out"))["stages"][1]
+    assert reduce["num_shards"] == len(paths) == execution.stats[1].num_shards
+    assert reduce["shards"]["done"] == len(paths) and reduce["state"] == "done"
+    assert reduce["throughput"]["samples"][-1][1] == len(paths)  # the stage ended with its last shard
+    assert f"{len(paths)}/{len(paths)} shards, done" in format_snapshot(read_run_record(str(tmp_path / "out")))

@@ -23,7 +23,8 @@ __all__ = ["ObservedBackend"]
 class ObservedBackend:
     """Delegates to `backend`; tells `status` about each task of stage `index`."""
 
-    def __init__(self, backend: TaskPool, status: RunStatus, index: int, resumed: Sequence[ShardResult] = ()):
+    def __init__(self, backend: TaskPool, status: RunStatus, index: int, resumed: Sequence[ShardResult] = (),
+                 num_shards: int | None = None):
         self._backend = backend
         self._status = status
         self._index = index
@@ -32,7 +33,7 @@ class ObservedBackend:
         self.max_parallelism = backend.max_parallelism
         self.max_user_retries = backend.max_user_retries
         self.max_infra_retries = backend.max_infra_retries
-        status.stage_started(index, list(resumed))
+        status.stage_started(index, list(resumed), num_shards)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._backend, name)

@@ -225,7 +225,8 @@ class Execution:
             for result in finished.values():
                 self.counters.update(result.counters)
                 progress.update(result)
-        pool = ObservedBackend(InlinePool() if in_process else self.backend, self.status, stage.index, list(finished.values()))
+        pool = ObservedBackend(InlinePool() if in_process else self.backend, self.status, stage.index, list(finished.values()),
+                               stage.num_shards)
         self.status.attach_cost(stage.index, stats.cost)
         return iter(StageLoop(pool, program, tasks, finished, stats, self.counters, progress, self.quarantine, self._sizer(in_process)))
 

@@ -141,11 +141,15 @@ class RunStatus:
 
     # ---- reports from the runner -------------------------------------------------------------
 
-    def stage_started(self, index: int, resumed: list[ShardResult]) -> None:
-        """A stage begins; `resumed` are its shards finished by an earlier run (scatter manifests)."""
+    def stage_started(self, index: int, resumed: list[ShardResult], num_shards: int | None = None) -> None:
+        """A stage begins; `resumed` are its shards finished by an earlier run (scatter manifests);
+        `num_shards`, the tasks it runs when that is not the plan's count (a skewed partition cut
+        into key ranges)."""
         with self._lock:
             self.state = RunState.RUNNING
             st = self._stages[index]
+            if num_shards is not None:
+                st.num_shards = num_shards
             st.state = StageState.RUNNING
             st.started = time.monotonic()
             st.resumed = st.done = len(resumed)
