@@ -511,3 +511,24 @@ def test_a_stage_cut_into_more_shards_by_skew_shows_the_shards_it_ran(tmp_path, 
     assert reduce["shards"]["done"] == len(paths) and reduce["state"] == "done"
     assert reduce["throughput"]["samples"][-1][1] == len(paths)  # the stage ended with its last shard
     assert f"{len(paths)}/{len(paths)} shards, done" in format_snapshot(read_run_record(str(tmp_path / "out")))
+
+
+def max_and_mean(x):
+    counters.pipeline.set_aggregation("largest", "max")
+    counters.pipeline.update_counter("largest", x)
+    counters.pipeline.set_aggregation("mean", "average")
+    counters.pipeline.update_counter("mean", x)
+    return {"x": x}
+
+
+def test_the_summary_shows_the_counters_the_status_and_record_show(tmp_path):
+    """Regression: the end-of-run summary listed the aggregation companions of max/min/average
+    counters (`zephyr/aggregation:max:largest  1`) as counters of their own, which the status,
+    the page and the run record leave out."""
+    execution = create_backend("sync", progress=False).execute(
+        Dataset.from_list([1, 5, 3]).map(max_and_mean).write_jsonl(str(tmp_path / "out" / "p-{shard}.jsonl")))
+    list(execution)
+    record = read_run_record(str(tmp_path / "out"))
+    assert record["counters"]["largest"] == 5 and record["counters"]["mean"] == 3.0
+    listed = format_summary(execution).split("  counters:\n")[1].split("\n  run record:")[0].splitlines()
+    assert {line.split()[0]: line.split()[1] for line in listed} == {k: f"{v:,}" for k, v in record["counters"].items()}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from zephyr.counters import public
 from zephyr.execution.progress import format_largest
 from zephyr.execution.runner import Execution
 from zephyr.status.costs import cost_line
@@ -25,11 +26,12 @@ def format_summary(execution: Execution) -> str:
             lines.append(f"    largest partitions: {format_largest(s.largest_partitions)}")
     for item in execution.plan.not_resumable():
         lines.append(f"  not resumable: stage {item['stage']} (a failed run would redo it): {item['reason']}")
-    if execution.counters:
+    shown = public(execution.counters)  # without the aggregation companions, as the status and the record show them
+    if shown:
         lines.append("  counters:")
-        width = max(len(k) for k in execution.counters)
-        for name in sorted(execution.counters):
-            lines.append(f"    {name:<{width}}  {execution.counters[name]:,}")
+        width = max(len(k) for k in shown)
+        for name in sorted(shown):
+            lines.append(f"    {name:<{width}}  {shown[name]:,}")
     lines.extend(quarantine_lines(getattr(execution, "quarantine", None)))
     if getattr(execution, "run_record", None):
         lines.append(f"  run record: {execution.run_record} (zephyr status / zephyr dashboard DIR)")
