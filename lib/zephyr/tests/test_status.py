@@ -532,3 +532,17 @@ def test_the_summary_shows_the_counters_the_status_and_record_show(tmp_path):
     assert record["counters"]["largest"] == 5 and record["counters"]["mean"] == 3.0
     listed = format_summary(execution).split("  counters:\n")[1].split("\n  run record:")[0].splitlines()
     assert {line.split()[0]: line.split()[1] for line in listed} == {k: f"{v:,}" for k, v in record["counters"].items()}
+
+
+def test_a_run_that_failed_with_an_empty_message_still_shows(tmp_path, capsys):
+    """Regression: a run ended by an error whose message is empty (`TimeoutError()`) made
+    `zephyr status` (and the page's first paint, and `zephyr dashboard`) fail with an IndexError."""
+    status = RunStatus(Dataset.from_list([1]).map(lambda x: x).plan(), "test", counters=__import__("collections").Counter())
+    status.ended_early(TimeoutError())
+    record = tmp_path / RECORD_NAME
+    record.write_text(json.dumps(status.snapshot()))
+    assert zephyr_main(["status", str(record)]) == 0
+    assert "  error: TimeoutError: \n" in capsys.readouterr().out
+    from zephyr.status.server import page_html
+
+    assert "error: TimeoutError" in page_html(first_paint=status.snapshot())

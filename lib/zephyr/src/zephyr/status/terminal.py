@@ -51,7 +51,7 @@ def format_snapshot(s: dict, width: int = 100) -> str:
     lines = [f"zephyr run {s['run_id']}: {s['state']} after {_secs(s.get('elapsed_s'))} on {s.get('backend', '?')}"
              f" ({s.get('host', '?')} pid {s.get('pid', '?')})" + (f", for {s['label']}" if s.get("label") else "")]
     if s.get("error"):
-        lines.append(f"  error: {s['error']['type']}: {s['error']['message'].splitlines()[0][:width]}")
+        lines.append(f"  error: {s['error']['type']}: {(s['error']['message'].splitlines() or [''])[0][:width]}")
     for item in s.get("not_resumable") or ():
         lines.append(f"  not resumable: stage {item['stage']}: {item['reason'][:width]}")
     for st in s["stages"]:
