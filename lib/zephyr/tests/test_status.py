@@ -546,3 +546,19 @@ def test_a_run_that_failed_with_an_empty_message_still_shows(tmp_path, capsys):
     from zephyr.status.server import page_html
 
     assert "error: TimeoutError" in page_html(first_paint=status.snapshot())
+
+
+def test_zephyr_status_watch_never_takes_an_earlier_runs_record_for_the_watched_run(tmp_path, capsys):
+    """Regression: when the watched page went away, `zephyr status --watch` took the record at
+    the run's record path for its final state if its run id matched; run ids count per process
+    (each `zephyr script.py` starts at "1"), so a driver that died before writing its record
+    was reported with the state of an earlier process's run into the same directory."""
+    from zephyr.status.commands import _final_state
+
+    out = tmp_path / "out"
+    list(create_backend("sync", progress=False).execute(
+        Dataset.from_list([1]).map(lambda x: {"x": x}).write_jsonl(str(out / "{shard}.jsonl"))))
+    earlier = read_run_record(str(out))
+    assert _final_state(earlier, wait=0) == earlier  # the run's own record is its final state
+    watched = {**earlier, "state": "running", "pid": earlier["pid"] + 1, "started_at": earlier["started_at"] + 60}
+    assert _final_state(watched, wait=0) is None  # same run id, another process: not this run's record

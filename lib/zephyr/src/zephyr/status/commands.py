@@ -102,6 +102,9 @@ LIVE_STATES = ("pending", "running", "waiting")
 
 
 RECORD_WAIT = 30.0  # seconds to wait for the record once the server is gone (its driver writes it as it exits)
+# what tells the watched run's record from an earlier run's at the same path: run ids count per process, so
+# every `zephyr script.py` run's first pipeline is run "1"
+SAME_RUN = ("run_id", "host", "pid", "started_at")
 
 
 def _final_state(last: dict, wait: float = RECORD_WAIT) -> dict | None:
@@ -115,7 +118,7 @@ def _final_state(last: dict, wait: float = RECORD_WAIT) -> dict | None:
     while True:
         try:
             record = read_run_record(path)
-            if record.get("run_id") == last.get("run_id"):
+            if all(record.get(key) == last.get(key) for key in SAME_RUN):
                 return record
         except (FileNotFoundError, ValueError):
             pass
