@@ -134,6 +134,23 @@ def test_retries_are_counted_by_cause(backend_name, request, tmp_path):
                                                                                          (2, "memory", "retried")]
 
 
+@pytest.mark.parametrize("backend_name", ["sync", "threadpool"])
+def test_out_of_memory_at_the_ceiling_counts_as_the_users_retry_everywhere(backend_name, request, tmp_path):
+    """Regression: an attempt out of memory at its ceiling (`memory` set) is not retried with more
+    memory but charged to the user's retries (the summary's "retried 1 failed", the cost's
+    retries["user"]), yet the status and the record counted no user error and no user retry."""
+    backend = _backend(backend_name, request, max_user_retries=1, memory="64MiB")
+    out = tmp_path / "out"
+    items = [{"i": i, "dir": str(tmp_path)} for i in range(3)]
+    execution = backend.execute(Dataset.from_list(items).map(fail_first_attempts).write_jsonl(str(out / "{shard}.jsonl")))
+    list(execution)
+    stats = execution.stats[0]
+    assert stats.cost.retries == {"user": 2, "lost": 0, "storage": 0, "memory": 0}  # shard 1's and shard 2's
+    shards = read_run_record(str(out))["stages"][0]["shards"]
+    assert (shards["user_errors"], shards["retried_user"]) == (2, 2) == (stats.retries_user, stats.retries_user)
+    assert "retried 2 failed / 0 lost" in format_summary(execution)
+
+
 def burn(item):
     start = time.thread_time()
     while time.thread_time() - start < item["spin"]:

@@ -57,6 +57,11 @@ class ObservedBackend:
         self._status.shard_succeeded(self._index, task, result)
         return result
 
+    def charged_to_user(self, task: ShardTask) -> None:
+        """The runner charged the task's failed attempt to the user's retries (one that ran out
+        of memory at its ceiling is such a failure, not a memory retry)."""
+        self._status.charged_to_user(self._index, task)
+
     def cancel(self, handles: Sequence[Any]) -> None:
         self._status.tasks_cancelled(self._index, [self._tasks[h] for h in handles if h in self._tasks])
         self._backend.cancel(handles)

@@ -168,6 +168,9 @@ class StageLoop:
             self._backing_off.push(task, delay)
             return
         self._user_failures[task.shard] += 1
+        charged = getattr(self.pool, "charged_to_user", None)  # the status: out of memory at the ceiling is the user's
+        if charged is not None:
+            charged(task)
         if self._user_failures[task.shard] > self.pool.max_user_retries:
             if self._quarantine is not None:
                 self._set_aside(task, error, self._user_failures[task.shard])

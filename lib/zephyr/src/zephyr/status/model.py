@@ -72,9 +72,10 @@ class _Failure:
     outcome: str | None = None  # "retried", "fatal", "quarantined", or "abandoned" (the run ended first)
     cause: str = "user"  # zephyr.cost.RETRY_CAUSES: "user", "lost", "storage" (transient) or "memory"
     exc: Any = field(default=None, repr=False)  # until the outcome is known: to recognise the fatal one
+    charged: bool = False  # out of memory at the ceiling: the runner charged it to the user's retries
 
     def to_dict(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "exc"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("exc", "charged")}
 
 
 @dataclass
@@ -174,7 +175,7 @@ class RunStatus:
                 failure.outcome, failure.exc = "retried", None
                 if failure.kind == "lost":
                     st.retried_lost += 1
-                elif failure.cause != "memory":  # memory retries: cost.retries["memory"]
+                elif failure.cause != "memory" or failure.charged:  # memory retries: cost.retries["memory"]
                     st.retried_user += 1
 
     def shard_succeeded(self, index: int, task: ShardTask, result: ShardResult) -> None:
@@ -226,6 +227,16 @@ class RunStatus:
             failure.exc = error
             st.pending_failure[task.shard] = failure
             self._keep(failure)
+
+    def charged_to_user(self, index: int, task: ShardTask) -> None:
+        """The runner counted the shard's failed attempt against the user's retries: an out-of-memory
+        one at its ceiling (not retried with more memory) is then a user error like any other."""
+        with self._lock:
+            st = self._stages[index]
+            failure = st.pending_failure.get(task.shard)
+            if failure is not None and failure.cause == "memory" and not failure.charged:
+                failure.charged = True
+                st.user_errors += 1
 
     def tasks_cancelled(self, index: int, tasks: list[ShardTask]) -> None:
         with self._lock:
