@@ -562,3 +562,20 @@ def test_zephyr_status_watch_never_takes_an_earlier_runs_record_for_the_watched_
     assert _final_state(earlier, wait=0) == earlier  # the run's own record is its final state
     watched = {**earlier, "state": "running", "pid": earlier["pid"] + 1, "started_at": earlier["started_at"] + 60}
     assert _final_state(watched, wait=0) is None  # same run id, another process: not this run's record
+
+
+def test_items_out_of_a_stage_that_writes_files_then_shuffles_counts_each_record_once(tmp_path):
+    """Regression: a stage that writes its records to files, reads them back and shuffles them
+    counted each record twice (written, then shuffled) in its items out; and once skip_existing
+    kept those files, the shard counted none, though it still shuffled every record."""
+    shards = [[{"k": i % 3, "i": i} for i in range(10)], [{"k": 1, "i": 99}]]
+    ds = (Dataset.from_list(shards).flat_map(list)
+          .write_jsonl(str(tmp_path / "mid" / "m-{shard}.jsonl"), skip_existing=True).load_jsonl()
+          .group_by(lambda r: r["k"], lambda k, rs: {"k": k, "n": sum(1 for _ in rs)}, num_output_shards=2)
+          .write_jsonl(str(tmp_path / "out" / "p-{shard}.jsonl")))
+    for _ in range(2):  # the second run keeps the files and shuffles the records again
+        execution = create_backend("sync", progress=False).execute(ds)
+        list(execution)
+        scatter = execution.status.snapshot()["stages"][0]
+        assert scatter["items_out"] == 11 == scatter["counters"]["zephyr/shuffle_records"]
+    assert scatter["counters"]["zephyr/shards_skipped_existing"] == 2

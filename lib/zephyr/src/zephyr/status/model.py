@@ -421,12 +421,16 @@ def _live_point(st: _Stage, now: float, t0: float) -> list[list]:
 
 
 def _items_out(result: ShardResult) -> int:
-    """Records a shard wrote (files or shuffle) or handed back to the driver."""
+    """Records a shard wrote (files or shuffle) or handed back to the driver: what its stage hands
+    on, so a writer ahead of a stage's shuffle, which the shuffle's records pass through, or
+    which skip_existing kept, does not count again."""
     c = result.counters
+    if "zephyr/shuffle_records" in c:
+        return c["zephyr/shuffle_records"]
+    if "zephyr/records_written" in c:
+        return c["zephyr/records_written"]
     if c.get("zephyr/shards_skipped_existing"):  # its output was there: this run wrote nothing
         return 0
-    if "zephyr/records_written" in c or "zephyr/shuffle_records" in c:
-        return c.get("zephyr/records_written", 0) + c.get("zephyr/shuffle_records", 0)
     return result.num_items
 
 
