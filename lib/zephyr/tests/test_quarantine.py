@@ -339,3 +339,31 @@ def test_the_command_line_reads_max_quarantined_as_a_count_a_fraction_or_none():
     assert _max_quarantined("5") == 5 and _max_quarantined("0.02") == 0.02 and _max_quarantined("none") is None
     with pytest.raises(argparse.ArgumentTypeError, match="expected a count"):
         _max_quarantined("lots")
+
+
+def test_the_summary_of_a_quarantining_run_names_its_run_record(tmp_path):
+    """Regression: the end-of-run summary (printed by `zephyr` when the run finishes) of a run
+    with a quarantined shard had no "run record:" line: the record was written only later, when
+    QuarantinedShardsError was raised, though this is the run whose record one wants to read."""
+    from zephyr.execution.summary import format_summary
+
+    backend = create_backend("sync", progress=False, on_shard_failure="quarantine")
+    summaries: list[str] = []
+    backend.on_finish.append(lambda execution: summaries.append(format_summary(execution)))
+    out = tmp_path / "out"
+    execution = backend.execute(Dataset.from_list(list(range(6))).map(fails_on_odd_3).write_jsonl(str(out / "p-{shard}.jsonl")))
+    with pytest.raises(QuarantinedShardsError) as raised:
+        list(execution)
+    assert len(raised.value.results) == 5
+    [summary] = summaries
+    assert f"run record: {out / '.zephyr-run.json'}" in summary and "QUARANTINED 1 shard(s)" in summary
+    record = read_run_record(str(out))
+    assert record["state"] == "failed" and record["error"]["type"] == "QuarantinedShardsError"
+    assert [(q["stage"], q["shard"]) for q in record["quarantined"]] == [(0, 3)] and len(record["outputs"]) == 5
+    assert not verify_directory(str(out)).ok
+
+
+def fails_on_odd_3(x):
+    if x == 3:
+        raise ValueError("bad value 3")
+    return {"x": x}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 
 from zephyr.status import registry as status_registry
-from zephyr.status.model import RunStatus
+from zephyr.status.model import RunState, RunStatus
 from zephyr.status.outputs import outputs_section
 from zephyr.status.record import read_run_record, record_path_for, write_run_record
 
@@ -33,6 +33,8 @@ class RunReport:
 
     def ended_early(self, error: BaseException | None, write: bool = True) -> None:
         """The run failed (`error`) or its caller stopped iterating (None)."""
+        if self.status.state not in (RunState.PENDING, RunState.RUNNING):  # its end is reported and recorded already
+            return
         self._list_outputs()
         self.status.ended_early(error)
         if write:

@@ -164,7 +164,9 @@ class Execution:
         else:
             self.scratch.remove(self.plan)
         self.elapsed = time.perf_counter() - self._started
-        if not self.quarantine:  # else the run fails with QuarantinedShardsError, which the record says
+        if self.quarantine:  # the run fails with QuarantinedShardsError once the results are out: its record now,
+            self.report.ended_early(self.quarantine.error())  # so that the summary (on_finish) names it
+        else:
             self.report.succeeded()
         report_kept(self.counters)
         self._locks.release()
