@@ -125,7 +125,9 @@ def test_failed_attempts_keep_their_error_and_the_fatal_one_ends_the_run(tmp_pat
     assert read_run_record(str(tmp_path / "out" / RECORD_NAME))["state"] == "failed"
 
 
-def test_rerun_counts_map_shards_finished_by_the_earlier_run_as_resumed(tmp_path):
+def _rerun_after_a_failed_reduce(tmp_path):
+    """A group_by whose reduce fails on the first run (its map shards finished), then a rerun:
+    the rerun's execution (not yet iterated)."""
     marker = tmp_path / "reduce-may-run"
 
     def reducer(key, items):
@@ -138,7 +140,11 @@ def test_rerun_counts_map_shards_finished_by_the_earlier_run_as_resumed(tmp_path
     with pytest.raises(ShardError):
         list(backend.execute(ds))
     marker.touch()
-    execution = backend.execute(ds)
+    return backend.execute(ds)
+
+
+def test_rerun_counts_map_shards_finished_by_the_earlier_run_as_resumed(tmp_path):
+    execution = _rerun_after_a_failed_reduce(tmp_path)
     list(execution)
     st = execution.status.snapshot()["stages"][0]
     assert st["shards"]["resumed"] == st["shards"]["done"] == 6 == execution.stats[0].resumed
@@ -150,25 +156,14 @@ def test_a_stage_every_shard_of_which_resumed_is_done_not_stopped(tmp_path):
     """Regression: a stage whose every map shard an earlier run finished submits no task, so no
     task reported it done; the succeeded run then showed it (status, record, `zephyr status`) as
     `stopped`, as if the caller had stopped iterating. A stage of no shards did the same."""
-    marker = tmp_path / "reduce-may-run"
-
-    def reducer(key, items):
-        if not marker.exists():
-            raise RuntimeError("reduce not allowed yet")
-        return {"k": key, "n": sum(1 for _ in items)}
-
-    backend = create_backend("sync", progress=False, scratch_dir=str(tmp_path / "scratch"))
-    ds = Dataset.from_list(list(range(6))).group_by(lambda x: x % 2, reducer).write_jsonl(str(tmp_path / "out" / "{shard}.jsonl"))
-    with pytest.raises(ShardError):
-        list(backend.execute(ds))
-    marker.touch()
-    list(backend.execute(ds))
+    list(_rerun_after_a_failed_reduce(tmp_path))
     record = read_run_record(str(tmp_path / "out"))
     assert record["state"] == "succeeded"
     assert [(st["state"], st["shards"]["resumed"], st["shards"]["done"]) for st in record["stages"]] == [("done", 6, 6), ("done", 0, 6)]
     assert record["stages"][0]["elapsed_s"] is not None
 
     (tmp_path / "empty").mkdir()
+    backend = create_backend("sync", progress=False)
     execution = backend.execute(Dataset.from_files(str(tmp_path / "empty" / "*.jsonl"), empty_glob_ok=True).load_jsonl())
     assert list(execution) == []
     s = execution.status.snapshot()
