@@ -102,6 +102,47 @@ def test_an_input_rewritten_in_place_is_recomputed_and_the_others_kept(local_bac
     assert again.counters["zephyr/shards_skipped_existing"] == 2
 
 
+def truncate(path: Path) -> None:
+    """Cut a file to half its size, as a damaged copy or an interrupted tool leaves it."""
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def test_a_truncated_output_is_made_again_and_the_others_kept(local_backend, dirs):
+    """Regression: a skip_existing rerun kept an output cut short since it was written (its
+    sidecar matched the input), recorded the damaged size, and `zephyr verify` then passed."""
+    from zephyr.cli import main as zephyr_main
+
+    inputs, out = dirs
+    contents = {"a": list(range(50)), "b": list(range(40)), "c": [3]}
+    for name, values in contents.items():
+        write_input(inputs, name, values)
+    run(local_backend, inputs, out)
+    truncate(out / "part-1.jsonl")
+    again = run(local_backend, inputs, out)
+    assert again.counters["zephyr/shards_skipped_existing"] == 2  # a and c kept, b made again
+    assert outputs(out) == oracle(contents)
+    assert zephyr_main(["verify", str(out)]) == 0
+
+
+def test_after_a_shuffle_a_truncated_final_output_is_made_again(local_backend, tmp_path):
+    """The whole-run check (every final output current: skip the shuffle) sees sizes too."""
+    out = tmp_path / "out"
+
+    def totals():
+        return (Dataset.from_list([list(range(i, 300, 3)) for i in range(3)]).flat_map(lambda xs: xs)
+                .group_by(lambda x: x % 4, lambda k, xs: {"k": k, "n": sum(xs)}, num_output_shards=2)
+                .write_jsonl(f"{out}/part-{{shard}}.jsonl", skip_existing=True))
+
+    list(local_backend.execute(totals()))
+    expected = outputs(out)
+    truncate(out / "part-0.jsonl")
+    again = local_backend.execute(totals())
+    list(again)
+    assert outputs(out) == expected
+    assert again.counters["zephyr/shards_skipped_existing"] == 1
+
+
 def a_local_jsonl(path: str) -> bool:
     return path.endswith(".jsonl") and "://" not in path
 

@@ -11,9 +11,12 @@ never matched by zephyr's globs), recording what the shard read and which code w
   fingerprint of everything upstream (the inputs and code of the earlier stages) and the
   shard's number;
 - `code`: the fingerprint of the ops up to the writer (and the shuffle's reducer);
-- `writer`: the output pattern, so a later run knows which outputs it made.
+- `writer`: the output pattern, so a later run knows which outputs it made;
+- `sizes`: added once the output is written, the size of each file the writer made, so an
+  output cut short or rewritten since is made again.
 
-A shard keeps its existing output only when the recorded input equals its input now.
+A shard keeps its existing output only when the recorded input equals its input now (and the
+files still have their recorded sizes).
 Recorded by other code, same input: kept (rerunning after a fix is what skip_existing is
 for), counted and logged once. No sidecar (an older zephyr, or written by hand): kept, as
 before, with a warning. Outputs this writer made that no shard of the current plan writes (an
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import glob
 import logging
+import posixpath
 import string
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -50,6 +54,7 @@ __all__ = [
     "claim_output",
     "existing_output_kept",
     "outputs_current",
+    "record_output_sizes",
     "refuse_stale_outputs",
     "report_kept",
     "shard_source",
@@ -132,7 +137,8 @@ def _read_json(path: str) -> dict | None:
 
 
 def existing_output_kept(path: str, source: ShardSource, code: str) -> bool:
-    """Whether the existing output at `path` may stand for a shard reading `source`."""
+    """Whether the existing output at `path` may stand for a shard reading `source` (and is
+    still the size it was written at: a truncated or rewritten output is made again)."""
     recorded = _read_json(sidecar_path(path))
     fs, fs_path = url_to_fs(path)
     if not fs.exists(fs_path):
@@ -141,6 +147,9 @@ def existing_output_kept(path: str, source: ShardSource, code: str) -> bool:
         counters.increment(KEPT_UNKNOWN)
         return True
     if recorded.get("input") != source.input:
+        return False
+    if not _sizes_match(fs, fs_path, recorded.get("sizes") or {}):
+        logger.warning("zephyr: %s is not the size it was written at; making it again", path)
         return False
     if recorded.get("code") != code:
         counters.increment(KEPT_OTHER_CODE)
@@ -160,6 +169,27 @@ def claim_output(record, path: str, source: ShardSource, code: str) -> None:
         f.write(orjson.dumps(sidecar))
 
 
+def record_output_sizes(path: str, sizes: dict[str, int]) -> None:
+    """After a skip_existing writer wrote `path` (and files beside it): add their sizes, by
+    name, to its sidecar. A kill before this leaves a sidecar without sizes, judged as before."""
+    sidecar = _read_json(sidecar_path(path)) or {}
+    sidecar["sizes"] = {posixpath.basename(written): size for written, size in sizes.items()}
+    with atomic_write(sidecar_path(path), remove_stale=False) as f:
+        f.write(orjson.dumps(sidecar))
+
+
+def _sizes_match(fs, fs_path: str, sizes: dict) -> bool:
+    """Whether each file the sidecar names (beside `fs_path`) still has its recorded size."""
+    folder = posixpath.dirname(fs_path)
+    for name, size in sizes.items():
+        try:
+            if int(fs.size(posixpath.join(folder, name) if folder else name)) != size:
+                return False
+        except FileNotFoundError:
+            return False
+    return True
+
+
 def report_kept(totals) -> None:
     """One warning per run for outputs kept without knowing they match (counters from the tasks)."""
     if totals.get(KEPT_OTHER_CODE):
@@ -177,7 +207,7 @@ def report_kept(totals) -> None:
 class _Survey:
     """What one output directory holds: its file names and the sidecars found there."""
 
-    files: set[str]
+    files: dict[str, int | None]  # path (filesystem form) -> size
     sidecars: dict[str, dict]  # output path (filesystem form) -> its sidecar
 
 
@@ -187,9 +217,10 @@ def _survey(directories: set[str], fs) -> dict[str, _Survey]:
     def one(directory: str) -> _Survey:
         fs.invalidate_cache(directory)  # another process may have written there since
         try:
-            names = set(fs.ls(directory, detail=False))
+            listing = {entry["name"]: entry.get("size") for entry in fs.ls(directory, detail=True)}
         except FileNotFoundError:
-            return _Survey(set(), {})
+            return _Survey({}, {})
+        names = set(listing)
         sidecars = sorted(n for n in names if n.rsplit("/", 1)[-1].startswith(".") and n.endswith(SIDECAR_SUFFIX))
         # `cat_ranges`, not `cat`: `cat` globs names holding "[", "*" or "?" (an `out[1]/` folder)
         contents = fs.cat_ranges(sidecars, None, None, on_error="return") if sidecars else []
@@ -200,7 +231,7 @@ def _survey(directories: set[str], fs) -> dict[str, _Survey]:
                     parsed[_output_of(fs._strip_protocol(name))] = orjson.loads(data)
             except orjson.JSONDecodeError:
                 continue
-        return _Survey({fs._strip_protocol(n) for n in names}, parsed)
+        return _Survey({fs._strip_protocol(n): size for n, size in listing.items()}, parsed)
 
     ordered = sorted(directories)
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(ordered)))) as pool:
@@ -287,4 +318,8 @@ def outputs_current(stages, stage) -> bool:
         sidecar = survey.sidecars.get(path)
         if sidecar is not None and sidecar.get("input") != shard_source(stages, stage, shard, stage.num_shards).input:
             return False
+        folder = path.rsplit("/", 1)[0]
+        for name, size in (sidecar or {}).get("sizes", {}).items():  # a truncated or rewritten output
+            if survey.files.get(f"{folder}/{name}") != size:
+                return False
     return True

@@ -29,7 +29,7 @@ from zephyr.io.arrow_parquet import write_parquet_pieces
 from zephyr.io.parquet import write_parquet_file
 from zephyr.io.tokens import write_tokens_file
 from zephyr.io.json_records import JsonLines
-from zephyr.execution.provenance import claim_output, existing_output_kept
+from zephyr.execution.provenance import claim_output, existing_output_kept, record_output_sizes
 from zephyr.shuffle.join import BoundJoin, merge_join
 from zephyr.execution.loaders import read_path
 from zephyr.execution.memory import task_budget
@@ -49,6 +49,7 @@ class _Context:
     source: Any = None  # provenance.ShardSource: what skip_existing outputs are made from
     codes: dict = field(default_factory=dict)  # op index -> code fingerprint of skip_existing writers
     outputs: dict = field(default_factory=dict)  # what the writers made: path -> {"bytes", "records"}
+    claimed: set = field(default_factory=set)  # outputs whose sidecar this task wrote (skip_existing)
 
 
 def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
@@ -111,7 +112,9 @@ def _apply_ops(ops: tuple, start_at: int, stream: Iterator, ctx: _Context, task:
         stream = run_split(ops[start_at:end], stream, task.split, f"stage{task.stage}")
     for index in range(end, len(ops)):
         if index in ctx.codes and ctx.source is not None:
-            claim_output(ops[index], _output_path(ops[index], ctx), ctx.source, ctx.codes[index])
+            path = _output_path(ops[index], ctx)
+            claim_output(ops[index], path, ctx.source, ctx.codes[index])
+            ctx.claimed.add(path)
         stream = _apply(ops[index], stream, ctx)
     return stream, end > start_at
 
@@ -315,4 +318,6 @@ def _written(path: str, write, ctx: _Context, files: list[str] | None = None) ->
     counters.increment("zephyr/records_written", count)
     for written in files or [path]:
         ctx.outputs[written] = {"bytes": file_size(written), "records": count}
+    if path in ctx.claimed:  # skip_existing: a later run keeps these files only at these sizes
+        record_output_sizes(path, {written: ctx.outputs[written]["bytes"] for written in files or [path]})
     yield path
