@@ -78,3 +78,22 @@ def test_cc_rounds_keeps_the_path_and_the_new_fields_count_only_off_their_defaul
     recorded = version_of(step, lambda dep: dep.name)["config"]
     assert not {"cluster_field", "kept_field", "cc_rounds"} & set(recorded)  # as before the fields existed
     assert {"threshold", "seed", "annotate"} <= set(recorded)
+
+
+def test_a_plain_input_path_counts_in_the_output_path(tmp_path):
+    """The executor leaves plain config values out of the hash: two input directories given as
+    strings got one output path, so the second run found the first's SUCCESS and returned the
+    first input's documents for the second input."""
+    other = Executor("/p").plan([fuzzy_dedup_step("fz/dedup", "gs://bucket/other")]).steps[-1].output_path
+    assert _path() != other and _path() == _path()
+    outputs = []
+    for seed in (0, 1):
+        docs = tmp_path / f"in{seed}"
+        docs.mkdir()
+        write_docs(DocsConfig(str(docs), seed))
+        step = fuzzy_dedup_step("fz/dedup", str(docs), text_field="body", num_output_shards=1)
+        result = Executor(str(tmp_path / "prefix"), poll_interval=0.05).run([step])
+        (path,) = result  # SUCCESS, or SKIPPED when it took the first input's output for its own
+        outputs.append(sorted(r["body"] for r in read(path)))
+    assert outputs[0] != outputs[1]  # the second input's documents, not the first's
+    assert list(result.values()) == ["SUCCESS"]

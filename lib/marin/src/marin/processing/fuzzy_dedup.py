@@ -4,7 +4,9 @@ changing one gives the step a new output path. `cc_rounds` is not: it decides on
 the connected components converge, never what a converged run writes, so a step that failed
 with NotConvergedError reruns at the same path with a larger `cc_rounds` (and
 `force_run_failed`). `cluster_field` and `kept_field` count only when not at their defaults,
-so steps written before they existed keep their paths.
+so steps written before they existed keep their paths. An `input_path` given as a plain path
+string counts by its text (the executor leaves plain values out of the hash, so another input
+directory would find the first one's SUCCESS and skip); a step reference counts as a dependency.
 
     dedup = fuzzy_dedup_step("corpus/fuzzy_dedup", output_path_of(cleaned), threshold=0.8)
     executor_main([cleaned, dedup])
@@ -16,6 +18,7 @@ with `skip_existing=True`, and reruns resume its finished shuffle stages.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +85,8 @@ def fuzzy_dedup_step(name: str, input_path: Any, **params: Any) -> ExecutorStep:
     unknown = sorted(set(params) - set(defaults))
     if unknown:
         raise TypeError(f"fuzzy_dedup_step got unexpected parameters {unknown}; valid: {sorted(defaults)}")
+    if isinstance(input_path, (str, os.PathLike)):  # a plain value would not count in the output path
+        input_path = versioned(os.fspath(input_path))
     config = FuzzyDedupConfig(
         input_path=input_path,
         output_path=this_output_path(),
