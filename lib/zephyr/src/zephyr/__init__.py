@@ -11,7 +11,7 @@ from zephyr.backends import Backend, backend_names, create_backend, flow_backend
 from zephyr.backends.shared import get_shared
 from zephyr.context import ZephyrContext
 from zephyr.plan.dataset import Dataset, ShardInfo
-from zephyr.dedup.components import NotConvergedError
+from zephyr.errors import NotConvergedError
 from zephyr.errors import PlanError, ShardError
 from zephyr.expr import Expr, col, lit
 from zephyr.io import BadRecordError, CorruptInputError, TruncatedInputError, UnwritableRecordError

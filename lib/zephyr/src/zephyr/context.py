@@ -38,7 +38,7 @@ from zephyr.errors import PlanError, ShardError
 from zephyr.resources import parse_memory
 from zephyr.backends import shared
 from zephyr.backends.shared import get_shared
-from zephyr.dedup.components import NotConvergedError
+from zephyr.errors import NotConvergedError
 from zephyr.execution.quarantine import QuarantinedShardsError, QuarantineLimitError
 from zephyr.execution.run_lock import OutputBusyError
 from zephyr.execution.runner import Execution

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from types import TracebackType
 
-__all__ = ["InputNotFoundError", "PlanError", "ShardError", "TaskLost", "is_transient_storage_error"]
+__all__ = ["InputNotFoundError", "NotConvergedError", "PlanError", "ShardError", "TaskLost", "is_transient_storage_error"]
 
 # Where an error was raised tells a storage call (our I/O layer or a filesystem client) from a
 # user function's own network call: the innermost frame outside the network stack must be one
@@ -26,6 +26,12 @@ _NETWORK_MODULES = tuple(f"{os.sep}{name}.py" for name in ("socket", "ssl", "sel
 
 class PlanError(ValueError):
     """The pipeline cannot run as written; raised before any task starts."""
+
+
+class NotConvergedError(RuntimeError):
+    """`deduplicate_fuzzy`'s star rounds ended before every component became one star: raise
+    `cc_rounds`. A verdict on the data: the run raises it as itself, at once, never retried or
+    quarantined (another attempt fails the same way; a run without the shard keeps wrong clusters)."""
 
 
 class InputNotFoundError(FileNotFoundError):

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from zephyr.errors import NotConvergedError  # re-exported: raised here, defined with the run's errors
 from zephyr.shuffle.columnar import dumps
 
 __all__ = [
@@ -53,8 +54,6 @@ _SHARD_SHIFT = 40
 BLOCK = 512  # documents per block: a block is pickled, compressed and opened as one
 
 
-class NotConvergedError(RuntimeError):
-    """The star rounds ended before every component became one star: raise `cc_rounds`."""
 
 
 def doc_id(shard: int, position: int) -> int:
