@@ -376,6 +376,18 @@ def test_annotate_refuses_to_overwrite_a_field_the_record_has(local_backend):
     assert [r["fuzzy_kept"] for r in got if r["id"] == 1] == ["mine"]  # another name: the field is kept
 
 
+@pytest.mark.parametrize("bad", [["a b c", "x y z"], [{"text": "x y z", "fuzzy_cluster": 1}]], ids=["not-dicts", "field-held"])
+def test_annotate_refuses_a_record_it_cannot_extend_before_any_shuffle(bad):
+    """Regression: the refusal came from the last stage, after every shuffle of the run."""
+    backend = create_backend("sync", progress=False)
+    execution = backend.execute(Dataset.from_list([bad]).flat_map(lambda xs: xs).deduplicate_fuzzy(
+        lambda r: r if isinstance(r, str) else r["text"], annotate=True))
+    with pytest.raises(Exception, match="adds fields to dict records|already has field 'fuzzy_cluster'") as caught:
+        list(execution)
+    assert getattr(caught.value, "stage", None) == 0  # the signature stage
+    assert len(execution.stats) == 1  # no later stage ran
+
+
 def test_text_with_a_lone_surrogate_gets_a_signature_equal_to_its_bytes():
     """Text decoded with errors="surrogateescape" cannot be UTF-8 encoded; its signature is that
     of its bytes, and a valid text's signature is the same by either road."""
@@ -405,10 +417,23 @@ def test_a_column_expression_is_the_text(local_backend):
     assert _ids(got) == _ids(want)
 
 
+def test_a_numpy_integer_seed_is_taken_as_its_value():
+    import numpy as np
+
+    docs = [{"text": "a b c d e f g"}, {"text": "a b c d e f g"}, {"text": "x y z"}]
+    plain = list(create_backend("sync", progress=False).execute(Dataset.from_list([docs]).flat_map(lambda xs: xs)
+                                                                 .deduplicate_fuzzy(_text, seed=7)))
+    numpy_seed = list(create_backend("sync", progress=False).execute(Dataset.from_list([docs]).flat_map(lambda xs: xs)
+                                                                      .deduplicate_fuzzy(_text, seed=np.uint64(7))))
+    assert numpy_seed == plain and len(plain) == 2
+
+
 @pytest.mark.parametrize("kwargs, error, message", [
     ({"seed": -1}, ValueError, "seed must be in 0..2"),
     ({"seed": 2**64}, ValueError, "seed must be in 0..2"),
     ({"cluster_field": "c", "kept_field": "c"}, ValueError, "must differ"),
+    ({"annotate": "false"}, TypeError, "annotate must be True or False, got 'false'"),
+    ({"seed": 1.0}, TypeError, "seed must be an integer"),
 ])
 def test_more_bad_arguments_raise_at_build_time(kwargs, error, message):
     with pytest.raises(error, match=message):

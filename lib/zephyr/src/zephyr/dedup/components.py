@@ -45,7 +45,7 @@ from zephyr.errors import NotConvergedError  # re-exported: raised here, defined
 from zephyr.shuffle.columnar import dumps
 
 __all__ = [
-    "BANDS", "BLOCK", "DOCS", "EDGE", "NotConvergedError", "apply_labels", "block_key", "block_of", "doc_id", "docs_block",
+    "BANDS", "BLOCK", "DOCS", "EDGE", "NotConvergedError", "apply_labels", "block_key", "block_of", "check_annotatable", "doc_id", "docs_block",
     "large_star", "link_buckets", "local_stars", "node_of", "node_order", "small_star", "sort_key", "star_reducers",
 ]
 
@@ -237,17 +237,24 @@ def apply_labels(key: Any, items: Iterator[tuple], *, rounds: int, annotate: boo
             yield record
 
 
-def _annotated(record: Any, ident: int, label: int, cluster_field: str, kept_field: str) -> dict:
-    """`record` with its cluster and kept document added; refuses to overwrite a field it has."""
+def check_annotatable(record: Any, ident: int, fields: tuple[str, str]) -> None:
+    """Refuse a record that annotating cannot extend: not a dict, or holding one of the `fields`
+    already (its value would be lost). Checked when signatures are made too, so that the run
+    fails before its shuffles, not in their last stage."""
     if not isinstance(record, dict):
         raise TypeError(f"deduplicate_fuzzy(annotate=True) adds fields to dict records, got {type(record).__name__}: {record!r:.80}")
-    for field in (cluster_field, kept_field):
+    for field in fields:
         if field in record:
             shard, pos = doc_position(ident)
             raise ValueError(
                 f"deduplicate_fuzzy(annotate=True): document {pos} of input shard {shard} already has field {field!r}, "
                 f"which annotating would overwrite; pass another cluster_field / kept_field: {record!r:.80}"
             )
+
+
+def _annotated(record: Any, ident: int, label: int, cluster_field: str, kept_field: str) -> dict:
+    """`record` with its cluster and kept document added; refuses to overwrite a field it has."""
+    check_annotatable(record, ident, (cluster_field, kept_field))
     shard, pos = doc_position(label)
     return {**record, cluster_field: label, kept_field: [shard, pos]}
 

@@ -58,6 +58,7 @@ class Signatures:
     text: Callable[[Any], str]
     hasher: MinHasher
     bucket_shards: int | None  # the bucket stage's shard count (None: as many as the input)
+    annotate_fields: tuple[str, str] | None = None  # annotate=True: (cluster, kept) fields, checked here
 
     def __call__(self, items: Iterable[Any], info: ShardInfo) -> Iterator[tuple]:
         shard = info.shard_idx
@@ -72,6 +73,8 @@ class Signatures:
                 if len(ids) >= _SIGNATURE_BATCH:
                     yield from self._buckets(signatures, ids, groups)
                     signatures, ids = [], []
+            if self.annotate_fields is not None:
+                cc.check_annotatable(record, cc.doc_id(shard, position), self.annotate_fields)
             block.append(record)
             text = self.text(record)
             if not isinstance(text, str):
@@ -112,7 +115,8 @@ def apply(dataset, text: Callable[[Any], str], params: FuzzyParams):
     """The stages of near-duplicate removal appended to `dataset` (lazy)."""
     n = params.num_output_shards
     hasher = MinHasher(params.ngram, params.bands, params.rows, params.seed)
-    ds = dataset.map_shard(Signatures(text, hasher, n))
+    fields = (params.cluster_field, params.kept_field) if params.annotate else None
+    ds = dataset.map_shard(Signatures(text, hasher, n, fields))
     ds = ds.group_by(cc.node_of, cc.link_buckets, sort_by=cc.sort_key, num_output_shards=n)
     for reducer in cc.star_reducers(params.cc_rounds):
         ds = ds.group_by(cc.node_of, reducer, sort_by=cc.sort_key, num_output_shards=n)

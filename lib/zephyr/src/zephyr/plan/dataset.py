@@ -441,8 +441,9 @@ class Dataset:
         cc_rounds = fuzzy.DEFAULT_CC_ROUNDS if cc_rounds is None else cc_rounds
         if not isinstance(cc_rounds, int) or isinstance(cc_rounds, bool) or cc_rounds < 0:
             raise ValueError(f"cc_rounds must be a non-negative integer, got {cc_rounds!r}")
-        if not isinstance(seed, int) or isinstance(seed, bool):
+        if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
             raise TypeError(f"seed must be an integer, got {seed!r}")
+        seed = int(seed)  # a NumPy integer too
         if not 0 <= seed < 2**64:
             raise ValueError(f"seed must be in 0..2**64-1 (rensa's seed is an unsigned 64-bit integer), got {seed}")
         for name, value in (("cluster_field", cluster_field), ("kept_field", kept_field)):
@@ -452,6 +453,8 @@ class Dataset:
             raise ValueError(f"cluster_field and kept_field must differ (both {cluster_field!r}): one would overwrite the other")
         if num_output_shards is not None:
             _check_positive(num_output_shards, "num_output_shards")
+        if not isinstance(annotate, bool):  # bool("false") would be True
+            raise TypeError(f"annotate must be True or False, got {annotate!r}")
         params = fuzzy.FuzzyParams(
             ngram, bands, rows, seed, cc_rounds, bool(annotate), cluster_field, kept_field, num_output_shards
         )
