@@ -360,7 +360,11 @@ def test_the_summary_of_a_quarantining_run_names_its_run_record(tmp_path):
     record = read_run_record(str(out))
     assert record["state"] == "failed" and record["error"]["type"] == "QuarantinedShardsError"
     assert [(q["stage"], q["shard"]) for q in record["quarantined"]] == [(0, 3)] and len(record["outputs"]) == 5
-    assert not verify_directory(str(out)).ok
+    verification = verify_directory(str(out))
+    assert not verification.ok
+    # the five outputs match: the verdict says the run is what fails, not "0 problem(s)"
+    assert "does not verify: the 5 recorded output(s) match, but the recorded run did not succeed" in verification.describe()
+    assert "0 problem(s)" not in verification.describe()
 
 
 def fails_on_odd_3(x):

@@ -74,7 +74,11 @@ class Verification:
         lines = []
         if self.ok:
             return f"{self.directory}: all {self.recorded} recorded output(s) present with their recorded sizes, no extra files"
-        lines.append(f"{self.directory}: {problems} problem(s) among {self.recorded} recorded output(s)")
+        if problems:
+            lines.append(f"{self.directory}: {problems} problem(s) among {self.recorded} recorded output(s)")
+        else:  # the files match; the run itself is what fails the check
+            lines.append(f"{self.directory}: does not verify: the {self.recorded} recorded output(s) match, "
+                         "but the recorded run did not succeed")
         if self.state != "succeeded":
             lines.append(f"  the recorded run did not succeed (state: {self.state}); its outputs may be incomplete")
         for q in self.quarantined:
