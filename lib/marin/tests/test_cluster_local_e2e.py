@@ -320,18 +320,9 @@ def test_auto_stop_stops_the_job_when_the_launcher_is_interrupted(cluster, jobs_
     launcher = subprocess.Popen(argv, cwd=cluster.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        # the job is running once its first log line has been streamed (read in a thread: a
-        # launcher that prints nothing must not block the test past its deadline)
-        lines: list[str] = []
-        reader = threading.Thread(target=lambda: lines.extend(iter(launcher.stdout.readline, "")), daemon=True)
-        reader.start()
-        _wait_until(lambda: any("LONG_JOB_STARTED" in line for line in lines) or not reader.is_alive(),
-                    "the launcher to stream the job's first line")
-        assert any("LONG_JOB_STARTED" in line for line in lines), "".join(lines)[-3000:]
-        launcher.send_signal(signal.SIGINT)
-        launcher.wait(timeout=COMMAND_TIMEOUT)
-        reader.join(timeout=30)
-        output = "".join(lines)
+        # the job is running once its first log line has been streamed
+        lines, reader = _read_until(launcher, "LONG_JOB_STARTED")
+        output = _signal_and_collect(launcher, signal.SIGINT, lines, reader)
     finally:
         launcher.kill()
         launcher.wait()
@@ -406,18 +397,10 @@ def test_sigterm_to_the_zephyr_command_stops_its_cluster_job_and_launcher(cluste
     command = subprocess.Popen(argv, cwd=cluster.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     launchers: list[int] = []
     try:
-        lines: list[str] = []
-        reader = threading.Thread(target=lambda: lines.extend(iter(command.stdout.readline, "")), daemon=True)
-        reader.start()
-        _wait_until(lambda: any("ZLONG_STARTED" in line for line in lines) or not reader.is_alive(),
-                    "the job's first line, streamed by the launcher")
-        assert any("ZLONG_STARTED" in line for line in lines), "".join(lines)[-3000:]
+        lines, reader = _read_until(command, "ZLONG_STARTED")
         launchers = _children(command.pid)
         assert len(launchers) == 1 and procfs.cmdline_contains(launchers[0], "marin.run.ray_run")
-        command.send_signal(signal.SIGTERM)
-        command.wait(timeout=COMMAND_TIMEOUT)
-        reader.join(timeout=30)
-        output = "".join(lines)
+        output = _signal_and_collect(command, signal.SIGTERM, lines, reader)
     finally:
         command.kill()
         command.wait()
@@ -489,6 +472,25 @@ def test_restart_preserves_running_jobs_then_stop_cluster(tmp_path, capfd):
         assert local._members(after) == []
         # and no process the cluster started (Ray's renamed agents carry no marker /proc shows)
         assert [pid for pid, started in spawned.items() if procfs.start_time(pid) == started] == []
+
+
+def _read_until(proc: subprocess.Popen, marker: str) -> tuple[list[str], threading.Thread]:
+    """Collect `proc`'s output lines (in a thread: a process that prints nothing must not block
+    the test past its deadline) until one holds `marker`; the lines so far, and the reader."""
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    _wait_until(lambda: any(marker in line for line in lines) or not reader.is_alive(), f"a line with {marker}")
+    assert any(marker in line for line in lines), "".join(lines)[-3000:]
+    return lines, reader
+
+
+def _signal_and_collect(proc: subprocess.Popen, signum: int, lines: list[str], reader: threading.Thread) -> str:
+    """Send `signum`, wait for `proc` to exit; its whole output."""
+    proc.send_signal(signum)
+    proc.wait(timeout=COMMAND_TIMEOUT)
+    reader.join(timeout=30)
+    return "".join(lines)
 
 
 def _wait_until(condition, what: str, timeout: float = COMMAND_TIMEOUT) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import math
 import os
 import runpy
 import shlex
@@ -38,7 +37,7 @@ from zephyr.execution.quarantine import (DEFAULT_MAX_QUARANTINED, ON_SHARD_FAILU
 from zephyr.execution.run_lock import OutputBusyError
 from zephyr.execution.interrupts import Interrupted, exit_after, handling_signals, signal_name
 from zephyr.execution.summary import format_summary
-from zephyr.resources import memory_argument
+from zephyr.resources import amount_argument, memory_argument
 from collections import Counter
 from zephyr.status import port_number
 from zephyr.status import start_dashboard
@@ -71,16 +70,6 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
     return value
 
 
@@ -172,10 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--backend", choices=backend_names(), default="ray", help="where shards run (default: ray)")
     parser.add_argument("--max-parallelism", type=_positive_int, default=None, help="most shards running at once")
     parser.add_argument("--memory", type=memory_argument, default=None, help="memory per task, e.g. 2GB, 512MiB or bytes")
-    parser.add_argument("--num-cpus", type=_non_negative_float, default=1.0, help="CPUs per task (default 1)")
-    parser.add_argument("--num-gpus", type=_non_negative_float, default=0.0, help="GPUs per task (default 0)")
+    parser.add_argument("--num-cpus", type=amount_argument, default=1.0, help="CPUs per task (default 1)")
+    parser.add_argument("--num-gpus", type=amount_argument, default=0.0, help="GPUs per task (default 0)")
     parser.add_argument(
-        "--price-per-core-hour", type=_non_negative_float, default=None, metavar="PRICE",
+        "--price-per-core-hour", type=amount_argument, default=None, metavar="PRICE",
         help="what a core-hour costs: each stage's CPU seconds are priced in the summary, the status page and the "
         "run record (default: $ZEPHYR_PRICE_PER_CORE_HOUR, else unpriced)",
     )

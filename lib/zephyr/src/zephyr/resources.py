@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal
 
-__all__ = ["TaskResources", "format_bytes", "format_memory", "memory_argument", "parse_memory"]
+__all__ = ["TaskResources", "amount_argument", "format_bytes", "format_memory", "memory_argument", "parse_memory"]
 
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10**15}
 _BINARY = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
@@ -87,6 +87,18 @@ def memory_argument(text: str) -> int:
         return parse_memory(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def amount_argument(text: str) -> float:
+    """An argparse ``type=`` for an amount to reserve or price (CPUs, GPUs, a price): a finite
+    number >= 0. -1 or NaN would reach Ray or the cost report and fail only after submission."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
 
 
 @dataclass(frozen=True)

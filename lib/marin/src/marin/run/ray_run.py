@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fnmatch
-import math
 import os
 import re
 import shlex
@@ -33,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zephyr.resources import memory_argument, parse_memory  # parse_memory: re-exported, one parser for both
+from zephyr.resources import amount_argument, memory_argument, parse_memory  # parse_memory: re-exported, one parser for both
 
 from marin.cluster import jobs, local
 from marin.cluster.auth import read_token, redact
@@ -370,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--tpu", help="Run the entrypoint on the head host of a TPU slice of this type (e.g. v4-8), or 'auto'."
     )
-    parser.add_argument("--entrypoint-num-cpus", type=_cpus, help="CPUs reserved for the entrypoint.")
+    parser.add_argument("--entrypoint-num-cpus", type=amount_argument, help="CPUs reserved for the entrypoint.")
     parser.add_argument("--entrypoint-memory", type=memory_argument, help="Memory reserved for the entrypoint (e.g. 4GB, 512MiB).")
     parser.add_argument("--submission-id", help="Job id to use (default: raysubmit_ and 16 random letters or digits).")
     parser.add_argument("--auto-stop", action="store_true", help="Stop the job if this launcher is interrupted.")
@@ -379,18 +378,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dry-run", action="store_true", help="Print what would be submitted (no values of env vars).")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="The command, after `--`.")
     return parser
-
-
-def _cpus(text: str) -> float:
-    """`--entrypoint-num-cpus`: Ray took -1 and failed the job only after submitting it (an exit 0
-    with --no_wait), and NaN crashed the submission with a JSON traceback."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of CPUs, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number of CPUs >= 0, got {text!r}")
-    return value
 
 
 def _split(value: str) -> list[str]:

@@ -156,24 +156,27 @@ def existing_output_kept(path: str, source: ShardSource, code: str) -> bool:
     return True
 
 
-def claim_output(record, path: str, source: ShardSource, code: str) -> None:
+def claim_output(record, path: str, source: ShardSource, code: str) -> dict:
     """Before a skip_existing writer writes `path`: remove the old output, then record where
-    the new one comes from (see the module docstring for why in this order)."""
+    the new one comes from (see the module docstring for why in this order); the sidecar written."""
     fs, fs_path = url_to_fs(path)
     try:
         fs.rm_file(fs_path)
     except FileNotFoundError:
         pass
     sidecar = {"writer": writer_id(record), "input": source.input, "label": source.label, "upstream": source.upstream, "code": code}
-    with atomic_write(sidecar_path(path), remove_stale=False) as f:
-        f.write(orjson.dumps(sidecar))
+    _write_sidecar(path, sidecar)
+    return sidecar
 
 
-def record_output_sizes(path: str, sizes: dict[str, int]) -> None:
-    """After a skip_existing writer wrote `path` (and files beside it): add their sizes, by
-    name, to its sidecar. A kill before this leaves a sidecar without sizes, judged as before."""
-    sidecar = _read_json(sidecar_path(path)) or {}
-    sidecar["sizes"] = {posixpath.basename(written): size for written, size in sizes.items()}
+def record_output_sizes(path: str, sidecar: dict, sizes: dict[str, int]) -> None:
+    """After a skip_existing writer wrote `path` (and files beside it): rewrite its `sidecar`
+    (as `claim_output` wrote it) with their sizes, by name. A kill before this leaves a sidecar
+    without sizes, judged as before."""
+    _write_sidecar(path, {**sidecar, "sizes": {posixpath.basename(written): size for written, size in sizes.items()}})
+
+
+def _write_sidecar(path: str, sidecar: dict) -> None:
     with atomic_write(sidecar_path(path), remove_stale=False) as f:
         f.write(orjson.dumps(sidecar))
 

@@ -49,7 +49,7 @@ class _Context:
     source: Any = None  # provenance.ShardSource: what skip_existing outputs are made from
     codes: dict = field(default_factory=dict)  # op index -> code fingerprint of skip_existing writers
     outputs: dict = field(default_factory=dict)  # what the writers made: path -> {"bytes", "records"}
-    claimed: set = field(default_factory=set)  # outputs whose sidecar this task wrote (skip_existing)
+    claimed: dict = field(default_factory=dict)  # skip_existing outputs -> the sidecar this task wrote
 
 
 def run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
@@ -113,8 +113,7 @@ def _apply_ops(ops: tuple, start_at: int, stream: Iterator, ctx: _Context, task:
     for index in range(end, len(ops)):
         if index in ctx.codes and ctx.source is not None:
             path = _output_path(ops[index], ctx)
-            claim_output(ops[index], path, ctx.source, ctx.codes[index])
-            ctx.claimed.add(path)
+            ctx.claimed[path] = claim_output(ops[index], path, ctx.source, ctx.codes[index])
         stream = _apply(ops[index], stream, ctx)
     return stream, end > start_at
 
@@ -319,5 +318,5 @@ def _written(path: str, write, ctx: _Context, files: list[str] | None = None) ->
     for written in files or [path]:
         ctx.outputs[written] = {"bytes": file_size(written), "records": count}
     if path in ctx.claimed:  # skip_existing: a later run keeps these files only at these sizes
-        record_output_sizes(path, {written: ctx.outputs[written]["bytes"] for written in files or [path]})
+        record_output_sizes(path, ctx.claimed[path], {written: ctx.outputs[written]["bytes"] for written in files or [path]})
     yield path
