@@ -58,6 +58,23 @@ def test_failure_mid_shard_leaves_no_file_and_litter_is_cleaned_next_time(local_
     assert target.read_text().count("\n") == 6
 
 
+def test_a_killed_drivers_sidecar_and_record_temporaries_are_cleaned_by_the_next_run(local_backend, tmp_path):
+    """Regression (CI): a driver killed while writing a skip_existing output's source record
+    left `..NAME.zephyr-source.json.zephyr-tmp-*`; the rerun that made the output kept it. So
+    did a run that ended and a driver killed while writing its run record."""
+    import subprocess
+    import sys
+
+    from zephyr.io.temporaries import HOST_ID
+
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout)
+    target = tmp_path / "only.jsonl"
+    (tmp_path / "..only.jsonl.zephyr-source.json.zephyr-tmp-1234@0badc0de-deadbeef").write_bytes(b'{"writer"')
+    (tmp_path / f".{RECORD_NAME}.zephyr-tmp-{dead}@{HOST_ID}-deadbeef").write_bytes(b'{"schema"')
+    list(local_backend.execute(Dataset.from_iterable(range(3)).map(lambda x: {"x": x}).write_jsonl(str(target), skip_existing=True)))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([RECORD_NAME, ".only.jsonl.zephyr-source.json", "only.jsonl"])
+
+
 def test_atomic_write_spares_a_live_concurrent_writers_temporary(tmp_path):
     """Regression: after each write, every temporary of the same name was deleted, including
     those of concurrent writers still writing (ten executors recording one experiment)."""

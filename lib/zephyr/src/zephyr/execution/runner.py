@@ -23,7 +23,7 @@ from zephyr.execution.memory import MemorySizer
 from zephyr.execution.observe import ObservedBackend
 from zephyr.execution.pool import ExecutionBackend, InlinePool
 from zephyr.execution.progress import make_progress
-from zephyr.execution.provenance import outputs_current, refuse_stale_outputs, report_kept, shard_source
+from zephyr.execution.provenance import outputs_current, refuse_stale_outputs, report_kept, shard_source, sidecar_path
 from zephyr.execution.quarantine import Quarantine, without_missing
 from zephyr.execution.report import RunReport
 from zephyr.execution.run_lock import OutputBusyError, RunLocks
@@ -248,9 +248,11 @@ def _split(workers: int, shards: int) -> int:
 
 def _remove_write_temporaries(stage: Stage) -> None:
     """Once a stage's outputs are all written, temporaries of earlier or killed attempts of
-    those outputs are litter: remove them with one listing per output directory."""
+    those outputs, and of a skip_existing writer's sidecars, are litter: remove them with one
+    listing per output directory."""
     paths = [written for record in stage.ops if isinstance(record, WRITE_OPS)
-             for path in stage_output_paths(stage, record) for written in written_files(record, path)]
+             for path in stage_output_paths(stage, record)
+             for written in [*written_files(record, path), *([sidecar_path(path)] if record.skip_existing else [])]]
     if paths:
         remove_temporaries_for(paths)
 

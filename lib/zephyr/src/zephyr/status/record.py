@@ -41,9 +41,10 @@ def record_path_for(plan) -> str | None:
 
 
 def write_run_record(snapshot: dict, path: str) -> bool:
-    """Write `snapshot` to `path` atomically; a failure is logged, never raised (the run is done)."""
+    """Write `snapshot` to `path` atomically, removing what killed runs' writes of it left;
+    a failure is logged, never raised (the run is done)."""
     try:
-        with atomic_write(path, remove_stale=False) as f:
+        with atomic_write(path) as f:
             f.write(orjson.dumps(snapshot, option=orjson.OPT_INDENT_2))
         return True
     except Exception as e:  # noqa: BLE001 - the record is a report; losing it must not fail a finished run
