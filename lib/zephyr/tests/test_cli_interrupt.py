@@ -82,8 +82,9 @@ class Run:
         return sorted(p.name for p in self.out.iterdir() if ".zephyr-tmp-" in p.name) if self.out.exists() else []
 
 
-def interrupt_mid_stage(run: Run, background, wait_until, signal_and_wait, signum: int, before_signal=None) -> None:
-    """Start the run, wait until two writers are mid-file, send `signum`, check what it left."""
+def interrupt_mid_stage(run: Run, background, wait_until, signal_and_wait, signum: int, before_signal=None) -> str:
+    """Start the run, wait until two writers are mid-file, send `signum` (`signal_and_wait(proc,
+    signum)` -> seconds to the exit), check what it left; returns the run's stderr."""
     proc = background(run.args(run.out), env=run.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_until(lambda: len(run.marked("waiting-")) == 2 and len(run.temporaries()) == 2,
                "two shards to block mid-write")
@@ -102,6 +103,7 @@ def interrupt_mid_stage(run: Run, background, wait_until, signal_and_wait, signu
     record = json.loads((run.out / ".zephyr-run.json").read_text())
     assert record["state"] == "interrupted"
     assert record["error"]["type"] in ("Interrupted", "KeyboardInterrupt")  # Ray's waits re-raise it bare
+    return stderr
 
 
 def rerun_matches_a_clean_run(run: Run, tmp_path: Path) -> None:
@@ -124,6 +126,44 @@ def rerun_matches_a_clean_run(run: Run, tmp_path: Path) -> None:
 def test_threadpool_run_interrupted_mid_stage(tmp_path, background, wait_until, signal_and_wait, signum):
     run = Run(tmp_path, ["--backend=threadpool"])
     interrupt_mid_stage(run, background, wait_until, signal_and_wait, signum)
+    rerun_matches_a_clean_run(run, tmp_path)
+
+
+# Prepended to PIPELINE: once the file $FIRE exists, the driver's main thread sends itself SIGINT
+# from inside a garbage-collector callback, where the handler's exception is printed and dropped.
+SIGNAL_INSIDE_GC = textwrap.dedent(
+    """
+    import gc, os, signal, threading
+
+    def _signal_inside_gc(phase, info):
+        fire = os.environ["FIRE"]
+        if threading.current_thread() is threading.main_thread() and os.path.exists(fire) and not os.path.exists(fire + ".sent"):
+            open(fire + ".sent", "w").close()
+            signal.raise_signal(signal.SIGINT)
+            for _ in range(100):  # bytecodes for the handler to run at, still inside the callback
+                pass
+
+    gc.callbacks.append(_signal_inside_gc)
+    gc.set_threshold(1)  # collect at nearly every allocation, so the driver's wait loop soon runs it
+    """
+)
+
+
+def test_an_interrupt_whose_exception_python_dropped_still_stops_the_run(tmp_path, background, wait_until, signal_and_wait):
+    """Regression: a SIGINT handled while the driver ran a gc callback (hypothesis installs one,
+    so does any profiler) raised `Interrupted` there; Python printed and dropped it, the run went
+    on, and every later Ctrl-C was taken for a second one and ignored."""
+    fire = tmp_path / "fire"
+    run = Run(tmp_path, ["--backend=threadpool"], env={"FIRE": str(fire)})
+    run.script.write_text(SIGNAL_INSIDE_GC + PIPELINE)
+
+    def fire_and_wait(proc, signum):
+        fire.touch()
+        return signal_and_wait(proc, 0)  # signal 0: sends nothing, waits for the exit
+
+    stderr = interrupt_mid_stage(run, background, wait_until, fire_and_wait, signal.SIGINT)
+    assert (tmp_path / "fire.sent").exists() and "Exception ignored" in stderr  # the fault landed: dropped in the callback
+    run.script.write_text(PIPELINE)
     rerun_matches_a_clean_run(run, tmp_path)
 
 

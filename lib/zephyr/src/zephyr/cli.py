@@ -35,7 +35,7 @@ from zephyr.errors import InputNotFoundError, PlanError, ShardError
 from zephyr.execution.quarantine import (DEFAULT_MAX_QUARANTINED, ON_SHARD_FAILURE, QuarantinedShardsError, QuarantineLimitError,
                                          check_max_quarantined)
 from zephyr.execution.run_lock import OutputBusyError
-from zephyr.execution.interrupts import Interrupted, exit_after, handling_signals, signal_name
+from zephyr.execution.interrupts import clear_interrupted, exit_after, handling_signals, raise_interrupted, signal_name
 from zephyr.execution.summary import format_summary
 from zephyr.resources import amount_argument, memory_argument
 from collections import Counter
@@ -394,6 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"zephyr: error: {type(e).__name__}: {e}", file=sys.stderr)
             return 1
         except KeyboardInterrupt:  # Ray's waits re-raise a signal's exception as a bare KeyboardInterrupt
+            clear_interrupted()
             signum = stop.signum or signal.SIGINT
             print(f"zephyr: interrupted by {signal_name(signum)}: in-flight tasks were cancelled; the outputs written "
                   "so far are complete; run the same command again to resume", file=sys.stderr)
@@ -420,7 +421,7 @@ class _StopOnce:
             return
         self.signum = signum
         exit_after(EXIT_DEADLINE, 128 + signum)  # a shard blocked in C must not hold the exit forever
-        raise Interrupted(signum)
+        raise_interrupted(signum)  # raised again by the run if Python drops it where it lands
 
 
 def _start_dashboard(parser: argparse.ArgumentParser, host: str, port: int):

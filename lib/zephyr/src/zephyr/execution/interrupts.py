@@ -14,6 +14,8 @@ done).
   does not swallow it); `exit_code` is the shell's convention, 128 + signal number.
 - `handling_signals(handler)`: SIGINT and SIGTERM call `handler(signum)` while the block runs
   (main thread only; elsewhere it does nothing), then the previous handlers come back.
+- `raise_interrupted(signum)`: such a handler, whose interrupt sticks: a run's wait loop raises
+  it again (`check_interrupted`) if it landed where Python drops exceptions (a gc callback).
 - `ThreadInterrupter`: runs a call in the current thread so that another thread can interrupt
   it; the interrupt can land only inside that call, never in the caller's bookkeeping around it.
 - `exit_after(seconds, code)`: once a run has stopped, a thread left behind (or one that a
@@ -35,8 +37,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["WAIT_SLICE", "Interrupted", "ThreadInterrupter", "exit_after", "handling_signals", "raise_interrupted",
-           "signal_name", "wait_slice"]
+__all__ = ["WAIT_SLICE", "Interrupted", "ThreadInterrupter", "check_interrupted", "clear_interrupted", "exit_after",
+           "handling_signals", "raise_interrupted", "signal_name", "wait_slice"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 WAIT_SLICE = 0.5  # seconds
@@ -69,9 +71,31 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum
 
 
+_undelivered: list[int] = []  # signals `raise_interrupted` raised that may not have reached a run
+
+
 def raise_interrupted(signum: int) -> None:
-    """A `handling_signals` handler: raise `Interrupted(signum)` where the main thread is."""
+    """A `handling_signals` handler: raise `Interrupted(signum)` where the main thread is.
+
+    Python runs a signal handler at whatever bytecode the main thread is at; if that is inside a
+    garbage-collector callback or a `__del__`, the exception is printed ("Exception ignored
+    in ...") and dropped, and the run goes on. So the signal is also noted, and a run's wait
+    loop calls `check_interrupted()`, which raises it again; `clear_interrupted()` once handled.
+    """
+    _undelivered.append(signum)
     raise Interrupted(signum)
+
+
+def check_interrupted() -> None:
+    """Raise `Interrupted` for a signal `raise_interrupted` raised that no one has handled
+    (`clear_interrupted`): one dropped where it landed, or caught and ignored."""
+    if _undelivered:
+        raise Interrupted(_undelivered[0])
+
+
+def clear_interrupted() -> None:
+    """The interrupt was handled (the run stopped): later runs in this process are not stopped by it."""
+    _undelivered.clear()
 
 
 @contextlib.contextmanager

@@ -27,6 +27,7 @@ from typing import Any
 
 from zephyr.cost import StageCost
 from zephyr.errors import NotConvergedError, ShardError, TaskLost
+from zephyr.execution.interrupts import check_interrupted
 from zephyr.execution.memory import MemorySizer
 from zephyr.execution.pool import TaskPool
 from zephyr.execution.quarantine import Quarantine, remove_outputs
@@ -95,6 +96,7 @@ class StageLoop:
         try:
             yield from self._in_order()
             while self._pending or self._in_flight or self._backing_off:
+                check_interrupted()  # a Ctrl-C whose exception Python dropped (`interrupts.raise_interrupted`)
                 self._submit_ready()
                 if not self._in_flight:  # only shards backing off after a storage error
                     time.sleep(self._backing_off.seconds_to_next())
