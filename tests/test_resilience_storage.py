@@ -26,7 +26,7 @@ PIPELINE = textwrap.dedent(
 
     src, out = sys.argv[1], sys.argv[2]
     name = sys.argv[3] if len(sys.argv) > 3 else "threadpool"
-    options = {"init_kwargs": {"num_cpus": 2, "include_dashboard": False}} if name == "ray" else {}
+    options = {"init_kwargs": {"num_cpus": 4, "include_dashboard": False}} if name == "ray" else {}  # 4: the outages overlap
     backend = create_backend(name, max_parallelism=4, progress=False, **options)
     ds = Dataset.from_files(src).load_jsonl().filter(lambda r: r["i"] % 3).map(lambda r: {**r, "seen": True})
     execution = backend.execute(ds.write_jsonl(out + "/part-{shard:03d}.jsonl.zst"))
