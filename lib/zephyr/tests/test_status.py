@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -78,8 +79,8 @@ def test_final_snapshot_is_complete_and_matches_the_runner(tmp_path, backend_nam
     assert [st["name"] for st in s["stages"]] == ["stage 0", "stage 1"]
     for st, stats in zip(s["stages"], execution.stats):
         assert st["state"] == "done" and st["num_shards"] == stats.num_shards
-        assert st["shards"] == {"done": stats.num_shards, "running": 0, "queued": 0, "resumed": 0, "failed": 0, "lost": 0,
-                                "user_errors": 0, "retried_lost": 0, "retried_user": 0, "quarantined": 0}
+        assert st["shards"] == {"done": stats.num_shards, "running": 0, "queued": 0, "cancelled": 0, "resumed": 0, "failed": 0,
+                                "lost": 0, "user_errors": 0, "retried_lost": 0, "retried_user": 0, "quarantined": 0}
         assert st["stragglers"] == []
         assert st["throughput"]["samples"][-1][1] == stats.num_shards  # the last sample: every shard done
     map_stage, reduce_stage = s["stages"]
@@ -123,6 +124,29 @@ def test_failed_attempts_keep_their_error_and_the_fatal_one_ends_the_run(tmp_pat
     assert by_attempt[2, 1]["message"] == "flaky item 2"
     # a failed run leaves its record too
     assert read_run_record(str(tmp_path / "out" / RECORD_NAME))["state"] == "failed"
+
+
+def test_shards_in_flight_when_the_run_failed_show_as_cancelled_not_queued(tmp_path, wait_until):
+    """Regression: a failed run's snapshot counted the shards whose tasks it cancelled as queued."""
+    started = tmp_path / "shard-1-started"
+
+    def work(x):
+        if x == 0:  # fails once shard 1 runs beside it
+            wait_until(started.exists, "shard 1 to start")
+            raise ValueError("shard 0 is corrupt")
+        if x == 1:
+            started.touch()
+            while True:  # until the failed run cancels it
+                time.sleep(0.05)
+        return {"x": x}
+
+    backend = create_backend("threadpool", max_parallelism=2, progress=False, max_user_retries=0)
+    execution = backend.execute(Dataset.from_list(list(range(6))).map(work).write_jsonl(str(tmp_path / "out" / "p-{shard}.jsonl")))
+    with pytest.raises(ShardError, match="shard 0 is corrupt"):
+        list(execution)
+    shards = execution.status.snapshot()["stages"][0]["shards"]
+    assert (shards["failed"], shards["cancelled"], shards["queued"], shards["running"], shards["done"]) == (1, 1, 4, 0, 0)
+    assert "queued 4, cancelled 1" in format_snapshot(execution.status.snapshot())
 
 
 def _rerun_after_a_failed_reduce(tmp_path):

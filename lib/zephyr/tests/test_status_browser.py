@@ -119,6 +119,7 @@ def test_the_page_shows_the_running_pipeline_as_the_json_says(chromium, running_
         assert dom.find(data_stage=st["index"], data_field="progress") == [f"{sh['done']:,} / {st['num_shards']:,} done"]
         assert dom.find(data_stage=st["index"], data_field="running") == [f"{sh['running']:,}"]
         assert dom.find(data_stage=st["index"], data_field="queued") == [f"{sh['queued']:,}"]
+        assert dom.find(data_stage=st["index"], data_field="cancelled") == [f"{sh['cancelled']:,}"]
         assert [a["title"] for _, a, _ in dom.all if a.get("class") == "ops"][st["index"]] == " → ".join(st["ops"])
     assert dom.find(data_stage=0, data_field="progress") == ["6 / 10 done"]
     assert dom.find(data_stage=0, data_field="retried") == ["0 lost, 1 user error"]

@@ -92,6 +92,7 @@ class _Stage:
     resumed: int = 0
     failed: int = 0  # shards given up on (the run failed with them)
     quarantined: int = 0  # shards set aside after failing every attempt (on_shard_failure="quarantine")
+    cancelled: int = 0  # shards in flight when the run ended early (their tasks were cancelled)
     lost: int = 0  # attempts lost to dead workers or nodes
     user_errors: int = 0  # attempts that raised
     retried_lost: int = 0
@@ -240,8 +241,10 @@ class RunStatus:
 
     def tasks_cancelled(self, index: int, tasks: list[ShardTask]) -> None:
         with self._lock:
+            st = self._stages[index]
             for task in tasks:
-                self._stages[index].running.pop(task.shard, None)
+                if st.running.pop(task.shard, None) is not None:
+                    st.cancelled += 1
 
     def succeeded(self) -> None:
         """Every shard of the final stage is done (stages never started were skipped)."""
@@ -284,6 +287,7 @@ class RunStatus:
             elif st.state == StageState.RUNNING:
                 st.state = StageState.FAILED if st.failed else StageState.STOPPED
                 st.ended = now
+                st.cancelled += len(st.running)  # still in flight: never reported cancelled
                 st.running.clear()
                 self._sample(st, now, force=True)
 
@@ -385,7 +389,8 @@ def _stage_snapshot(st: _Stage, now: float, t0: float, price: float | None = Non
         "shards": {
             "done": st.done,
             "running": len(st.running),
-            "queued": max(0, st.num_shards - st.done - len(st.running) - st.failed - st.quarantined),
+            "queued": max(0, st.num_shards - st.done - len(st.running) - st.failed - st.quarantined - st.cancelled),
+            "cancelled": st.cancelled,
             "resumed": st.resumed,
             "failed": st.failed,
             "lost": st.lost,

@@ -93,7 +93,8 @@ def _stage_lines(st: dict, width: int) -> list[str]:
     bar = "#" * filled + "-" * (20 - filled)
     ops = " -> ".join(st["ops"])
     head = f"  {st['name']} [{bar}] {sh['done']:,}/{st['num_shards']:,} shards, {st['state']}"
-    detail = (f"    running {sh['running']:,}, queued {sh['queued']:,}, resumed {sh['resumed']:,}, failed {sh['failed']:,}; "
+    cancelled = f", cancelled {sh['cancelled']:,}" if sh.get("cancelled") else ""  # records before it have none
+    detail = (f"    running {sh['running']:,}, queued {sh['queued']:,}{cancelled}, resumed {sh['resumed']:,}, failed {sh['failed']:,}; "
               f"retried {sh['retried_lost']:,} lost / {sh['retried_user']:,} user error"
               + (f" / {memory:,} out of memory" if (memory := ((st.get("cost") or {}).get("retries") or {}).get("memory")) else ""))
     elapsed = st.get("elapsed_s") or 0
