@@ -99,11 +99,17 @@ def die_on_poison(x):
 def test_a_shard_that_kills_its_worker_every_time_is_quarantined_on_ray(ray_shared, tmp_path):
     backend = create_backend("ray", max_parallelism=4, progress=False, on_shard_failure="quarantine",
                              ray_task_retries=0, max_infra_retries=1)
+    from zephyr.execution.summary import format_summary
+
+    summaries: list[str] = []
+    backend.on_finish.append(lambda execution: summaries.append(format_summary(execution)))
     ds = Dataset.from_list([POISON - 1, POISON, POISON + 1]).map(die_on_poison).write_jsonl(str(tmp_path / "out" / "p-{shard}.jsonl"))
     with pytest.raises(QuarantinedShardsError) as raised:
         list(backend.execute(ds))
     (entry,) = raised.value.shards
     assert (entry["shard"], entry["error_type"], entry["attempts"]) == (1, "TaskLost", 2)
+    # two attempts lost, one run again: the second was set aside, not retried
+    assert "retried 0 failed / 1 lost" in summaries[0], summaries
     assert sorted(p.name for p in (tmp_path / "out").glob("p-*")) == ["p-0.jsonl", "p-2.jsonl"]
 
 

@@ -15,8 +15,11 @@ def format_summary(execution: Execution) -> str:
     lines = [f"zephyr: finished in {execution.elapsed:.2f}s on {execution.backend.describe()}"]
     for s in execution.stats:
         retries = ""
-        if s.retries_user or s.retries_lost:
-            retries = f", retried {s.retries_user} failed / {s.retries_lost} lost"
+        # attempts run again (a lost attempt after which the shard was quarantined or the run
+        # failed is in `retries_lost` but was not retried)
+        lost = s.cost.retries.get("lost", 0) + s.cost.retries.get("storage", 0)
+        if s.retries_user or lost:
+            retries = f", retried {s.retries_user} failed / {lost} lost"
         quarantined = f", {s.quarantined} QUARANTINED" if getattr(s, "quarantined", 0) else ""
         lines.append(f"  stage {s.index}: {s.num_shards} shards, {s.items_out} items back, {s.elapsed:.2f}s{retries}{quarantined}")
         cost = cost_line(s.cost.to_dict(getattr(execution.backend, "price_per_core_hour", None)))
