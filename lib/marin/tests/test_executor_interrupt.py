@@ -271,7 +271,7 @@ def test_interrupt_reaches_a_zephyr_pipeline_inside_a_step(tmp_path, background,
     seconds = signal_and_wait(proc, signal.SIGINT)
     print(f"\nSIGINT, zephyr pipeline in a step: exited {proc.returncode} after {seconds:.2f}s")
     assert proc.returncode == 130, proc.stderr.read()[-3000:]
-    assert sorted(p.name for p in marks.glob("stopped-*")) == ["stopped-15-Interrupted", "stopped-5-Interrupted"]
+    assert sorted(p.name for p in marks.glob("stopped-*")) == ["stopped-15-Cancelled", "stopped-5-Cancelled"]  # an Interrupted
     [step] = list(prefix.glob("pipeline-*"))
     assert read_status(str(step)) == StepStatus.INTERRUPTED
     assert not temporaries() and not list(step.glob("part-*"))

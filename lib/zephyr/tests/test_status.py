@@ -128,7 +128,7 @@ def test_failed_attempts_keep_their_error_and_the_fatal_one_ends_the_run(tmp_pat
 
 def test_shards_in_flight_when_the_run_failed_show_as_cancelled_not_queued(tmp_path, wait_until):
     """Regression: a failed run's snapshot counted the shards whose tasks it cancelled as queued."""
-    started = tmp_path / "shard-1-started"
+    started, stopped = tmp_path / "shard-1-started", []
 
     def work(x):
         if x == 0:  # fails once shard 1 runs beside it
@@ -136,8 +136,12 @@ def test_shards_in_flight_when_the_run_failed_show_as_cancelled_not_queued(tmp_p
             raise ValueError("shard 0 is corrupt")
         if x == 1:
             started.touch()
-            while True:  # until the failed run cancels it
-                time.sleep(0.05)
+            try:
+                while True:  # until the failed run cancels it
+                    time.sleep(0.05)
+            except BaseException as e:
+                stopped.append(f"{type(e).__name__}: {e}")
+                raise
         return {"x": x}
 
     backend = create_backend("threadpool", max_parallelism=2, progress=False, max_user_retries=0)
@@ -147,6 +151,7 @@ def test_shards_in_flight_when_the_run_failed_show_as_cancelled_not_queued(tmp_p
     shards = execution.status.snapshot()["stages"][0]["shards"]
     assert (shards["failed"], shards["cancelled"], shards["queued"], shards["running"], shards["done"]) == (1, 1, 4, 0, 0)
     assert "queued 4, cancelled 1" in format_snapshot(execution.status.snapshot())
+    assert stopped == ["Cancelled: cancelled: the run is stopping"]  # not "interrupted by SIGINT": there was none
 
 
 def _rerun_after_a_failed_reduce(tmp_path):

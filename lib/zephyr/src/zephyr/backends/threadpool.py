@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from zephyr.backends.base import Backend
-from zephyr.execution.interrupts import ThreadInterrupter, wait_slice
+from zephyr.execution.interrupts import Cancelled, ThreadInterrupter, wait_slice
 
 __all__ = ["ThreadpoolBackend"]
 
@@ -31,7 +31,7 @@ class ThreadpoolBackend(Backend):
         return self._pool
 
     def submit(self, fn: Callable, shared: Any, arg: Any) -> cf.Future:
-        interrupter = ThreadInterrupter()
+        interrupter = ThreadInterrupter(Cancelled)
         future = self._executor().submit(interrupter.call, self.bound(fn), shared, arg)
         self._interrupters[future] = interrupter
         future.add_done_callback(lambda done: self._interrupters.pop(done, None))

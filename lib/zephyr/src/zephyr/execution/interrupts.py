@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["WAIT_SLICE", "Interrupted", "ThreadInterrupter", "check_interrupted", "clear_interrupted", "exit_after",
+__all__ = ["WAIT_SLICE", "Cancelled", "Interrupted", "ThreadInterrupter", "check_interrupted", "clear_interrupted", "exit_after",
            "handling_signals", "raise_interrupted", "signal_name", "wait_slice"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -72,6 +72,14 @@ class Interrupted(KeyboardInterrupt):
 
 
 _undelivered: list[int] = []  # signals `raise_interrupted` raised that may not have reached a run
+
+
+class Cancelled(Interrupted):
+    """Raised inside a shard the run cancelled (another shard failed, or the run was interrupted):
+    says so, where a bare `Interrupted` would read "interrupted by SIGINT"."""
+
+    def __init__(self, signum: int | None = None, message: str | None = None):
+        super().__init__(signum, message or "cancelled: the run is stopping")
 
 
 def raise_interrupted(signum: int) -> None:
