@@ -431,3 +431,17 @@ def test_stopping_at_the_last_item_still_finishes_the_run(tmp_path):
     assert finished == [execution] and execution.finished
     assert not any((tmp_path / "scratch").iterdir())
     assert all(s.elapsed > 0 for s in execution.stats)
+
+
+def test_keys_of_other_types_compare_by_their_pickle_as_documented(local_backend):
+    """docs/zephyr.md: Decimal("1.0") and Decimal("1.00"), equal in Python, are two keys; a key
+    function that normalizes them makes one."""
+    from decimal import Decimal
+
+    items = [Decimal("1.0"), Decimal("1.00"), Decimal("1.0")]
+
+    def count(key, group):
+        return (str(key), sum(1 for _ in group))
+
+    assert sorted(local_backend.execute(Dataset.from_list(items).group_by(lambda d: d, count))) == [("1.0", 2), ("1.00", 1)]
+    assert list(local_backend.execute(Dataset.from_list(items).group_by(lambda d: d.normalize(), count))) == [("1", 3)]
