@@ -286,7 +286,7 @@ def ray_shared(ray_local):
 QUICK_RAY_TEST_TIMEOUT = 300
 
 
-# The files that take longest (seconds of a serial run on the 2-core CI machine, 2026-11-27),
+# The files that take longest (seconds of a serial run on this project's 2-core machine, 2026-11-27),
 # heaviest first. With `-n 2 --dist loadfile` (pyproject) each worker takes the next file when it
 # is nearly done with its own: started first, these do not end the run on one worker while the
 # other idles. Only the wall time of a run depends on this list.
