@@ -305,6 +305,31 @@ def test_multi_pass_merge_keeps_order_and_first_item(tmp_path):
     assert sorted((r["k"], r["s"], r["i"]) for r in firsts) == [(k, 0, k) for k in range(5)]
 
 
+@pytest.mark.parametrize("codec", ["", "lz4"])
+def test_intermediate_runs_hold_batches_of_the_run_size_and_compress_only_when_asked(tmp_path, monkeypatch, codec):
+    """Regression: a merge pass wrote its intermediate run in batches of 8,192 rows whatever
+    their size (40 KB documents made 320 MB batches, each held whole by the next pass, which
+    budgets 2 MiB per open run), and always LZ4-compressed on the local disk (where map-side
+    runs are not: it cost a tenth of a pass's CPU)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from zephyr.shuffle.merge import Chunk
+    from zephyr.shuffle.reduce import _write_local_run
+    from zephyr.shuffle.runs import BATCH_BYTES
+
+    monkeypatch.setenv("ZEPHYR_SHUFFLE_COMPRESSION", codec)
+    rows, doc = 2_000, "a" * 40_000  # 80 MB of one letter: LZ4 makes it a few hundred KB
+    table = pa.table({"h": pa.array(np.arange(rows, dtype=np.uint64)), "kb": pa.array([b"k"] * rows, pa.large_binary()),
+                      "pos": pa.array(np.arange(rows)), "j": pa.array([doc] * rows, pa.large_string())})
+    read = _write_local_run(str(tmp_path / "run.arrow"), iter([Chunk(table, np.arange(rows))]))
+    batches = list(read())
+    assert pa.Table.from_batches(batches).equals(table)  # the rows, in order
+    assert len(batches) > 1 and max(b.nbytes for b in batches) <= BATCH_BYTES + table.nbytes // rows
+    size = (tmp_path / "run.arrow").stat().st_size
+    assert size < table.nbytes // 10 if codec else size > table.nbytes
+
+
 @pytest.mark.parametrize("where", ["one shard", "two shards"])
 def test_sort_by_values_that_cannot_be_ordered_are_named(local_backend, where):
     """A None among ints within a group: the error named no op ("'<' not supported between

@@ -33,7 +33,7 @@ import zstandard
 
 from zephyr.io.files import url_to_fs
 
-__all__ = ["ArrowRunWriter", "compression_for", "read_arrow_range", "read_pickle_range", "write_pickle_frames"]
+__all__ = ["ArrowRunWriter", "batch_slices", "compression_for", "rows_per_batch", "read_arrow_range", "read_pickle_range", "write_pickle_frames"]
 
 BATCH_BYTES = 1024 * 1024  # uncompressed bytes per Arrow record batch in a run
 MIN_BATCH_ROWS = 1  # a batch of big records may be one record (the merge holds a batch per open run)
@@ -71,8 +71,7 @@ class ArrowRunWriter:
 
     def write(self, table: pa.Table, bounds: np.ndarray) -> None:
         """`bounds[p]:bounds[p+1]` are partition p's rows of `table` (sorted, without `p`)."""
-        rows = max(1, table.num_rows)
-        per_batch = max(MIN_BATCH_ROWS, int(BATCH_BYTES * rows / max(1, table.nbytes)))
+        per_batch = rows_per_batch(table)
         hashes = table.column("h")
         for p in range(len(bounds) - 1):
             a, b = int(bounds[p]), int(bounds[p + 1])
@@ -88,6 +87,18 @@ class ArrowRunWriter:
                     for batch in table.slice(start, min(per_batch, b - start)).to_batches():
                         writer.write_batch(batch)
         self.offsets[len(bounds) - 1] = self.f.tell() - self._start
+
+
+def rows_per_batch(table: pa.Table) -> int:
+    """Rows of `table` that make about `BATCH_BYTES` (at least MIN_BATCH_ROWS)."""
+    return max(MIN_BATCH_ROWS, int(BATCH_BYTES * max(1, table.num_rows) / max(1, table.nbytes)))
+
+
+def batch_slices(table: pa.Table) -> Iterator[tuple[int, int]]:
+    """(start, rows) of `table`'s slices of about `BATCH_BYTES` each."""
+    per_batch = rows_per_batch(table)
+    for start in range(0, table.num_rows, per_batch):
+        yield start, min(per_batch, table.num_rows - start)
 
 
 class _Segments(io.RawIOBase):
