@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 
 from zephyr.shuffle.columnar import JSON_COLUMN, is_json, key_of, payload_columns, payload_names, records_of
 from zephyr.io.json_records import JsonLines
+from zephyr.shuffle.runs import rows_per_batch
 
 _RECORD_SLICE = 4096
 
@@ -158,18 +159,23 @@ class Chunk:
         row = int(self.order[-1])
         return int(self.table.column("h")[row].as_py()), self.table.column("kb")[row].as_py()
 
-    def sorted_slices(self, rows: np.ndarray | None = None, payload_only: bool = False) -> Iterator[pa.Table]:
+    def sorted_slices(self, rows: np.ndarray | None = None, payload_only: bool = False, size: int = 0) -> Iterator[pa.Table]:
         """The sorted rows (or the sorted positions `rows`) a slice at a time, so a big round
         never holds all its rows as Python objects at once. `payload_only`: just the payload
         columns (the key bytes, often most of a row's bytes, are not copied)."""
         table = self.table.select(payload_names(self.table.schema)) if payload_only else self.table
         order = self.order if rows is None else self.order[rows]
         contiguous = len(order) and order[0] == 0 and (np.diff(order) == 1).all()
-        for start in range(0, len(order), _RECORD_SLICE):
+        size = size or _RECORD_SLICE
+        for start in range(0, len(order), size):
             if contiguous:
-                yield table.slice(start, min(_RECORD_SLICE, len(order) - start))
+                yield table.slice(start, min(size, len(order) - start))
             else:
-                yield table.take(pa.array(order[start : start + _RECORD_SLICE]))
+                yield table.take(pa.array(order[start : start + size]))
+
+    def sorted_batches(self) -> Iterator[pa.Table]:
+        """The sorted rows in tables of about `BATCH_BYTES` (a run's batch), each taken on its own."""
+        yield from self.sorted_slices(size=rows_per_batch(self.table))
 
     def record_lists(self) -> Iterator[list]:
         """Python records of the sorted rows, a list per slice."""

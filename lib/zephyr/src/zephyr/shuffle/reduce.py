@@ -41,7 +41,7 @@ from zephyr.shuffle import merge as columnar_merge
 from zephyr.shuffle.columnar import batch_rows, conform, dumps, unify_schemas
 from zephyr.io.temporaries import make_temp_dir
 from zephyr.shuffle.run_index import ReduceInput, ReduceTasks, RunIndex
-from zephyr.shuffle.runs import batch_slices, compression_for, read_arrow_range, read_pickle_range, write_pickle_frames
+from zephyr.shuffle.runs import compression_for, read_arrow_range, read_pickle_range, write_pickle_frames
 from zephyr.shuffle.scatter import DEFAULT_BUFFER, HashPartition, RoundRobin, ScatterSink, keep_first, unorderable_sort_by
 from zephyr.shuffle.keys import key_bytes, partition_of
 from zephyr.tasks import ShardTask
@@ -303,17 +303,16 @@ def _write_local_run(path: str, chunks: Iterator[columnar_merge.Chunk]) -> Calla
 
     Its batches hold about `BATCH_BYTES`, as the map side's runs do: the next pass holds one
     batch per open run, and `merge_fan_in` counts on that (8,192 rows of 50 KB documents were
-    400 MB). Compressed as `compression_for` says: not on a local disk, where LZ4 cost more CPU
+    400 MB); each is taken from the round on its own, so the round is never copied whole.
+    Compressed as `compression_for` says: not on a local disk, where LZ4 cost more CPU
     than the bytes it saved (a tenth of a pass's time)."""
     writer = None
     with open(path, "wb") as f:
         for chunk in chunks:
-            table = chunk.sorted()
             if writer is None:
-                writer = pa.ipc.new_stream(f, table.schema, options=pa.ipc.IpcWriteOptions(compression=compression_for(path)))
-            for start, rows in batch_slices(table):
-                for batch in table.slice(start, rows).to_batches():
-                    writer.write_batch(batch)
+                writer = pa.ipc.new_stream(f, chunk.table.schema, options=pa.ipc.IpcWriteOptions(compression=compression_for(path)))
+            for table in chunk.sorted_batches():  # never a sorted copy of the whole round
+                writer.write_table(table)
         if writer is not None:
             writer.close()
 

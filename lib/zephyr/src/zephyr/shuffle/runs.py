@@ -33,7 +33,7 @@ import zstandard
 
 from zephyr.io.files import url_to_fs
 
-__all__ = ["ArrowRunWriter", "batch_slices", "compression_for", "rows_per_batch", "read_arrow_range", "read_pickle_range", "write_pickle_frames"]
+__all__ = ["ArrowRunWriter", "compression_for", "rows_per_batch", "read_arrow_range", "read_pickle_range", "write_pickle_frames"]
 
 BATCH_BYTES = 1024 * 1024  # uncompressed bytes per Arrow record batch in a run
 MIN_BATCH_ROWS = 1  # a batch of big records may be one record (the merge holds a batch per open run)
@@ -92,13 +92,6 @@ class ArrowRunWriter:
 def rows_per_batch(table: pa.Table) -> int:
     """Rows of `table` that make about `BATCH_BYTES` (at least MIN_BATCH_ROWS)."""
     return max(MIN_BATCH_ROWS, int(BATCH_BYTES * max(1, table.num_rows) / max(1, table.nbytes)))
-
-
-def batch_slices(table: pa.Table) -> Iterator[tuple[int, int]]:
-    """(start, rows) of `table`'s slices of about `BATCH_BYTES` each."""
-    per_batch = rows_per_batch(table)
-    for start in range(0, table.num_rows, per_batch):
-        yield start, min(per_batch, table.num_rows - start)
 
 
 class _Segments(io.RawIOBase):
