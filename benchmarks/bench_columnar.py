@@ -143,6 +143,12 @@ def same_files(a: str, b: str) -> bool:
         filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False) for n in names)
 
 
+def _total_memory(memory: str, cores: int) -> str:
+    from zephyr.resources import parse_memory
+
+    return f"{parse_memory(memory) * cores // 2**20}MiB"
+
+
 def run_job(args, work: str, job: str, paths: list[str], variants: list[str]) -> list[dict]:
     results = []
     for variant in variants:
@@ -151,7 +157,7 @@ def run_job(args, work: str, job: str, paths: list[str], variants: list[str]) ->
         spec = {"variant": variant, "job": job, "paths": paths, "out_dir": out_dir, "cores": args.cores,
                 "memory": args.memory, "scratch": os.path.join(work, "scratch"),
                 "min_chars": args.parquet_min_chars if job == "parquet" else args.min_chars, "plain": args.plain,
-                "runs": args.runs}
+                "runs": args.runs, "peer_memory": args.peer_memory or _total_memory(args.memory, args.cores)}
         before = load_average()
         try:
             r = run_child(spec)
@@ -204,7 +210,10 @@ def main(argv=None) -> None:
     parser.add_argument("--parquet-min-chars", type=int, default=200, help="the parquet job's filter (default 200)")
     parser.add_argument("--runs", type=int, default=3, help="runs of each variant in its one process (default 3): the first, and the best later one")
     parser.add_argument("--plain", action="store_true", help="write JSON lines uncompressed, every tool (Daft's only form)")
-    parser.add_argument("--peers", default=",".join(PEERS), help="which peers (default polars,duckdb,daft; '' for none)")
+    parser.add_argument("--peers", default=",".join(PEERS),
+                        help="which peers (default polars,duckdb,daft; '' for none); also polars-streaming, duckdb-bounded")
+    parser.add_argument("--peer-memory", default="",
+                        help="duckdb-bounded's memory_limit (default: zephyr's --memory times --cores, what its tasks may hold)")
     parser.add_argument("--work-dir", default=None, help="where corpora and outputs go (default: a temp dir, removed after)")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)

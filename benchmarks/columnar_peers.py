@@ -15,6 +15,11 @@ first order: Polars `unique(keep="first", maintain_order=True)`; DuckDB the firs
 text by scan order (`row_number() OVER ()`); Daft `distinct("text")`, which does not say which
 row of a group it keeps (so its kept ids may differ; the count must match).
 
+Two peers run under a memory bound, as zephyr does (name them in `--peers`): `polars-streaming`
+(Polars' streaming engine: `scan_ndjson` of the .jsonl.zst files, `sink_ndjson`/`sink_parquet`,
+its output zstd level 3 unless `plain`) and `duckdb-bounded` (DuckDB with `memory_limit` set to
+what zephyr's tasks may hold, `--memory` times `--cores`, spilling to disk beyond it).
+
 Polars and DuckDB are in the bench group (`uv run --group bench python
 benchmarks/bench_columnar.py`). Daft 0.7.26 pins pyarrow below the project's, so it runs in its
 own environment: `bench_columnar.py` starts this file as a script under
@@ -30,16 +35,23 @@ import resource
 import sys
 import time
 
-__all__ = ["DAFT_COMMAND", "PEERS", "run_peer", "run_peer_runs", "runs_result"]
+__all__ = ["BOUNDED_PEERS", "DAFT_COMMAND", "PEERS", "run_peer", "run_peer_runs", "runs_result"]
 
 PEERS = ("polars", "duckdb", "daft")
+# peers under a memory bound, as zephyr runs (not in the default set: `--peers` names them)
+BOUNDED_PEERS = ("polars-streaming", "duckdb-bounded")
 DAFT_COMMAND = ["uv", "run", "--isolated", "--no-project", "--with", "daft==0.7.26", "--with", "zstandard", "python",
                 os.path.abspath(__file__)]
 
 
-def run_peer(name: str, job: str, paths: list[str], out_dir: str, cores: int, min_chars: int, plain: bool = False) -> None:
+def run_peer(name: str, job: str, paths: list[str], out_dir: str, cores: int, min_chars: int, plain: bool = False,
+             memory_limit: str = "") -> None:
     os.makedirs(out_dir, exist_ok=True)
-    {"polars": _polars, "duckdb": _duckdb, "daft": _daft}[name](job, paths, out_dir, cores, min_chars, plain)
+    if name == "duckdb-bounded":
+        _duckdb(job, paths, out_dir, cores, min_chars, plain, memory_limit)
+        return
+    {"polars": _polars, "polars-streaming": _polars_streaming, "duckdb": _duckdb, "daft": _daft}[name](
+        job, paths, out_dir, cores, min_chars, plain)
 
 
 def run_peer_runs(spec: dict) -> list[tuple[float, float]]:
@@ -52,7 +64,8 @@ def run_peer_runs(spec: dict) -> list[tuple[float, float]]:
     for _ in range(spec.get("runs", 1)):
         shutil.rmtree(spec["out_dir"], ignore_errors=True)
         start = time.perf_counter()
-        run_peer(spec["variant"], spec["job"], spec["paths"], spec["out_dir"], spec["cores"], spec["min_chars"], spec.get("plain", False))
+        run_peer(spec["variant"], spec["job"], spec["paths"], spec["out_dir"], spec["cores"], spec["min_chars"], spec.get("plain", False),
+                 spec.get("peer_memory", ""))
         seconds = time.perf_counter() - start
         usage = resource.getrusage(resource.RUSAGE_SELF)
         cpu = usage.ru_utime + usage.ru_stime
@@ -100,11 +113,35 @@ def _polars(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int
         f.write(zstandard.ZstdCompressor(level=3, threads=cores).compress(buffer.getvalue()))
 
 
-def _duckdb(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int, plain: bool) -> None:
+def _polars_streaming(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int, plain: bool) -> None:
+    """Polars' streaming engine: it scans the .jsonl.zst files itself, a morsel at a time, and
+    sinks its output (zstd level 3 unless `plain`) without collecting the frame."""
+    os.environ["POLARS_MAX_THREADS"] = str(cores)
+    import polars as pl
+
+    lf = pl.scan_ndjson(list(paths))
+    if job == "dedup":
+        lf = lf.unique(subset=["text"], keep="first", maintain_order=True)
+    else:
+        lf = lf.with_columns(num_chars=pl.col("text").str.len_chars()).filter(pl.col("num_chars") >= min_chars)
+    if job == "parquet":
+        lf.sink_parquet(os.path.join(out_dir, "part-0.parquet"), compression="snappy", engine="streaming")
+    elif plain:
+        lf.sink_ndjson(os.path.join(out_dir, "part-0.jsonl"), engine="streaming")
+    else:
+        lf.sink_ndjson(os.path.join(out_dir, "part-0.jsonl.zst"), compression="zstd", compression_level=3,
+                       check_extension=False, engine="streaming")
+
+
+def _duckdb(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int, plain: bool, memory_limit: str = "") -> None:
+    """DuckDB; with `memory_limit` (e.g. "512MiB") it spills to a temporary directory beside the output."""
     import duckdb
 
     con = duckdb.connect()
     con.execute(f"SET threads = {cores}")
+    if memory_limit:
+        con.execute(f"SET memory_limit = '{memory_limit}'")
+        con.execute(f"SET temp_directory = '{out_dir}.duckdb-spill'")
     files = "[" + ", ".join(f"'{p}'" for p in paths) + "]"
     scan = (f"read_json({files}, format='newline_delimited', "
             "columns={'id': 'VARCHAR', 'url': 'VARCHAR', 'text': 'VARCHAR'})")
