@@ -35,6 +35,33 @@ def test_user_exception_names_shard_source_and_original_traceback(backend):
     assert "in parse" in message and "raise KeyError" in message  # the original traceback
 
 
+@pytest.mark.parametrize("judge", ["is_transient_storage_error", "failed_record"])
+def test_a_failure_that_cannot_be_judged_still_reaches_the_driver_as_itself(local_backend, monkeypatch, judge):
+    """Regression: an error raised while judging a shard's failure (is it a transient storage
+    error, which record did it hit) replaced the user's error: CI once saw a MemoryError reach the
+    driver as an AttributeError, and be retried as the user's fault instead of with more memory."""
+    import zephyr.execution.shard as shard
+
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(judge)
+        raise AttributeError("partially initialized module 'gcsfs' has no attribute 'retry'")
+
+    monkeypatch.setattr(shard, judge, broken)
+
+    def parse(x):
+        if x == "bad-item":
+            raise MemoryError("cannot allocate the working set")
+        return x
+
+    with pytest.raises(ShardError) as info:
+        list(local_backend.execute(Dataset.from_list(["ok", "bad-item"]).map(parse)))
+    assert calls and set(calls) == {judge}  # the fault landed (in every attempt: each got more memory)
+    assert info.value.error_type == "MemoryError" and "cannot allocate the working set" in str(info.value)
+    assert "zephyr could not judge this failure: AttributeError: partially initialized" in info.value.traceback_text
+
+
 def test_bad_records_can_be_skipped_and_are_counted(backend, tmp_path):
     path = tmp_path / "dirty.jsonl"
     path.write_bytes(b'{"a": 1}\n{"a": \n\xff\xfe{"a": 3}\n{"a": 4}\n')

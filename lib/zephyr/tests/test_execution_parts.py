@@ -168,3 +168,20 @@ def test_a_stopped_run_reports_without_writing_a_record(tmp_path):
     report.ended_early(None, write=False)
     assert report.record is None and not (tmp_path / ".zephyr-run.json").exists()
     assert report.status.snapshot()["state"] not in ("pending", "running", "succeeded")
+
+
+def test_a_ray_task_error_outside_the_shards_own_wrapping_is_named_by_its_cause():
+    """Regression: a Ray task that failed outside `run_shard`'s own wrapping was reported as
+    "RayTaskError(AttributeError): ray::_call() ... File ..." cut to 200 characters, so the log
+    and the run record showed traceback frames and never the error (seen once in CI)."""
+    from ray.exceptions import RayTaskError
+
+    from zephyr.execution.stage_loop import attribute
+
+    remote = "Traceback (most recent call last):\n" + '  File "x.py", line 1, in f\n    g()\n' * 20
+    raised = RayTaskError("_call", remote, AttributeError("'NoneType' object has no attribute 'fetch'")).as_instanceof_cause()
+    error = attribute(raised, ShardTask(stage=0, shard=3, num_shards=4, label="in-3.jsonl"))
+    assert (error.error_type, error.error_message) == ("AttributeError", "'NoneType' object has no attribute 'fetch'")
+    assert 'File "x.py", line 1, in f' in error.traceback_text  # the remote frames are kept, in the traceback
+    plain = attribute(OSError("disk gone"), ShardTask(stage=0, shard=3, num_shards=4, label="in-3.jsonl"))
+    assert (plain.error_type, plain.error_message) == ("OSError", "disk gone")

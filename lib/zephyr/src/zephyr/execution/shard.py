@@ -82,13 +82,12 @@ def _run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
                 items = None
                 summary = program.sink.write(stream, task)
         except Exception as e:
-            transient = is_transient_storage_error(e)  # here: the traceback does not survive pickling
+            transient = _judged(e, lambda: is_transient_storage_error(e), False)  # here: the traceback does not survive pickling
             record = None
             if counted is not None and not transient and not split:  # a split shard's reader runs ahead
-                record = failed_record(e, program.ops, start_at, next(counted), lambda: _reread(program, task, ctx))
-            error = ShardError(task.stage, task.shard, task.label, type(e).__name__, str(e), traceback.format_exc(), transient,
-                               record)
-            raise error from e
+                record = _judged(e, lambda: failed_record(e, program.ops, start_at, next(counted), lambda: _reread(program, task, ctx)), None)
+            raise ShardError(task.stage, task.shard, task.label, type(e).__name__, str(e), traceback.format_exc(), transient,
+                             record) from e
     return ShardResult(
         shard=task.shard,
         items=items,
@@ -102,6 +101,17 @@ def _run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
 
 
 _LOADERS = op.LOAD_OPS
+
+
+def _judged(error: Exception, judge, default) -> Any:
+    """`judge()` (what the failure means, which record it hit), or `default` if judging fails
+    itself: the error being reported must reach the driver as it is, never a second error of
+    ours in its place (that one is noted on the error, so its traceback shows it)."""
+    try:
+        return judge()
+    except Exception as second:  # noqa: BLE001 - e.g. an import that failed while handling a MemoryError
+        error.add_note(f"(zephyr could not judge this failure: {type(second).__name__}: {second})")
+        return default
 
 
 def _apply_ops(ops: tuple, start_at: int, stream: Iterator, ctx: _Context, task: ShardTask) -> tuple[Iterator, bool]:

@@ -244,9 +244,14 @@ class StageLoop:
 
 
 def attribute(error: Exception, task: ShardTask) -> ShardError:
-    """A failure the shard function did not wrap itself (e.g. the worker ran out of memory)."""
+    """A failure the shard function did not wrap itself (e.g. the worker ran out of memory).
+
+    A Ray task's error is named by the exception it carries (`cause`): its own text starts with
+    the remote traceback, so a message cut to a line's length showed frames and never the error."""
     text = "".join(traceback.format_exception(error))
-    return ShardError(task.stage, task.shard, task.label, type(error).__name__, str(error), text)
+    cause = getattr(error, "cause", None)
+    shown = cause if isinstance(cause, BaseException) else error
+    return ShardError(task.stage, task.shard, task.label, type(shown).__name__, str(shown), text)
 
 
 def _size(memory: int | None) -> str:
