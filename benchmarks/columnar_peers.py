@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import sys
 import time
 
@@ -57,8 +58,6 @@ def run_peer(name: str, job: str, paths: list[str], out_dir: str, cores: int, mi
 def run_peer_runs(spec: dict) -> list[tuple[float, float]]:
     """(seconds, CPU s of the process) of each of `spec["runs"]` runs in this process; the
     first run's CPU includes the interpreter's and the library's start."""
-    import shutil
-
     runs = []
     cpu_before = 0.0
     for _ in range(spec.get("runs", 1)):
@@ -139,9 +138,10 @@ def _duckdb(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int
 
     con = duckdb.connect()
     con.execute(f"SET threads = {cores}")
+    spill = f"{out_dir}.duckdb-spill"
     if memory_limit:
         con.execute(f"SET memory_limit = '{memory_limit}'")
-        con.execute(f"SET temp_directory = '{out_dir}.duckdb-spill'")
+        con.execute(f"SET temp_directory = '{spill}'")
     files = "[" + ", ".join(f"'{p}'" for p in paths) + "]"
     scan = (f"read_json({files}, format='newline_delimited', "
             "columns={'id': 'VARCHAR', 'url': 'VARCHAR', 'text': 'VARCHAR'})")
@@ -152,7 +152,11 @@ def _duckdb(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int
     else:
         query = f"SELECT *, length(text) AS num_chars FROM {scan} WHERE length(text) >= {min_chars}"
     options = "FORMAT parquet, COMPRESSION snappy" if job == "parquet" else "FORMAT json, COMPRESSION " + ("none" if plain else "zstd")
-    con.execute(f"COPY ({query}) TO '{out}' ({options})")
+    try:
+        con.execute(f"COPY ({query}) TO '{out}' ({options})")
+    finally:
+        con.close()
+        shutil.rmtree(spill, ignore_errors=True)  # the spill directory DuckDB leaves behind
 
 
 def _daft(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int, plain: bool) -> None:

@@ -310,7 +310,7 @@ def test_intermediate_runs_hold_batches_of_the_run_size_and_compress_only_when_a
     """Regression: a merge pass wrote its intermediate run in batches of 8,192 rows whatever
     their size (40 KB documents made 320 MB batches, each held whole by the next pass, which
     budgets 2 MiB per open run), and always LZ4-compressed on the local disk (where map-side
-    runs are not: it cost a tenth of a pass's CPU)."""
+    runs are not: compressing there costs more CPU than it saves)."""
     import numpy as np
     import pyarrow as pa
 

@@ -315,7 +315,7 @@ def test_the_batch_merge_orders_rows_as_a_plain_sort(runs, batch_rows):
         sources.append(iter(batches))
     merged, firsts, previous = [], [], None
     for chunk in merge_sorted(sources, schema):
-        table = chunk.sorted()
+        table = pa.concat_tables(chunk.sorted_batches())
         chunk_rows = list(zip(*(table.column(c).to_pylist() for c in schema.names)))
         merged += chunk_rows
         starts = chunk.starts(previous)  # as first_per_key reads them, across chunk boundaries

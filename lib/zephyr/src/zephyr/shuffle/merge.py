@@ -144,13 +144,6 @@ class Chunk:
     def __init__(self, table: pa.Table, order: np.ndarray):
         self.table, self.order = table, order
 
-    def sorted(self, rows: np.ndarray | None = None) -> pa.Table:
-        """The table in sorted order (or just the sorted positions `rows`)."""
-        order = self.order if rows is None else self.order[rows]
-        if rows is None and len(order) and (order[1:] > order[:-1]).all() and order[0] == 0:
-            return self.table
-        return self.table.take(pa.array(order))
-
     def starts(self, previous: tuple | None) -> np.ndarray:
         """Per sorted row: does it start a new key (vs the row before, or the last chunk's key)?"""
         return group_starts(_numpy(self.table, "h")[self.order], self.table.column("kb"), self.order, previous)

@@ -302,8 +302,8 @@ def _write_local_run(path: str, chunks: Iterator[columnar_merge.Chunk]) -> Calla
     """An intermediate run (one sorted stream with its `s` column); returns how to read it back.
 
     Its batches hold about `BATCH_BYTES`, as the map side's runs do: the next pass holds one
-    batch per open run, and `merge_fan_in` counts on that (8,192 rows of 50 KB documents were
-    400 MB); each is taken from the round on its own, so the round is never copied whole.
+    batch per open run, and `merge_fan_in` counts on that (8,192 rows of 40 KB documents were
+    320 MB); each is taken from the round on its own, so the round is never copied whole.
     Compressed as `compression_for` says: not on a local disk, where LZ4 costs more CPU than
     the bytes it saves (with both changes, an 8M-document dedup's two-pass merge: 105 CPU s to 86)."""
     writer = None
