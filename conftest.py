@@ -13,15 +13,20 @@ Ray's defaults, which another user's Ray may hold), and clusters are torn down i
 from __future__ import annotations
 
 import contextlib
+import faulthandler
+import hashlib
 import http.client
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
@@ -284,6 +289,62 @@ def ray_shared(ray_local):
 # A Ray test that is not marked slow takes seconds; one that hangs fails after this, not after
 # the 600 s that every other test gets.
 QUICK_RAY_TEST_TIMEOUT = 300
+
+
+# A hang that pytest-timeout's signal cannot end (a wait in C that never returns to Python, or
+# code that catches its exception and waits on) would otherwise hold a CI run until CI's own limit,
+# with nothing said. So a watchdog thread (faulthandler's, in C) fires HARD_TIMEOUT_GRACE seconds
+# after the test's own timeout: it writes every thread's stack to the run's stderr and ends the
+# worker process, which xdist reports as a crash of that test.
+HARD_TIMEOUT_GRACE = float(os.environ.get("ZEPHYR_TESTS_HARD_TIMEOUT_GRACE", "240"))
+# xdist (`--dist loadfile`) then runs the crashed test again in the worker that replaces the dead
+# one, so a test that hangs or kills its worker would do it again. Each test leaves a mark in this
+# directory (the controller's, inherited by the workers) while it runs; a test found marked was
+# running when its worker died, and is skipped: the crash is already reported as its failure.
+_RUNNING_DIR_ENV = "ZEPHYR_TESTS_RUNNING_DIR"
+_watchdog_stream = None
+
+
+def pytest_configure(config):
+    if _RUNNING_DIR_ENV not in os.environ:  # the controller (or a run without xdist): workers inherit it
+        config._running_dir = tempfile.mkdtemp(prefix="pytest-running-")
+        os.environ[_RUNNING_DIR_ENV] = config._running_dir
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "_running_dir", None):
+        shutil.rmtree(config._running_dir, ignore_errors=True)
+        os.environ.pop(_RUNNING_DIR_ENV, None)
+
+
+def _test_timeout(item) -> float:
+    marker = item.get_closest_marker("timeout")
+    if marker is not None:
+        value = marker.kwargs.get("timeout", marker.args[0] if marker.args else None)
+        if value is not None:
+            return float(value)
+    return float(item.config.getini("timeout") or 0)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    global _watchdog_stream
+    if _watchdog_stream is None:
+        # Outside a test's phases pytest's capture is suspended: fd 2 is the run's own stderr here.
+        _watchdog_stream = os.fdopen(os.dup(2), "w")
+    running = Path(os.environ[_RUNNING_DIR_ENV], hashlib.sha1(item.nodeid.encode()).hexdigest())
+    if running.exists():
+        item.add_marker(pytest.mark.skip(reason="its worker process died while running it (reported above as a "
+                                                "crash); not run again"))
+    running.touch()
+    timeout = _test_timeout(item)
+    if timeout > 0:
+        faulthandler.dump_traceback_later(timeout + HARD_TIMEOUT_GRACE, exit=True, file=_watchdog_stream)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        running.unlink(missing_ok=True)
 
 
 # The files that take longest (seconds of a serial run on this project's 2-core machine, 2026-11-27),
