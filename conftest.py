@@ -317,6 +317,28 @@ def pytest_unconfigure(config):
         os.environ.pop(_RUNNING_DIR_ENV, None)
 
 
+def pytest_testnodedown(node, error):
+    """When a worker dies (xdist says only "Not properly terminated"), say how: its exit status
+    or signal, and the memory the machine had left (a SIGKILL with little left is the OOM killer)."""
+    if not error:
+        return
+    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)  # execnet's, private
+    status = None
+    deadline = time.monotonic() + 10
+    while popen is not None and (status := popen.poll()) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if status is None:
+        how = "unknown"
+    elif status < 0:
+        how = f"killed by {signal.Signals(-status).name}"
+    else:
+        how = f"exited with status {status} (os._exit, or a C library's exit: Ray's driver exits when its raylet dies)"
+    available = next((line.split(":", 1)[1].strip() for line in _read_file("/proc/meminfo").splitlines()
+                      if line.startswith("MemAvailable")), "?") if os.path.exists("/proc/meminfo") else "?"
+    print(f"\n[{getattr(node.gateway, 'id', '?')}] the worker process {how}; memory available now: {available}",
+          file=sys.stderr, flush=True)
+
+
 def _test_timeout(item) -> float:
     marker = item.get_closest_marker("timeout")
     if marker is not None:

@@ -2,7 +2,8 @@
 
 A test that swallows pytest-timeout's exception and waits on is ended by the watchdog once its
 timeout plus the grace has passed, with every thread's stack in the output; xdist reports the
-crash, and the worker that replaces the dead one does not run the test again.
+crash and how the worker died, and the worker that replaces the dead one does not run the test
+again.
 """
 
 from __future__ import annotations
@@ -51,5 +52,6 @@ def test_a_test_that_hangs_past_its_timeout_is_ended_and_not_run_again(tmp_path)
     assert done.returncode == 1, out[-3000:]
     assert "Timeout (0:00:03)!" in out and "in test_hangs_past_its_timeout" in out, out[-3000:]  # the stacks
     assert "crashed while running 'test_hung.py::test_hangs_past_its_timeout'" in out, out[-3000:]
+    assert "the worker process exited with status 1" in out, out[-3000:]  # how it died: faulthandler's exit
     assert "its worker process died while running it" in out, out[-3000:]  # skipped in the new worker
     assert "1 failed, 1 passed, 1 skipped" in out, out[-3000:]
