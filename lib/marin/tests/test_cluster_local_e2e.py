@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import os
 import signal
 import socket
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from zephyr import cli as zephyr_cli
 from zephyr.io.temporaries import process_alive
 
 from marin.cluster import cli, local, procfs
@@ -374,46 +376,121 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def test_sigterm_to_the_zephyr_command_stops_its_cluster_job_and_launcher(cluster, jobs_stopped_after):
-    """Regression: SIGTERM to `zephyr --cluster local script.py` killed only the zephyr process;
-    its job launcher lived on (re-parented to init, streaming logs) and the job kept running. Now
-    the launcher is handed the signal and waited for, the job is STOPPED and the command exits 143."""
-    (cluster.work / "zlong.py").write_text(textwrap.dedent(
-        """
-        import time
-        from zephyr import Dataset, flow_backend
+# A zephyr script whose one shard runs for 10 minutes, once it has said so.
+ZLONG = textwrap.dedent(
+    """
+    import time
+    from zephyr import Dataset, flow_backend
 
-        def slow(x):
-            time.sleep(600)
-            return x
+    def slow(x):
+        time.sleep(600)
+        return x
 
-        def main():
-            print("ZLONG_STARTED", flush=True)
-            list(flow_backend().execute(Dataset.from_list([1]).map(slow)))
-        """
-    ))
+    def main():
+        print("ZLONG_STARTED", flush=True)
+        list(flow_backend().execute(Dataset.from_list([1]).map(slow)))
+    """
+)
+
+
+def _sigterm_zlong(cluster, fault=None, **env_vars: str) -> tuple[subprocess.Popen, str, float, list[int]]:
+    """Run ZLONG with `zephyr --cluster local`; once its job runs, inject `fault(launcher_pid)`
+    (which returns what undoes it), SIGTERM the command and wait for it to exit. Returns the
+    command, its output, the seconds from the signal to its exit, and the launcher's pid(s)."""
+    (cluster.work / "zlong.py").write_text(ZLONG)
     argv = [sys.executable, "-m", "zephyr", "--cluster", "local", "--backend=ray", "--quiet", "zlong.py"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"} | cluster.vars
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"} | cluster.vars | env_vars
     command = subprocess.Popen(argv, cwd=cluster.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     launchers: list[int] = []
+    undo = None
     try:
         lines, reader = _read_until(command, "ZLONG_STARTED")
         launchers = _children(command.pid)
         assert len(launchers) == 1 and procfs.cmdline_contains(launchers[0], "marin.run.ray_run")
+        undo = fault(launchers[0]) if fault is not None else None
+        sent = time.monotonic()
         output = _signal_and_collect(command, signal.SIGTERM, lines, reader)
+        took = time.monotonic() - sent
     finally:
+        if undo is not None:
+            undo()
         command.kill()
         command.wait()
         for pid in launchers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     cluster.outputs.append(output)
+    return command, output, took, launchers
+
+
+def _sigstop(pid: int, what: str):
+    """SIGSTOP `pid` and wait until it is stopped (the fault landed); returns what resumes it."""
+    os.kill(pid, signal.SIGSTOP)
+    assert _wait_state(pid, "T"), f"{what} was not stopped"
+
+    def resume():
+        with contextlib.suppress(ProcessLookupError):  # gone: it was killed meanwhile
+            os.kill(pid, signal.SIGCONT)
+
+    return resume
+
+
+def test_sigterm_to_the_zephyr_command_stops_its_cluster_job_and_launcher(cluster, jobs_stopped_after):
+    """Regression: SIGTERM to `zephyr --cluster local script.py` killed only the zephyr process;
+    its job launcher lived on (re-parented to init, streaming logs) and the job kept running. Now
+    the launcher is handed the signal and waited for, the job is STOPPED and the command exits 143."""
+    command, output, _, launchers = _sigterm_zlong(cluster)
     assert command.returncode == 143, output[-3000:]
     assert not [pid for pid in launchers if process_alive(pid)], "the job launcher outlived the zephyr command"
     running = local.load()
     (job,) = [j for j in _jobs(running.dashboard_url, cluster.token) if "zlong.py" in j["entrypoint"]]
     assert _wait_status(job["submission_id"], cluster.token, {"STOPPED", "SUCCEEDED", "FAILED"}) == "STOPPED"
     cluster.assert_token_never_shown()
+
+
+def test_a_job_server_that_never_answers_the_stop_request_does_not_hold_the_command(cluster, jobs_stopped_after):
+    """Ray's job client sets no timeout: with the head's dashboard (the job server) SIGSTOPped, the
+    launcher's stop request would wait forever. It gives up after `STOP_REQUEST_TIMEOUT`, says the
+    job may still run, and ends; the `zephyr --cluster` command exits 143 before its own deadline."""
+
+    def stop_the_job_server(launcher: int):
+        processes = local._snapshot(local.load(cluster.state))
+        (server,) = [pid for pid in processes if procfs.cmdline_contains(pid, "dashboard/dashboard.py")]
+        return _sigstop(server, "the job server")
+
+    command, output, took, _ = _sigterm_zlong(cluster, stop_the_job_server)
+    assert command.returncode == 143, output[-3000:]
+    assert f"did not answer the stop request within {ray_run.STOP_REQUEST_TIMEOUT:.0f}s" in output, output[-3000:]
+    assert "had not ended" not in output, output[-3000:]  # the launcher ended by itself, not killed
+    assert ray_run.STOP_REQUEST_TIMEOUT <= took < zephyr_cli.LAUNCHER_STOP_DEADLINE, (took, output[-3000:])
+    cluster.assert_token_never_shown()
+
+
+def test_a_launcher_that_does_not_end_after_the_signal_is_killed_and_the_job_named(cluster, jobs_stopped_after):
+    """A stopping `zephyr --cluster` command must end: if its job launcher has not ended within
+    the deadline after the signal was passed on (here it is SIGSTOPped, as a launcher stuck on a
+    job server that never answers is), the command kills it, names the job that may still run,
+    and exits 143."""
+    stop_the_launcher = lambda launcher: _sigstop(launcher, "the launcher")  # noqa: E731
+    command, output, took, launchers = _sigterm_zlong(cluster, stop_the_launcher, ZEPHYR_LAUNCHER_STOP_DEADLINE="5")
+    assert command.returncode == 143, output[-3000:]
+    assert 5 <= took < 60, (took, output[-3000:])
+    assert not [pid for pid in launchers if process_alive(pid)], "the stuck launcher outlived the zephyr command"
+    (job_id,) = re.findall(r"job (raysubmit_\w+) may still be running", output)
+    assert f"stop-job {job_id}" in output
+    assert _job_status(local.load().dashboard_url, cluster.token, job_id) in ("PENDING", "RUNNING")  # it was named right
+    cluster.assert_token_never_shown()
+
+
+def _wait_state(pid: int, state: str, timeout: float = 30) -> bool:
+    """Wait until process `pid` is in `state` (the letter /proc/PID/stat shows: T for stopped)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, IndexError):
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == state:
+                return True
+        time.sleep(0.1)
+    return False
 
 
 def _jobs(url: str, token: str) -> list[dict]:

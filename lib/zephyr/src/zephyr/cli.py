@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import json
 import os
 import runpy
+import secrets
 import shlex
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 
 from zephyr.backends import Backend, backend_names, create_backend, set_flow_backend
@@ -59,6 +62,9 @@ EPILOG = """examples:
 
 EXIT_QUARANTINED = 3  # the run finished, except the shards it quarantined
 EXIT_DEADLINE = 30.0  # seconds after SIGINT/SIGTERM: cancel, drain (at most 10 s), close the backend, exit
+# With --cluster: seconds after the first signal for the job launcher to stop the job and end, after
+# which it is killed (its own stop request gives up after 30 s: marin.run.ray_run.STOP_REQUEST_TIMEOUT)
+LAUNCHER_STOP_DEADLINE = float(os.environ.get("ZEPHYR_LAUNCHER_STOP_DEADLINE", "60"))
 
 _SUBCOMMANDS = {"status": "status_main", "dashboard": "dashboard_main", "verify": "verify_main"}
 
@@ -282,8 +288,9 @@ def _submit_to_cluster(args: argparse.Namespace, argv: Sequence[str]) -> int:
     waited for. Before, a SIGTERM left the launcher behind, streaming logs of a job that kept running.
     """
     forwarded = _without_cluster_option(list(argv))
-    command = [sys.executable, "-m", "marin.run.ray_run", "--cluster", args.cluster, "--auto-stop", "--",
-               "python", "-m", "zephyr", *forwarded]
+    job_id = "raysubmit_" + secrets.token_hex(8)  # Ray's form; chosen here, so a message can name the job
+    command = [sys.executable, "-m", "marin.run.ray_run", "--cluster", args.cluster, "--auto-stop",
+               "--submission-id", job_id, "--", "python", "-m", "zephyr", *forwarded]
     print(f"zephyr: submitting to cluster {args.cluster}: {shlex.join(command[2:])}", file=sys.stderr)
     try:
         launcher = subprocess.Popen(command, start_new_session=True)
@@ -299,11 +306,37 @@ def _submit_to_cluster(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     previous = {sig: signal.signal(sig, pass_on) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        code = launcher.wait()
+        code = _wait_for_launcher(launcher, received, LAUNCHER_STOP_DEADLINE, args.cluster, job_id)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 128 + received[0] if received else code
+
+
+def _wait_for_launcher(launcher: subprocess.Popen, received: list[int], deadline_s: float, cluster: str,
+                       job_id: str) -> int | None:
+    """Wait for the launcher; once a signal was passed on, for `deadline_s` seconds at most.
+
+    A launcher that does not end by then (its job server does not answer, or it is stuck) is
+    killed with its session, and the user is told how to make sure the job stopped: a stopping
+    command must end, on a preemptible machine it has seconds.
+    """
+    stop_by = None
+    while True:
+        try:
+            return launcher.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            pass
+        if received and stop_by is None:
+            stop_by = time.monotonic() + deadline_s
+        if stop_by is not None and time.monotonic() > stop_by:
+            break
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(launcher.pid, signal.SIGKILL)  # it leads its own session
+    launcher.wait()
+    print(f"zephyr: the job launcher had not ended {deadline_s:.0f}s after it was asked to stop the job, and was "
+          f"killed; job {job_id} may still be running: `marin cluster --cluster {cluster} stop-job {job_id}` stops it", file=sys.stderr, flush=True)
+    return None
 
 
 def _without_cluster_option(argv: list[str]) -> list[str]:

@@ -26,6 +26,7 @@ import signal
 import string
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -317,6 +318,31 @@ def _stop_submitted(client, job_id: str) -> bool:
         time.sleep(0.25)
 
 
+# How long an interrupted launcher waits for the job server to take its stop request. Ray's job
+# client sets no timeout on its HTTP calls, so a server that accepts and never answers would hold
+# the launcher (and a `zephyr --cluster` command waiting on it) forever.
+STOP_REQUEST_TIMEOUT = 30.0
+
+
+def _within(seconds: float, fn, *args):
+    """`fn(*args)` in a daemon thread; its result, or None if it has not returned after `seconds`
+    (it is left behind: the process is on its way out). Its exception is raised here."""
+    outcome: dict = {}
+
+    def call():
+        try:
+            outcome["result"] = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+            outcome["error"] = e
+
+    thread = threading.Thread(target=call, name="ray_run-stop-job", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("result")
+
+
 @contextlib.contextmanager
 def _stop_on_interrupt(client, job_id: str, enabled: bool) -> Iterator[None]:
     """With `enabled`, stop the job when the launcher gets Ctrl-C or SIGTERM, also while it is
@@ -331,7 +357,11 @@ def _stop_on_interrupt(client, job_id: str, enabled: bool) -> Iterator[None]:
     except KeyboardInterrupt:
         if enabled:
             print(f"\nInterrupted: stopping job {job_id}", file=sys.stderr)
-            if not _stop_submitted(client, job_id):
+            stopped = _within(STOP_REQUEST_TIMEOUT, _stop_submitted, client, job_id)
+            if stopped is None:
+                print(f"Job {job_id}: the job server did not answer the stop request within {STOP_REQUEST_TIMEOUT:.0f}s; "
+                      "the job may still be running (stop it with `marin cluster stop-job`)", file=sys.stderr)
+            elif not stopped:
                 print(f"Job {job_id} was not submitted", file=sys.stderr)
         else:
             print(f"\nDetached; job {job_id} keeps running if it was submitted (use --auto-stop to stop it)",
