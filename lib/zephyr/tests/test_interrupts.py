@@ -7,6 +7,8 @@ those rely on, in one process, with real threads.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -83,3 +85,26 @@ def test_an_interrupt_after_the_call_returned_does_not_land_in_the_callers_code(
     interrupter.interrupt()  # the call has returned: nothing may be raised into this thread now
     total = sum(range(100_000))  # many bytecodes, where a stray async exception would land
     assert total == 4999950000
+
+
+EXITING_LATE = """
+import sys, threading, time
+from zephyr.execution.interrupts import exit_after
+
+exit_after(0.5, 7, from_shutdown=sys.argv[1] == "shutdown")
+threading.Thread(target=time.sleep, args=(600,)).start()  # non-daemon: the interpreter's shutdown waits for it
+time.sleep(3)  # a caller going on after the interrupt (a notebook, a test run)
+print("still running", flush=True)
+"""
+
+
+@pytest.mark.parametrize("start", ["now", "shutdown"])
+def test_exit_after_ends_a_process_stuck_in_shutdown_and_counts_from_it_when_asked(tmp_path, start):
+    """`exit_after` ends a process whose shutdown waits on a thread that never ends (exit 7 after
+    0.5 s); with `from_shutdown` the 0.5 s count from the shutdown, so a process that goes on
+    meanwhile (3 s here) is not ended under it."""
+    script = tmp_path / "late.py"
+    script.write_text(EXITING_LATE)
+    done = subprocess.run([sys.executable, str(script), start], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 7, done.stderr[-2000:]
+    assert ("still running" in done.stdout) == (start == "shutdown"), done.stdout

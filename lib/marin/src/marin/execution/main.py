@@ -30,7 +30,7 @@ __all__ = ["ExecutorMainConfig", "executor_main"]
 
 logger = logging.getLogger(__name__)
 
-EXIT_DEADLINE = 10.0  # seconds after an interrupted run is recorded by which the process exits, however stuck
+EXIT_DEADLINE = 10.0  # seconds into the shutdown of an interrupted run's process by which it exits, however stuck
 
 
 @dataclass
@@ -117,7 +117,9 @@ def executor_main(
         return executor.run(steps, config.run_only)
     except ExecutorInterrupted as e:
         logger.error("%s", e)
-        exit_after(EXIT_DEADLINE, e.exit_code)  # a step's thread (or its pool's) must not hold the exit
+        # a step's thread (or its pool's) must not hold the exit; counted from the shutdown, so that a
+        # caller that catches the SystemExit and goes on (a notebook, a test) is not ended later
+        exit_after(EXIT_DEADLINE, e.exit_code, from_shutdown=True)
         raise SystemExit(e.exit_code) from e
     finally:
         if dashboard is not None:

@@ -19,7 +19,8 @@ done).
 - `ThreadInterrupter`: runs a call in the current thread so that another thread can interrupt
   it; the interrupt can land only inside that call, never in the caller's bookkeeping around it.
 - `exit_after(seconds, code)`: once a run has stopped, a thread left behind (or one that a
-  thread pool joins at exit) must not keep the process alive: exit hard after `seconds`.
+  thread pool joins at exit) must not keep the process alive: exit hard after `seconds` (counted
+  from the interpreter's shutdown with `from_shutdown`, for a caller that may go on).
 - `WAIT_SLICE`: blocking waits in a thread that may be interrupted wake at least this often,
   because an asynchronous exception cannot land while a thread is blocked in C.
 """
@@ -174,15 +175,22 @@ class ThreadInterrupter:
             return self._thread_id is not None and _set_async_exc(self._thread_id, self.exc_type)
 
 
-def exit_after(seconds: float, code: int) -> threading.Thread:
+def exit_after(seconds: float, code: int, *, from_shutdown: bool = False) -> threading.Thread:
     """Exit the process with `code` after `seconds`, unless it has exited by then.
 
     For a process that stopped on a signal but may not manage to exit: interpreter shutdown
     joins every non-daemon thread (thread pools' workers included), and a thread blocked in C
     never ends. The timer is a daemon thread, so a process that exits normally is not delayed.
+
+    With `from_shutdown`, the `seconds` count from when the interpreter starts to shut down (the
+    main thread has ended), not from now: for a library call (`executor_main`) whose SystemExit
+    a long-lived caller may catch and go on (a notebook, a test run), which must not be ended
+    later by a timer it never knew of.
     """
 
     def expire() -> None:
+        if from_shutdown:
+            threading.main_thread().join()  # returns once the interpreter is shutting down
         time.sleep(seconds)
         logging.getLogger("zephyr").error(
             "still not exited %.0fs after the interrupt (a thread is blocked); exiting now with status %d", seconds, code)
