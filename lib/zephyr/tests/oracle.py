@@ -25,6 +25,7 @@ when their `canon` is equal: the docs' "equal keys, equal bytes" with a type-exa
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -170,7 +171,7 @@ def _groups(records: list[Any], key) -> dict[tuple, tuple[Any, list[Any]]]:
 
 def group_by(model, key, reducer, sort_by=None, num_output_shards=None, combiner=None):
     """`reducer(key, items)` per group, items ordered by `sort_by` then (shard, position). A
-    generator reducer yields several records. A combiner (associative, pre-aggregating) must not
+    generator function yields several records. A combiner (associative, pre-aggregating) must not
     change the result, so the model ignores it. Output: a bag over `num_output_shards`
     (default: as many as the input)."""
     out = []
@@ -178,7 +179,7 @@ def group_by(model, key, reducer, sort_by=None, num_output_shards=None, combiner
         if sort_by is not None:
             items = sorted(items, key=sort_by)  # stable: ties stay in (shard, position) order
         result = reducer(k, iter(items))
-        out.extend(result if isinstance(result, Iterator) else [result])
+        out.extend(result if inspect.isgeneratorfunction(reducer) else [result])  # anything else is one record
     return _bag(out, num_output_shards or len(model.shards))
 
 

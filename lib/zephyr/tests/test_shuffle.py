@@ -271,6 +271,33 @@ def test_a_skewed_group_by_joined_shard_by_shard_is_not_cut_into_key_ranges(loca
     joined = local_backend.execute(left.sorted_merge_join(right.flat_map(list), by_k, by_k))
     assert sorted((r["k"], r["n"], r["tag"]) for r in joined) == sorted((k, n, -k) for k, n in counts.items())
 
+class KeyedIterator:
+    """An iterator over a group's items that knows the group's key."""
+
+    def __init__(self, k, items):
+        self.k, self._items = k, iter(list(items))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._items)
+
+
+def test_a_joined_group_by_reduces_by_group_bys_rule_a_returned_iterator_is_one_item(local_backend):
+    """Regression: joined shuffle by shuffle, a group_by whose reducer returned an iterator had it
+    flattened into several items, while the same group_by alone yields it as one item (only a
+    generator function yields several)."""
+    words = Dataset.from_list(["a", "b", "a", "c", "a"])
+    left = words.group_by(lambda w: w, KeyedIterator, num_output_shards=2)
+    right = words.group_by(lambda w: w, lambda k, items: {"k": k, "n": sum(1 for _ in items)}, num_output_shards=2)
+    alone = list(local_backend.execute(left.map(lambda g: (type(g).__name__, g.k))))
+    assert sorted(alone) == [("KeyedIterator", "a"), ("KeyedIterator", "b"), ("KeyedIterator", "c")]  # one item per key
+    joined = local_backend.execute(left.sorted_merge_join(right, lambda g: g.k, lambda r: r["k"],
+                                                          combiner=lambda g, r: (type(g).__name__, list(g), r["n"])))
+    assert sorted(joined) == [("KeyedIterator", ["a"] * 3, 3), ("KeyedIterator", ["b"], 1), ("KeyedIterator", ["c"], 1)]
+
+
 def test_same_output_bytes_twice_and_scratch_is_removed(tmp_path):
     outputs = []
     for run in range(2):

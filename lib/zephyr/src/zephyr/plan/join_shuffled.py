@@ -14,6 +14,7 @@ Output: one shard per partition, groups in the shuffle's (hash, key) order rathe
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -133,8 +134,11 @@ class _Sides:
         return (t.item for t in itertools.chain(self._first_right, self._items))
 
 
-def _outputs(result: Any, ops: tuple) -> list:
-    stream = result if isinstance(result, Iterator) else iter([result])
+def _outputs(reducer: Any, key: Any, items: Iterator[Any], ops: tuple) -> list:
+    """A side's items for `key`: its group_by reducer's, by group_by's rule (a generator function
+    yields several items, anything else returns one, even an iterator), then its per-item ops."""
+    result = reducer(key, items)
+    stream = result if inspect.isgeneratorfunction(reducer) else iter([result])
     for one in ops:  # per-item ops only (`_PER_ITEM`)
         stream = one.apply(stream)
     return list(stream)
@@ -147,10 +151,10 @@ def join_group(spec: JoinSpec, key: Any, items: Iterator[Tagged]) -> Iterator[An
     if first.side:  # a key only the right side has: nothing for an inner or a left join
         return
     sides = _Sides(itertools.chain([first], items))
-    lefts = _outputs(spec.left_reducer(key, sides.lefts()), spec.left_ops)
+    lefts = _outputs(spec.left_reducer, key, sides.lefts(), spec.left_ops)
     rights_in = sides.rights()
     peeked = next(rights_in, _NONE)
-    rights = [] if peeked is _NONE else _outputs(spec.right_reducer(key, itertools.chain([peeked], rights_in)), spec.right_ops)
+    rights = [] if peeked is _NONE else _outputs(spec.right_reducer, key, itertools.chain([peeked], rights_in), spec.right_ops)
     right_keys = [_own_key(spec.right_key, r, key, "right") for r in rights]
     combine = spec.combiner if spec.combiner is not None else default_combiner
     for left in lefts:
