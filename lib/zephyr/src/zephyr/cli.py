@@ -335,7 +335,8 @@ def _wait_for_launcher(launcher: subprocess.Popen, received: list[int], deadline
         os.killpg(launcher.pid, signal.SIGKILL)  # it leads its own session
     launcher.wait()
     print(f"zephyr: the job launcher had not ended {deadline_s:.0f}s after it was asked to stop the job, and was "
-          f"killed; job {job_id} may still be running: `marin cluster --cluster {cluster} stop-job {job_id}` stops it", file=sys.stderr, flush=True)
+          f"killed; job {job_id} may still be running: `marin cluster --cluster {cluster} stop-job {job_id}` "
+          "stops it", file=sys.stderr, flush=True)
     return None
 
 
