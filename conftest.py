@@ -358,7 +358,7 @@ def pytest_runtest_protocol(item, nextitem):
     if running.exists():
         item.add_marker(pytest.mark.skip(reason="its worker process died while running it (reported above as a "
                                                 "crash); not run again"))
-    running.touch()
+    running.write_text(item.nodeid)  # what each worker runs now, for a look from outside
     timeout = _test_timeout(item)
     if timeout > 0:
         faulthandler.dump_traceback_later(timeout + HARD_TIMEOUT_GRACE, exit=True, file=_watchdog_stream)
