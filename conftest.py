@@ -302,13 +302,28 @@ HARD_TIMEOUT_GRACE = float(os.environ.get("ZEPHYR_TESTS_HARD_TIMEOUT_GRACE", "24
 # directory (the controller's, inherited by the workers) while it runs; a test found marked was
 # running when its worker died, and is skipped: the crash is already reported as its failure.
 _RUNNING_DIR_ENV = "ZEPHYR_TESTS_RUNNING_DIR"
+# Collecting takes seconds to a minute; a worker whose collection hangs (an import that waits
+# forever) would never run its tests, and the run would wait for it until CI's limit.
+COLLECTION_TIMEOUT = float(os.environ.get("ZEPHYR_TESTS_COLLECTION_TIMEOUT", "600"))
 _watchdog_stream = None
 
 
 def pytest_configure(config):
+    global _watchdog_stream
+    # pytest's capture is suspended while plugins configure: fd 2 is the run's own stderr here
+    _watchdog_stream = os.fdopen(os.dup(2), "w")
     if _RUNNING_DIR_ENV not in os.environ:  # the controller (or a run without xdist): workers inherit it
         config._running_dir = tempfile.mkdtemp(prefix="pytest-running-")
         os.environ[_RUNNING_DIR_ENV] = config._running_dir
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session):
+    faulthandler.dump_traceback_later(COLLECTION_TIMEOUT, exit=True, file=_watchdog_stream)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def pytest_unconfigure(config):
@@ -350,10 +365,6 @@ def _test_timeout(item) -> float:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    global _watchdog_stream
-    if _watchdog_stream is None:
-        # Outside a test's phases pytest's capture is suspended: fd 2 is the run's own stderr here.
-        _watchdog_stream = os.fdopen(os.dup(2), "w")
     running = Path(os.environ[_RUNNING_DIR_ENV], hashlib.sha1(item.nodeid.encode()).hexdigest())
     if running.exists():
         item.add_marker(pytest.mark.skip(reason="its worker process died while running it (reported above as a "

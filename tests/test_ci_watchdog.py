@@ -1,7 +1,7 @@
 """The test run's own watchdog (root conftest): a hung test cannot hold CI until CI's limit.
 
 A test that swallows pytest-timeout's exception and waits on is ended by the watchdog once its
-timeout plus the grace has passed, with every thread's stack in the output; xdist reports the
+timeout plus the grace has passed (a worker stuck collecting, once the collection timeout has), with every thread's stack in the output; xdist reports the
 crash and how the worker died, and the worker that replaces the dead one does not run the test
 again.
 """
@@ -39,19 +39,35 @@ HUNG = textwrap.dedent(
 )
 
 
+def run_pytest(tmp_path: Path, test_file: str, *args: str, **env_vars: str) -> tuple[int, str]:
+    """pytest on `tmp_path/test_file` (outside the workspace) with the workspace's conftest as a
+    plugin, in one xdist worker; its exit status and output."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ZEPHYR_TESTS_RUNNING_DIR", "PYTEST_ADDOPTS")}
+    env |= {"PYTHONPATH": str(ROOT), **env_vars}
+    argv = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-c", os.devnull,
+            "--rootdir", str(tmp_path), "-n", "1", "--dist", "loadfile", "--timeout", "600", "-ra", *args, test_file]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    return done.returncode, done.stdout + done.stderr
+
+
 @pytest.mark.slow
 def test_a_test_that_hangs_past_its_timeout_is_ended_and_not_run_again(tmp_path):
     (tmp_path / "test_hung.py").write_text(HUNG)
-    env = {k: v for k, v in os.environ.items() if k not in ("ZEPHYR_TESTS_RUNNING_DIR", "PYTEST_ADDOPTS")}
-    env |= {"ZEPHYR_TESTS_HARD_TIMEOUT_GRACE": "2", "PYTHONPATH": str(ROOT)}
-    # the workspace's conftest as a plugin, on a test file outside the workspace
-    argv = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-c", os.devnull,
-            "--rootdir", str(tmp_path), "-n", "1", "--dist", "loadfile", "--timeout", "600", "-ra", "test_hung.py"]
-    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    out = done.stdout + done.stderr
-    assert done.returncode == 1, out[-3000:]
+    returncode, out = run_pytest(tmp_path, "test_hung.py", ZEPHYR_TESTS_HARD_TIMEOUT_GRACE="2")
+    assert returncode == 1, out[-3000:]
     assert "Timeout (0:00:03)!" in out and "in test_hangs_past_its_timeout" in out, out[-3000:]  # the stacks
     assert "crashed while running 'test_hung.py::test_hangs_past_its_timeout'" in out, out[-3000:]
     assert "the worker process exited with status 1" in out, out[-3000:]  # how it died: faulthandler's exit
     assert "its worker process died while running it" in out, out[-3000:]  # skipped in the new worker
     assert "1 failed, 1 passed, 1 skipped" in out, out[-3000:]
+
+
+@pytest.mark.slow
+def test_a_worker_whose_collection_hangs_is_ended(tmp_path):
+    """An import that never returns holds a worker in collection, where no test timeout applies:
+    the collection watchdog ends it with its stack, and the run ends."""
+    (tmp_path / "test_import_hangs.py").write_text("import time\n\ntime.sleep(600)\n\n\ndef test_never():\n    pass\n")
+    returncode, out = run_pytest(tmp_path, "test_import_hangs.py", "--max-worker-restart=0",
+                                  ZEPHYR_TESTS_COLLECTION_TIMEOUT="3")
+    assert returncode != 0, out[-3000:]
+    assert "Timeout (0:00:03)!" in out and "test_import_hangs.py\", line 3" in out, out[-3000:]
