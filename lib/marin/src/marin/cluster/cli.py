@@ -103,7 +103,7 @@ def _restore_when_ready(target: Target, records: list[dict], timeout: float) -> 
             with job_client(target) as (client, _):
                 resubmitted, skipped = jobs.restore(client, records)
             break
-        except (ConnectionError, RuntimeError) as e:
+        except (ConnectionError, RuntimeError, TimeoutError) as e:  # a head still starting may not answer in time
             if time.monotonic() > deadline:
                 print(f"Could not resubmit jobs: {e}", file=sys.stderr)
                 return 1

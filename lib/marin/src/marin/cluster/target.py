@@ -15,6 +15,7 @@ dashboard) is never sent the token.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shlex
@@ -211,12 +212,35 @@ def dashboard_address(target: Target) -> Iterator[str]:
         proc.wait(timeout=10)
 
 
-def connect(address: str, token: str | None):
-    """An authenticated `JobSubmissionClient`; errors never carry the token."""
+# Seconds a request to a cluster's job API may wait for an answer. Ray's job client sets no
+# timeout, so a job server that accepts connections and never answers (a wedged dashboard) held
+# every command (`job-logs`, `stop-job`, a launcher following its job) forever.
+JOB_API_TIMEOUT = float(os.environ.get("MARIN_JOB_API_TIMEOUT", "60"))
+
+
+@functools.cache
+def _client_class():
+    """Ray's `JobSubmissionClient` with a deadline on every request (imported on first use: Ray
+    is slow to import and most commands never talk to a job API)."""
+    import requests
     from ray.job_submission import JobSubmissionClient
 
+    class Client(JobSubmissionClient):
+        def _do_request(self, method: str, endpoint: str, **kwargs):
+            kwargs.setdefault("timeout", JOB_API_TIMEOUT)
+            try:
+                return super()._do_request(method, endpoint, **kwargs)
+            except requests.Timeout:
+                raise TimeoutError(f"the Ray job API at {self._address} did not answer {method} {endpoint} within "
+                                   f"{kwargs['timeout']:.0f}s (MARIN_JOB_API_TIMEOUT)") from None
+
+    return Client
+
+
+def connect(address: str, token: str | None):
+    """An authenticated `JobSubmissionClient` whose requests time out; errors never carry the token."""
     try:
-        return JobSubmissionClient(address, headers=auth_headers(token) if token else None)
+        return _client_class()(address, headers=auth_headers(token) if token else None)
     except Exception as e:  # Ray raises bare Exception/ConnectionError here
         raise ConnectionError(f"Could not connect to the Ray job API at {address}: {redact(str(e), token)}") from None
 
