@@ -332,6 +332,7 @@ def pytest_unconfigure(config):
         os.environ.pop(_RUNNING_DIR_ENV, None)
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: without xdist (`-p no:xdist`) it is never called
 def pytest_testnodedown(node, error):
     """When a worker dies (xdist says only "Not properly terminated"), say how: its exit status
     or signal, and the memory the machine had left (a SIGKILL with little left is the OOM killer)."""
