@@ -21,13 +21,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import sys
+import tempfile
 import threading
 import time
 import uuid
-from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -348,7 +348,8 @@ def pytest_testnodedown(node, error):
     elif status < 0:
         how = f"killed by {signal.Signals(-status).name}"
     else:
-        how = f"exited with status {status} (os._exit, or a C library's exit: Ray's driver exits when its raylet dies)"
+        how = (f"exited with status {status} (os._exit or a C library's exit: the hang watchdog, whose stacks are "
+               "then above, or Ray's driver after 60 s without its GCS)")
     available = next((line.split(":", 1)[1].strip() for line in _read_file("/proc/meminfo").splitlines()
                       if line.startswith("MemAvailable")), "?") if os.path.exists("/proc/meminfo") else "?"
     print(f"\n[{getattr(node.gateway, 'id', '?')}] the worker process {how}; memory available now: {available}",
