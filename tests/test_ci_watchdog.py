@@ -1,14 +1,16 @@
 """The test run's own watchdog (root conftest): a hung test cannot hold CI until CI's limit.
 
 A test that swallows pytest-timeout's exception and waits on is ended by the watchdog once its
-timeout plus the grace has passed (a worker stuck collecting, once the collection timeout has), with every thread's stack in the output; xdist reports the
-crash and how the worker died, and the worker that replaces the dead one does not run the test
-again.
+timeout plus the grace has passed (a worker stuck collecting, once the collection timeout has),
+with every thread's stack in the output; xdist reports the crash and how the worker died, and the
+worker that replaces the dead one does not run the test again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -46,8 +48,16 @@ def run_pytest(tmp_path: Path, test_file: str, *args: str, **env_vars: str) -> t
     env |= {"PYTHONPATH": str(ROOT), **env_vars}
     argv = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-c", os.devnull,
             "--rootdir", str(tmp_path), "-n", "1", "--dist", "loadfile", "--timeout", "600", "-ra", *args, test_file]
-    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    return done.returncode, done.stdout + done.stderr
+    # a session of its own: if the watchdog failed, the hung worker is killed with the run, not left behind
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return proc.returncode, out
 
 
 @pytest.mark.slow

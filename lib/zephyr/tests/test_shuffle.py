@@ -271,6 +271,7 @@ def test_a_skewed_group_by_joined_shard_by_shard_is_not_cut_into_key_ranges(loca
     joined = local_backend.execute(left.sorted_merge_join(right.flat_map(list), by_k, by_k))
     assert sorted((r["k"], r["n"], r["tag"]) for r in joined) == sorted((k, n, -k) for k, n in counts.items())
 
+
 class KeyedIterator:
     """An iterator over a group's items that knows the group's key."""
 

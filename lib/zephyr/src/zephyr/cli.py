@@ -285,7 +285,8 @@ def _submit_to_cluster(args: argparse.Namespace, argv: Sequence[str]) -> int:
     the launcher runs with `--auto-stop` in a session of its own, gets a SIGTERM from here on the
     first signal (once, so that a second cannot cut its stop request short; SIGTERM because a
     SIGINT that was ignored when this command started stays ignored in the launcher), and is
-    waited for. Before, a SIGTERM left the launcher behind, streaming logs of a job that kept running.
+    waited for, `LAUNCHER_STOP_DEADLINE` seconds at most. Before, a SIGTERM left the launcher
+    behind, streaming logs of a job that kept running.
     """
     forwarded = _without_cluster_option(list(argv))
     job_id = "raysubmit_" + secrets.token_hex(8)  # Ray's form; chosen here, so a message can name the job
