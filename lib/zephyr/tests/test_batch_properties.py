@@ -1,4 +1,4 @@
-"""The batch path (`zephyr.execution.batch_stage`) against the record path: same bytes out, or the same error.
+"""The engine (`zephyr.engine`) against the record path: the same records out, or the same error.
 
 Generated JSON-lines files (blocks of uniform records, which go columnar, mixed with what must
 not: missing and extra keys, keys in another order, nulls, nested values, floats, unicode and
@@ -6,8 +6,10 @@ escapes, integers beyond 64 bits, blank, spaced and bad lines) run through gener
 of column-expression ops (filter/select/with_columns/map_batches), a Python op here and there,
 and a sink (write_jsonl; write_parquet, with and without a schema; deduplicate or group_by on
 a column; reshard). Each runs once with
-`ZEPHYR_COLUMNAR=0` (records all the way) and once on batches; the output files must be equal
-byte for byte (or both runs fail with the same error type). The record path itself is checked
+`ZEPHYR_COLUMNAR=0` (records all the way) and once in the engine; the output files must read
+back the same (JSON lines: each line's values, types and key order; Parquet: byte for byte), or
+both runs fail with the same error type. The engine writes a row no op changed as the line it
+read, so its JSON may be spaced as the input was where the record path writes orjson's. The record path itself is checked
 against the plain-Python oracle by `test_pipeline_properties.py`; the named tests below check
 a few outputs against plain Python directly.
 """
@@ -26,7 +28,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from zephyr import Dataset, col, create_backend, lit
 from zephyr.errors import ShardError
-from zephyr.io.arrow_rows import MAX_BLOCK, MIN_BLOCK, block_bytes
+from zephyr.engine.scan import MAX_BLOCK, MIN_BLOCK, block_bytes
 
 FIELDS = ["k", "s", "b", "n"]
 text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=8)
@@ -161,7 +163,7 @@ def run_pipeline(columnar: bool, inputs: list[str], ops: list[str], sink: str, o
                 list(execution)
                 error = None
                 if columnar:
-                    event(f"blocks as batches: {execution.counters.get('zephyr/blocks_as_batches', 0) > 0}")
+                    event(f"blocks in the engine: {execution.counters.get('zephyr/engine_blocks', 0) > 0}")
             except Exception as e:  # noqa: BLE001  (compared between the two paths)
                 error = type(e).__name__
             finally:
@@ -171,13 +173,25 @@ def run_pipeline(columnar: bool, inputs: list[str], ops: list[str], sink: str, o
     outputs = {}
     for name in sorted(n for n in os.listdir(out) if not n.startswith(".")) if os.path.isdir(out) else []:
         with open(os.path.join(out, name), "rb") as f:
-            outputs[name] = f.read()
+            outputs[name] = read_back(name, f.read())
     return outputs, error
+
+
+def read_back(name: str, data: bytes) -> Any:
+    """What a file holds: a JSON-lines file's records as exact JSON text (the stdlib reads
+    integers of any size, keeps key order and tells 1 from 1.0); a Parquet file's bytes."""
+    if name.endswith(".gz"):
+        import gzip
+
+        data, name = gzip.decompress(data), name[:-3]
+    if not name.endswith(".jsonl"):
+        return data
+    return [json.dumps(json.loads(line), ensure_ascii=False, separators=(",", ":")) for line in data.splitlines()]
 
 
 @settings(max_examples=40, deadline=None)
 @given(contents=files, ops=st.lists(st.sampled_from(sorted(COLUMN_OPS)), max_size=3), sink=st.sampled_from(sorted(SINKS)))
-def test_batch_and_record_paths_write_the_same_bytes(contents, ops, sink):
+def test_engine_and_record_paths_write_the_same_records(contents, ops, sink):
     with tempfile.TemporaryDirectory(prefix="zephyr-batch-case-") as work:
         inputs = []
         for i, data in enumerate(contents):
@@ -205,7 +219,7 @@ parquet_tables = st.lists(
 @given(tables=st.lists(parquet_tables, min_size=1, max_size=2), columns=st.sets(st.sampled_from(FIELDS), min_size=1),
        ops=st.lists(st.sampled_from(sorted(COLUMN_OPS)), max_size=3), sink=st.sampled_from(sorted(SINKS)),
        string_type=st.sampled_from([pa.string(), pa.large_string()]), spoil=st.booleans())
-def test_parquet_batches_and_records_write_the_same_bytes(tables, columns, ops, sink, string_type, spoil):
+def test_parquet_in_the_engine_and_records_write_the_same(tables, columns, ops, sink, string_type, spoil):
     """Parquet row batches on the batch path (strings with escapes, as string or large_string
     (as Polars writes them), int64, bool, floats with NaN, nulls; with `spoil`, bytes that are
     not UTF-8 in the files' one-character strings, which Parquet readers do not check) against
@@ -262,7 +276,7 @@ def test_strings_that_are_not_utf8_fail_both_paths_alike(tmp_path):
     execution = create_backend("sync", progress=False, scratch_dir=str(tmp_path / "scratch")).execute(
         Dataset.from_files([str(spoiled)]).load_parquet().filter(col("k") >= 0).write_jsonl(str(tmp_path / "ok" / "o.jsonl")))
     list(execution)
-    assert execution.counters.get("zephyr/invalid_utf8_batches_as_records", 0) == 0
+    assert execution.counters.get("zephyr/tables_as_records", 0) == 0
     assert _read(tmp_path / "ok" / "o.jsonl") == b"".join(orjson.dumps(r) + b"\n" for r in rows)
 
 
@@ -293,24 +307,26 @@ def test_uniform_blocks_run_on_batches_and_match_plain_python(tmp_path):
             want.append({**d, "n": len(d["text"])})
     got = [json.loads(line) for line in _read(tmp_path / "out-0.jsonl").splitlines()]
     assert sorted(got, key=lambda d: d["id"]) == want
-    assert execution.counters.get("zephyr/blocks_as_batches", 0) == 1
-    assert execution.counters.get("zephyr/blocks_as_records", 0) == 0
+    assert execution.counters.get("zephyr/engine_blocks", 0) == 1
+    assert execution.counters.get("zephyr/python_columns", 0) == 0
 
 
-def test_blocks_that_arrow_cannot_hold_exactly_are_read_as_records(tmp_path):
-    """Each of these lines changes (or fails) when read by pyarrow's JSON reader and written
-    back: an int beyond 64 bits, a key missing, keys reordered, a float, spaces, NaN (refused)."""
+def test_lines_the_engine_does_not_change_are_written_as_read(tmp_path):
+    """An int beyond 64 bits, a key missing, keys reordered, a float, spaces, `json.dumps`'s
+    escapes: each block stays in the engine, the filter keeps what plain Python keeps, and a
+    kept line is written as it was read (so it reads back as its record, key order and all).
+    The column beyond 64 bits is evaluated in Python, and the run counts it."""
     cases = [b'{"k":18446744073709551617}', b'{"k":1,"s":"a"}\n{"k":2}', b'{"k":1,"s":"a"}\n{"s":"b","k":2}',
-             b'{"k":1.5}', b'{"k": 1}']
+             b'{"k":1.5}', b'{"k": 1, "s": "caf\\u00e9"}', b'{"k": null}\n\n{"k":0}']
     for i, data in enumerate(cases):
         path = _write(tmp_path / f"in-{i}.jsonl", [data])
         ds = Dataset.from_files([path]).load_jsonl().filter(col("k").is_not_null()).write_jsonl(str(tmp_path / f"o{i}.jsonl"))
         execution = create_backend("sync", progress=False, scratch_dir=str(tmp_path / "s")).execute(ds)
         list(execution)
-        assert execution.counters.get("zephyr/blocks_as_records", 0) == 1, data
-        want = b"".join(orjson.dumps(r) + b"\n" if r["k"] < 2**64 else json.dumps(r, separators=(",", ":")).encode() + b"\n"
-                        for r in map(json.loads, data.split(b"\n")) if r.get("k") is not None)
-        assert _read(tmp_path / f"o{i}.jsonl") == want
+        assert execution.counters.get("zephyr/engine_blocks", 0) == 1, data
+        assert execution.counters.get("zephyr/python_columns", 0) == (1 if i == 0 else 0), data
+        want = [line for line in data.split(b"\n") if line.strip() and json.loads(line).get("k") is not None]
+        assert _read(tmp_path / f"o{i}.jsonl").splitlines() == want
     path = _write(tmp_path / "nan.jsonl", [b'{"k":1}', b'{"k":NaN}'])
     ds = Dataset.from_files([path]).load_jsonl().filter(col("k") > 0).write_jsonl(str(tmp_path / "nan-out.jsonl"))
     with pytest.raises(Exception, match=r"nan.jsonl:2"):
@@ -382,7 +398,7 @@ def test_on_ray_the_batch_path_writes_the_record_paths_bytes(ray_shared, tmp_pat
     for ds in pipelines(ray_out):
         execution = backend.execute(ds)
         list(execution)
-        batches += execution.counters.get("zephyr/blocks_as_batches", 0)
+        batches += execution.counters.get("zephyr/engine_blocks", 0)
     assert batches == 6  # each input file is one block, in both pipelines
     os.environ["ZEPHYR_COLUMNAR"] = "0"
     try:
@@ -429,15 +445,15 @@ def test_a_group_by_with_sort_by_after_batches_orders_its_groups(tmp_path):
     assert got == [{"key": 0, "texts": sorted("dbhf")}, {"key": 1, "texts": sorted("cage")}]
 
 
-def test_files_of_long_lines_are_read_as_records(tmp_path):
-    """Long documents parse faster in orjson: such a file takes the record reader, same bytes."""
+def test_files_of_long_lines_run_in_the_engine(tmp_path):
+    """Regression: a file whose lines averaged over 1 KiB was read as records throughout."""
     docs = [orjson.dumps({"id": i, "text": "word " * (300 + i)}) for i in range(20)]
     path = _write(tmp_path / "in.jsonl", docs)
     ds = Dataset.from_files([path]).load_jsonl().filter(col("id") > 4).write_jsonl(str(tmp_path / "o.jsonl"))
     execution = create_backend("sync", progress=False, scratch_dir=str(tmp_path / "s")).execute(ds)
     list(execution)
-    assert execution.counters.get("zephyr/blocks_as_records", 0) == 1
-    assert execution.counters.get("zephyr/blocks_as_batches", 0) == 0
+    assert execution.counters.get("zephyr/engine_blocks", 0) == 1
+    assert execution.counters.get("zephyr/python_expressions", 0) == 0
     assert _read(tmp_path / "o.jsonl") == b"".join(d + b"\n" for d in docs[5:])
 
 
@@ -464,7 +480,7 @@ def test_parquet_from_batches_cuts_and_widens_row_groups_as_the_record_path(tmp_
             os.environ.pop("ZEPHYR_COLUMNAR", None)
         outputs[columnar] = _read(out / "p-000.parquet")
         if columnar:
-            assert execution.counters.get("zephyr/blocks_as_batches", 0) >= 3  # the batches straddled blocks
+            assert execution.counters.get("zephyr/engine_blocks", 0) >= 3  # the batches straddled blocks
             assert execution.counters.get("zephyr/parquet_batches_as_records", 0) == 0
             assert "write_parquet" in ds.describe() and "to_records" not in ds.describe()
     assert outputs[True] == outputs[False]
@@ -480,7 +496,7 @@ def test_a_table_made_from_records_drops_no_field(records):
     """Regression: `map_batches` on records built its table with `Table.from_pylist`, which
     takes the first record's keys, so a field the first record lacked vanished. Every key any
     record has is a column; each row reads back as its record plus nulls for the keys it lacks."""
-    from zephyr.execution.batch_stage import records_table
+    from zephyr.engine.steps import records_table
 
     table = records_table(records)
     names = list(dict.fromkeys(k for r in records for k in r))

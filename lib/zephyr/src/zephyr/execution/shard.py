@@ -17,8 +17,8 @@ from typing import Any
 
 from zephyr import counters
 from zephyr.plan import ops as op
-from zephyr.io.arrow_rows import Pieces
-from zephyr.execution.batch_stage import load_batches, map_batches_items, write_jsonl_pieces
+from zephyr.engine.frame import Pieces
+from zephyr.engine.steps import load_batches, map_batches_items, write_jsonl_pieces
 from zephyr.errors import ShardError, is_transient_storage_error
 from zephyr.execution.failed_record import failed_record
 from zephyr.execution.intra_shard import run_split, split_end
@@ -136,7 +136,7 @@ def _reread(program: StageProgram, task: ShardTask, ctx: _Context) -> Iterator:
 
 def _load(ops: tuple, stream: Iterator, ctx: _Context, sink: Any = None, memory: int | None = None) -> tuple[int, Iterator]:
     """Apply the stage's leading loaders: the records they yield are the stage's items in.
-    Where the stage starts on Arrow batches (`zephyr.execution.batch_stage`), also the ops that run on them."""
+    Where the stage starts in the engine (`zephyr.engine.steps`), also the ops that run there."""
     batched = load_batches(ops, stream, sink, memory)
     if batched is not None:
         return batched

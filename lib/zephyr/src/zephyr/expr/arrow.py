@@ -29,7 +29,7 @@ from typing import Any
 
 from zephyr.expr.nodes import Arithmetic, Column, Compare, Expr, Field, IsNull, Literal, Logical, Not, StrLen
 
-__all__ = ["to_arrow_filter", "to_arrow_value", "to_pyarrow_expr", "translate_plainly"]
+__all__ = ["to_arrow_filter", "to_pyarrow_expr", "translate_plainly"]
 
 _EXACT_FLOAT_INT = 2**53  # integers up to this magnitude convert to float64 exactly
 
@@ -55,16 +55,6 @@ def to_arrow_filter(expr: Expr, schema: Any) -> Any:
     except _NotIdentical:
         return None
     return arrow if kind is _Kind.BOOL else None
-
-
-def to_arrow_value(expr: Expr, schema: Any) -> Any:
-    """`expr` as a `pyarrow.compute.Expression` computing the value Python would compute
-    (booleans, integers, floats, strings or bytes), or None where pyarrow could differ."""
-    try:
-        arrow, kind, _ = _translate(expr, schema)
-    except _NotIdentical:
-        return None
-    return None if kind is _Kind.OTHER else arrow
 
 
 def _kind_of(arrow_type: Any) -> _Kind:

@@ -1,7 +1,7 @@
 """A column expression used as a shuffle key (`deduplicate(col("text"))`, `group_by(col("k"), ...)`).
 
-A key is a callable on records everywhere in zephyr; this one is also data, so the batch path
-can hash a plain column's values in Arrow (`zephyr.shuffle.arrow_keys`) and plans print it.
+A key is a callable on records everywhere in zephyr; this one is also data, so the engine can
+hash a plain column's values natively (`zephyr.engine.keys`) and plans print it.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ExprKey"]
+__all__ = ["ExprKey", "is_column_key"]
 
 
 @dataclass(frozen=True)
@@ -27,3 +27,10 @@ class ExprKey:
 
     def name_for_plan(self) -> str:
         return self.expr_text
+
+
+def is_column_key(key: Any) -> bool:
+    """Whether a shuffle key is a plain column (`col("text")`)."""
+    from zephyr.expr.nodes import Column
+
+    return isinstance(key, ExprKey) and isinstance(key.expr, Column)

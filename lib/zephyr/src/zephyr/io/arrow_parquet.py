@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.types as pt
 
 from zephyr import counters
-from zephyr.io.arrow_rows import Pieces, Rows
+from zephyr.engine.frame import Frame, Pieces
 from zephyr.io.files import atomic_write
 from zephyr.io.parquet import ROWS_PER_BATCH, RowGroups
 from zephyr.io.parquet_schema import SchemaConflict, arrow_schema, int_descriptor, unify
@@ -49,16 +49,19 @@ def write_parquet_pieces(pieces: Pieces, path: str, schema: pa.Schema | None = N
     return writer.count
 
 
-def _windows(chunks: Iterator[Rows | list], size: int) -> Iterator[list]:
+def _windows(chunks: Iterator[Frame | list], size: int) -> Iterator[list]:
     """The stream cut where the record path cuts it: lists of parts (a table slice, or
     records) of `size` rows each, the last one shorter."""
     parts: list = []
     rows = 0
     for piece in chunks:
+        if isinstance(piece, Frame):
+            table = piece.table()
+            piece = table if table is not None else piece.records()
         start, n = 0, len(piece)
         while start < n:
             take = min(size - rows, n - start)
-            parts.append(piece.table.slice(start, take) if isinstance(piece, Rows) else piece[start : start + take])
+            parts.append(piece.slice(start, take) if isinstance(piece, pa.Table) else piece[start : start + take])
             rows += take
             start += take
             if rows == size:

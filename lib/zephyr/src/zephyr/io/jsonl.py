@@ -26,7 +26,7 @@ from zephyr.io.files import open_input, open_output
 from zephyr.io.records import UnwritableRecordError, field_path
 from zephyr import counters
 
-__all__ = ["BadRecordError", "decode_block", "encode_records", "jsonl_blocks", "read_jsonl", "write_jsonl_file"]
+__all__ = ["BadRecordError", "decode_block", "decode_block_lines", "encode_records", "jsonl_blocks", "read_jsonl", "write_jsonl_file"]
 
 _BLOCK = 256 * 1024  # bytes of lines decoded per orjson batch
 _CHUNK = 1024  # records encoded (and checked) per write
@@ -100,6 +100,12 @@ def _newlines(block: bytes) -> int:
 
 def decode_block(block: bytes, path: str, line_no: int, on_bad_record: str = "raise") -> list:
     """The records of a block of lines (the first being line `line_no + 1`), as `read_jsonl` reads them."""
+    return decode_block_lines(block, path, line_no, on_bad_record)[0]
+
+
+def decode_block_lines(block: bytes, path: str, line_no: int, on_bad_record: str = "raise") -> tuple[list, list | None]:
+    """`decode_block`'s records, and the lines they were read from: None when that is every
+    line of the block, in order (no blank line and none skipped), else the list of them."""
     lines = block.split(b"\n")
     if block.endswith(b"\n"):
         lines.pop()  # split leaves an empty piece after the last newline
@@ -108,8 +114,10 @@ def decode_block(block: bytes, path: str, line_no: int, on_bad_record: str = "ra
     except orjson.JSONDecodeError:  # a blank or bad line: found line by line
         values = None
     if values is None or _long_digits(block) or set(map(type, values)) != {dict}:
-        values = _decode_lines(lines, path, line_no, on_bad_record)
-    return values
+        kept: list = []
+        values = _decode_lines(lines, path, line_no, on_bad_record, kept)
+        return values, (None if len(kept) == len(lines) else kept)
+    return values, None
 
 
 def _long_digits(data: bytes) -> bool:
@@ -124,10 +132,11 @@ def _long_digits(data: bytes) -> bool:
     return False
 
 
-def _decode_lines(lines: list[bytes], path: str, line_no: int, on_bad_record: str) -> list:
+def _decode_lines(lines: list[bytes], path: str, line_no: int, on_bad_record: str, kept: list | None = None) -> list:
     """The slow path of a block: skip blank lines, decode long integers exactly, raise (or
-    count) bad lines by number."""
+    count) bad lines by number. `kept` gets the lines the records were read from."""
     values = []
+    kept = [] if kept is None else kept
     for line_no, line in enumerate(lines, start=line_no + 1):
         if not line.strip():
             continue
@@ -138,6 +147,7 @@ def _decode_lines(lines: list[bytes], path: str, line_no: int, on_bad_record: st
         else:
             if type(value) is dict:
                 values.append(json.loads(line) if _long_digits(line) else value)
+                kept.append(line)
                 continue
             reason = f"expected a JSON object, got {type(value).__name__}; line starts {line[:80]!r}"
         if on_bad_record == "skip":

@@ -1,9 +1,9 @@
-"""How far a stage runs on Arrow batches, and where its plan shows the switch to records.
+"""How far a stage runs in the engine, and where its plan shows the switch to records.
 
 A stage that starts with `load_jsonl()` or `load_parquet()` (without the file path column or
 `batch_mode`) followed by column-expression ops (`filter(col(...))`, `select`,
-`with_columns`, `map_batches`) can run those ops on Arrow batches
-(`zephyr.execution.batch_stage`). It does so only where something gains from it: a
+`with_columns`, `map_batches`) can run those ops in the engine on frames
+(`zephyr.engine.steps`). It does so only where something gains from it: a
 column-expression op (or one pushdown folded into the loader), a `write_jsonl` or
 `write_parquet` right after, or
 a shuffle keyed by a column (`deduplicate(col("text"))`, `group_by(col("k"), ...)`) or a
@@ -16,7 +16,7 @@ from typing import Any
 
 from zephyr.switches import switched_on
 from zephyr.plan import ops as op
-from zephyr.shuffle.arrow_keys import is_column_key
+from zephyr.expr.key import is_column_key
 from zephyr.shuffle.scatter import HashPartition, RoundRobin, ScatterSink, keep_first
 
 __all__ = ["COLUMN_OPS", "SWITCH_LABEL", "WRITERS", "batch_span", "enabled", "plan_labels", "takes_batches"]

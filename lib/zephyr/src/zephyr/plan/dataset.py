@@ -127,7 +127,7 @@ class Dataset:
         """Set columns of each dict item to column expressions, all computed from the item as
         it comes in: an existing column keeps its place, a new one goes last.
 
-        Runs on Arrow batches where the stage does (see `zephyr.execution.batch_stage`), else per record.
+        Runs in the engine where the stage does (see `zephyr.engine.steps`), else per record.
         >>> ds.with_columns(num_chars=col("text").str_len(), source=lit("web"))
         """
         if not columns:

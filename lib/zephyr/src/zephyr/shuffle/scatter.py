@@ -30,8 +30,9 @@ import pyarrow as pa
 
 from zephyr import counters
 from zephyr.switches import switched_on
-from zephyr.io.arrow_rows import Pieces, Rows
-from zephyr.shuffle.arrow_keys import arrow_key_column
+from zephyr.engine.frame import Frame, Pieces
+from zephyr.engine.keys import frame_keys
+from zephyr.engine.lines import json_lines
 from zephyr.shuffle.columnar import FIELDS_META, JSON_COLUMN, JSON_DESCRIPTION, batch_rows, conform, dumps, is_json, key_column, payload_of, sort_value_column, unify_schemas
 from zephyr.io.files import atomic_write
 from zephyr.shuffle.merge import group_starts, sort_order
@@ -105,7 +106,7 @@ class ScatterSink:
         runs: list[dict] = []
         records = 0
         rows = FIRST_CHUNK_ROWS  # until the first chunk has measured what a record takes
-        # the batch path's pieces (Arrow rows or lists of records) are chunks as they come
+        # the engine's pieces (frames or lists of records) are chunks as they come
         chunks = stream.chunks() if isinstance(stream, Pieces) else iter(lambda: list(itertools.islice(stream, rows)), [])
         for chunk in chunks:
             buffer.add(chunk, records)
@@ -149,8 +150,8 @@ class _Buffer:
     def chunk_rows(self) -> int:
         return int(min(16384, max(MIN_CHUNK_ROWS, CHUNK_BYTES / max(self._bytes_per_row, 1.0))))
 
-    def add(self, items: list | Rows, first_pos: int) -> None:
-        if isinstance(items, Rows):
+    def add(self, items: list | Frame, first_pos: int) -> None:
+        if isinstance(items, Frame):
             batch = None if self.pickled is not None else self._rows_batch(items, first_pos)
             if batch is None:
                 return self.add(items.records(), first_pos)
@@ -183,13 +184,15 @@ class _Buffer:
             return None
         return self._assembled(key, len(items), values, first_pos, payload)
 
-    def _rows_batch(self, rows: Rows, first_pos: int) -> pa.RecordBatch | None:
-        """A batch of Arrow rows as they are: their JSON lines, keys from their key column (None
+    def _rows_batch(self, rows: Frame, first_pos: int) -> pa.RecordBatch | None:
+        """A frame's rows as they are: their JSON lines, keys from their key column (None
         where records are needed: a `sort_by` function, or a buffer that holds fields)."""
         if (self.hashed and self.part.sort_by is not None) or (self.schema is not None and not is_json(self.schema)):
             return None
-        lines = rows.json_lines()
-        key = arrow_key_column(rows.table, self.part.key) if self.hashed else None
+        key = frame_keys(rows, self.part.key) if self.hashed else None
+        if self.hashed and key is None:
+            return None
+        lines = json_lines(rows)
         if lines is None or (self.hashed and key is None):
             return None
         return self._assembled(key, len(rows), None, first_pos, ([lines], [JSON_COLUMN], JSON_DESCRIPTION))
