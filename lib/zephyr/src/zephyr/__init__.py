@@ -6,6 +6,7 @@
     list(flow_backend().execute(pipeline.write_jsonl("gs://bucket/out/{shard:05d}.jsonl.zst", skip_existing=True)))
 """
 
+from zephyr import aggregate as agg
 from zephyr import counters
 from zephyr.backends import Backend, backend_names, create_backend, flow_backend, set_flow_backend
 from zephyr.backends.shared import get_shared
@@ -39,6 +40,7 @@ __all__ = [
     "TruncatedInputError",
     "UnwritableRecordError",
     "ZephyrContext",
+    "agg",
     "backend_names",
     "col",
     "counters",

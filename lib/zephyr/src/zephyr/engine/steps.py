@@ -23,6 +23,7 @@ import polars as pl
 import pyarrow as pa
 
 from zephyr import counters
+from zephyr.aggregate.grouped import PartialAggregate
 from zephyr.engine.frame import Frame, Pieces, records_of
 from zephyr.engine.lines import json_lines
 from zephyr.engine.scan import block_bytes, frame_of_table, jsonl_frames
@@ -72,6 +73,9 @@ def _needed_columns(ops: tuple, sink: Any) -> set[str]:
                 names |= referenced_columns(expr)
         elif isinstance(record, (op.LoadJsonl, op.LoadParquet)) and record.filter is not None:
             names |= referenced_columns(record.filter)
+        elif isinstance(record, PartialAggregate):
+            for _, expr in record.keys + tuple((n, a.expr) for n, a in record.aggs if a.expr is not None):
+                names |= referenced_columns(expr)
     key = getattr(getattr(sink, "partitioner", None), "key", None)
     expr = getattr(key, "expr", None)
     if expr is not None:
@@ -200,7 +204,46 @@ def _called(record: MapBatches, table: pa.Table) -> pa.Table:
     return out
 
 
-_STEPS = {op.FilterExpr: _filter, op.Select: _select, WithColumns: _with_columns, MapBatches: _map_batches}
+def _partial_aggregate(record: PartialAggregate, piece: Frame | list) -> list:
+    """A block's partial rows, one per key (`zephyr.aggregate.grouped`): in Polars where the
+    keys (strings, integers, booleans) and every aggregation's input translate, else in Python."""
+    if not isinstance(piece, Frame):
+        return record.partials(piece)
+    made = _polars_partials(record, piece)
+    if made is None:
+        counters.increment("zephyr/python_expressions")
+        return record.partials(piece.records())
+    return made
+
+
+def _polars_partials(record: PartialAggregate, frame: Frame) -> list | None:
+    schema = frame.schema()
+    keys = [to_polars(expr, schema) for _, expr in record.keys]
+    if not frame.df.width or any(k is None or k[1] not in ("str", "int", "bool", "null") for k in keys):
+        return None
+    columns, widths = [], []
+    for _, agg in record.aggs:
+        value = (None, None) if agg.expr is None else to_polars(agg.expr, schema)
+        parts = None if value is None else agg.polars(*value)
+        if parts is None:
+            return None
+        columns += [part.alias(f"__a{len(columns) + i}") for i, part in enumerate(parts)]
+        widths.append(len(parts))
+    grouped = frame.df.group_by([k.alias(f"__k{i}") for i, (k, _) in enumerate(keys)], maintain_order=True).agg(columns)
+    key_rows = zip(*(grouped.get_column(f"__k{i}").to_list() for i in range(len(keys))))
+    state_rows = zip(*(grouped.get_column(f"__a{i}").to_list() for i in range(len(columns))))
+    out = []
+    for key, values in zip(key_rows, state_rows):
+        states, at = [], 0
+        for (_, agg), width in zip(record.aggs, widths):
+            states.append(agg.state_of(values[at : at + width]))
+            at += width
+        out.append({"k": key[0] if len(key) == 1 else key, "s": states})
+    return out
+
+
+_STEPS = {op.FilterExpr: _filter, op.Select: _select, WithColumns: _with_columns, MapBatches: _map_batches,
+          PartialAggregate: _partial_aggregate}
 
 
 def map_batches_items(record: MapBatches, stream: Iterator[Any]) -> Iterator[Any]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from zephyr import counters
 from zephyr.plan import ops as op
+from zephyr.aggregate.grouped import PartialAggregate
 from zephyr.engine.frame import Pieces
 from zephyr.engine.steps import load_batches, map_batches_items, write_jsonl_pieces
 from zephyr.errors import ShardError, is_transient_storage_error
@@ -195,6 +196,7 @@ def _apply(record: Any, stream: Iterator, ctx: _Context) -> Iterator:
 @_apply.register(op.Select)
 @_apply.register(op.FlatMap)
 @_apply.register(op.WithColumns)
+@_apply.register(PartialAggregate)
 def _(record, stream, ctx):
     return record.apply(stream)
 

@@ -105,6 +105,43 @@ class Expr:
         stays null, and any other value is a TypeError."""
         return StrLen(self)
 
+    # per-key aggregations of this value, for `group_by(key).agg(...)` (`zephyr.aggregate`)
+    def sum(self):
+        from zephyr.aggregate import sum as agg_sum
+
+        return agg_sum(self)
+
+    def min(self):
+        from zephyr.aggregate import min as agg_min
+
+        return agg_min(self)
+
+    def max(self):
+        from zephyr.aggregate import max as agg_max
+
+        return agg_max(self)
+
+    def mean(self):
+        from zephyr.aggregate import mean
+
+        return mean(self)
+
+    def first(self):
+        from zephyr.aggregate import first
+
+        return first(self)
+
+    def collect(self):
+        from zephyr.aggregate import collect
+
+        return collect(self)
+
+    def count(self):
+        """Rows per key where this value is not null."""
+        from zephyr.aggregate import count
+
+        return count(self)
+
 
 def _wrap(value: Any) -> Expr:
     return value if isinstance(value, Expr) else Literal(value)

@@ -26,7 +26,7 @@ from zephyr.io.files import open_input, open_output
 from zephyr.io.records import UnwritableRecordError, field_path
 from zephyr import counters
 
-__all__ = ["BadRecordError", "decode_block", "decode_block_lines", "encode_records", "jsonl_blocks", "read_jsonl", "write_jsonl_file"]
+__all__ = ["BadRecordError", "decode_block", "decode_block_lines", "encode_records", "json_values", "jsonl_blocks", "read_jsonl", "write_jsonl_file"]
 
 _BLOCK = 256 * 1024  # bytes of lines decoded per orjson batch
 _CHUNK = 1024  # records encoded (and checked) per write
@@ -118,6 +118,17 @@ def decode_block_lines(block: bytes, path: str, line_no: int, on_bad_record: str
         values = _decode_lines(lines, path, line_no, on_bad_record, kept)
         return values, (None if len(kept) == len(lines) else kept)
     return values, None
+
+
+def json_values(lines: list[bytes]) -> list:
+    """The JSON value of each line (any JSON value), integers beyond 64 bits read exactly (a line
+    an engine copied from its input may hold one; orjson alone would read it as a float)."""
+    values = list(map(orjson.loads, lines))
+    if _long_digits(b"".join(lines)):  # rare: then find the lines
+        for i, line in enumerate(lines):
+            if _long_digits(line):
+                values[i] = json.loads(line)
+    return values
 
 
 def _long_digits(data: bytes) -> bool:

@@ -16,12 +16,13 @@ from typing import Any
 
 from zephyr.switches import switched_on
 from zephyr.plan import ops as op
+from zephyr.aggregate.grouped import PartialAggregate
 from zephyr.expr.key import is_column_key
 from zephyr.shuffle.scatter import HashPartition, RoundRobin, ScatterSink, keep_first
 
 __all__ = ["COLUMN_OPS", "SWITCH_LABEL", "WRITERS", "batch_span", "enabled", "plan_labels", "takes_batches"]
 
-COLUMN_OPS = (op.FilterExpr, op.Select, op.WithColumns, op.MapBatches)
+COLUMN_OPS = (op.FilterExpr, op.Select, op.WithColumns, op.MapBatches, PartialAggregate)
 WRITERS = (op.WriteJsonl, op.WriteParquet)  # writers that take Arrow rows as they are
 SWITCH_LABEL = "to_records"
 

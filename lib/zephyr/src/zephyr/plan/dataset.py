@@ -340,8 +340,8 @@ class Dataset:
 
     def group_by(
         self,
-        key: Callable[[Any], Any],
-        reducer: Callable[..., Any],
+        key: Callable[[Any], Any] | str | Expr | Sequence[str | Expr],
+        reducer: Callable[..., Any] | None = None,
         *,
         sort_by: Callable[[Any], Any] | None = None,
         num_output_shards: int | None = None,
@@ -357,9 +357,25 @@ class Dataset:
         reference project) pre-aggregates on the map side. Output has
         `num_output_shards` shards (default: as many as the input). Memory: neither side holds a
         shard or a group; map-side buffers spill sorted runs to the scratch directory. `key` may
-        be a column expression (`col("k")`): its value is the key, and on the batch path a
-        column key is hashed in Arrow.
+        be a column name or expression (`"k"`, `col("k")`): its value is the key, and in the
+        engine a column key is hashed natively.
+
+        Without a reducer, returns a `GroupedDataset` for per-key aggregations computed map-side
+        first (`zephyr.aggregate`): `ds.group_by("domain").agg(docs=agg.count(), tokens=agg.sum("n"))`,
+        or `ds.group_by(["lang", "domain"]).count()`; the key is then column names or expressions.
         """
+        if reducer is None:
+            from zephyr.aggregate.grouped import GroupedDataset, group_keys
+
+            keys = group_keys(key)
+            if keys is None:
+                raise TypeError(f"group_by(key) without a reducer aggregates by columns: give column names or "
+                                f"expressions ('domain', col('domain'), ['lang', 'domain']), got {key!r:.80}")
+            if num_output_shards is not None:
+                _check_positive(num_output_shards, "num_output_shards")
+            if sort_by is not None or combiner is not None:
+                raise TypeError("group_by(key).agg(...) takes no sort_by or combiner: they belong to group_by(key, reducer)")
+            return GroupedDataset(self, keys, num_output_shards)
         key = _expr_key(key)
         _check_callable(key, "group_by key")
         _check_callable(reducer, "group_by reducer")
@@ -370,13 +386,13 @@ class Dataset:
             _check_positive(num_output_shards, "num_output_shards")
         return self._then(sop.GroupBy(key, reducer, sort_by, num_output_shards, combiner))
 
-    def deduplicate(self, key: Callable[[Any], Any], num_output_shards: int | None = None) -> Dataset:
+    def deduplicate(self, key: Callable[[Any], Any] | str | Expr, num_output_shards: int | None = None) -> Dataset:
         """Keep the first item per `key(item)`; "first" is by input shard, then position.
 
         Keys are equal when their types and values are, as in `group_by`: `1`, `1.0` and `True`
         are three keys, a tuple is not a list, NaN equals NaN (see docs/zephyr.md, Keys).
-        `key` may be a column expression (`deduplicate(col("text"))`), hashed in Arrow on the
-        batch path.
+        `key` may be a column name or expression (`deduplicate("text")`, `deduplicate(col("text"))`),
+        hashed natively in the engine.
         """
         key = _expr_key(key)
         _check_callable(key, "deduplicate key")
@@ -535,7 +551,11 @@ class Dataset:
 
 
 def _expr_key(key: Any) -> Any:
-    """A column expression as a key function (its value); anything else unchanged."""
+    """A column expression (or a column's name) as a key function (its value); anything else unchanged."""
+    if isinstance(key, str) and key:
+        from zephyr.expr.nodes import col
+
+        key = col(key)
     if isinstance(key, Expr):
         return ExprKey(key)
     return key

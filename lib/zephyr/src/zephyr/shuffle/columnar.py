@@ -39,8 +39,8 @@ import orjson
 import pyarrow as pa
 
 from zephyr.switches import switched_on
-from zephyr.io.json_records import json_exact, line_bytes
-from zephyr.io.jsonl import decode_block
+from zephyr.io.json_records import json_exact
+from zephyr.io.jsonl import json_values
 from zephyr.shuffle.keys import hash_key_bytes
 
 __all__ = [
@@ -178,10 +178,7 @@ def _payload_names(description: dict) -> list[str]:
 def records_of(columns: Sequence[pa.Array], description: dict) -> list:
     """The records back from payload columns: equal values, identical types, same key order."""
     if description.get("json"):
-        lines = columns[0]
-        chunks = lines.chunks if isinstance(lines, pa.ChunkedArray) else [lines]
-        # as `load_jsonl` reads them: integers beyond 64 bits exactly
-        return decode_block(b"".join(bytes(line_bytes(c)) for c in chunks), "a shuffle run", 0)
+        return json_values(columns[0].to_pylist())
     names, encodings = description["names"], description["encodings"]
     if _PICKLE not in encodings:
         return pa.StructArray.from_arrays(list(columns), names=names).to_pylist()
