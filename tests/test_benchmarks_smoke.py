@@ -133,3 +133,14 @@ def test_jsonl_scan_benchmark_runs(tmp_path):
     """The script asserts that every scan finds the same blocks before it prints."""
     out = _run("bench_jsonl_scan.py", "--docs", "2000", "--repeats", "1", tmp_path=tmp_path)
     assert "| zephyr _long_digits |" in out and "| translate + find (before) |" in out
+
+
+@pytest.mark.slow
+def test_task_engines_benchmark_runs(tmp_path):
+    """The Python loop and pyarrow on every job (the native engines are in the bench group, which CI
+    does not install): every output agrees with the script's plain-Python oracle."""
+    pytest.importorskip("xxhash")  # the loop's and pyarrow's hash; in the bench group
+    _run("bench_task_engines.py", "--docs", "1600", "--w1-docs", "800", "--repeats", "1", "--engines", "python,pyarrow",
+         "--skip-exactness", tmp_path=tmp_path)
+    results = json.loads((tmp_path / "out.json").read_text())["results"]
+    assert len(results) == 18 and all(r["check"]["ok"] for r in results), [r.get("check") or r.get("error") for r in results]
