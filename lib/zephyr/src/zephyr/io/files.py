@@ -18,6 +18,7 @@ import contextlib
 import glob
 import io
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from typing import BinaryIO
@@ -25,6 +26,7 @@ from typing import BinaryIO
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
+from fsspec.utils import glob_translate
 
 from zephyr.errors import InputNotFoundError
 from zephyr.counters import increment
@@ -40,6 +42,7 @@ __all__ = [
     "file_size",
     "file_version",
     "file_versions",
+    "glob_matches",
     "open_input",
     "open_output",
     "remove_empty_dir",
@@ -142,6 +145,36 @@ def file_versions(paths: list[str]) -> dict[str, str]:
     unique = list(dict.fromkeys(paths))
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(unique)))) as pool:
         return dict(zip(unique, pool.map(version, unique)))
+
+
+def glob_matches(pattern: str, path: str) -> bool:
+    """Whether the file `path` is, or would be once written, one that `expand_glob(pattern)`
+    takes: the same filesystem (`gs://` and `gcs://` are one; a relative local path is taken
+    from the working directory), and fsspec's glob semantics (`**` spans directories, wildcards
+    skip hidden names), or the very path a pattern without a match names literally."""
+    pattern_fs, pattern_path = _location(pattern)
+    path_fs, target = _location(path)
+    if pattern_fs is None or pattern_fs is not path_fs:  # not a path of a filesystem fsspec knows: never read as one
+        return False
+    if pattern_path == target:
+        return True
+    if not fsspec.core.has_magic(pattern_path):
+        return False
+    matcher = re.compile(glob_translate(pattern_path))
+    return matcher.match(target) is not None and not _hidden_match(pattern_path, target)
+
+
+def _location(url: str) -> tuple[type | None, str]:
+    """The filesystem class of `url` and its path there, without creating a filesystem (and so
+    without credentials): the last target of a chained URL (`simplecache::gs://b/x`); None for
+    a protocol fsspec does not know."""
+    url = url.rsplit("::", 1)[-1]
+    protocol, _ = fsspec.core.split_protocol(url)
+    try:
+        cls = fsspec.get_filesystem_class(protocol or "file")
+    except (ValueError, ImportError):
+        return None, url
+    return cls, cls._strip_protocol(url).rstrip("/")
 
 
 def _hidden_match(pattern: str, path: str) -> bool:
