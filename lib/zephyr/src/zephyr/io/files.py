@@ -20,7 +20,7 @@ import io
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 import fsspec
@@ -39,9 +39,11 @@ __all__ = [
     "exists",
     "expand_glob",
     "expand_glob_versions",
+    "file_location",
     "file_size",
     "file_version",
     "file_versions",
+    "glob_matcher",
     "glob_matches",
     "open_input",
     "open_output",
@@ -148,26 +150,36 @@ def file_versions(paths: list[str]) -> dict[str, str]:
 
 
 def glob_matches(pattern: str, path: str) -> bool:
-    """Whether the file `path` is, or would be once written, one that `expand_glob(pattern)`
-    takes: the same filesystem (`gs://` and `gcs://` are one; a relative local path is taken
-    from the working directory), and fsspec's glob semantics (`**` spans directories, wildcards
-    skip hidden names), or the very path a pattern without a match names literally."""
-    pattern_fs, pattern_path = _location(pattern)
-    path_fs, target = _location(path)
-    if pattern_fs is None or pattern_fs is not path_fs:  # not a path of a filesystem fsspec knows: never read as one
-        return False
-    if pattern_path == target:
-        return True
-    if not fsspec.core.has_magic(pattern_path):
-        return False
-    matcher = re.compile(glob_translate(pattern_path))
-    return matcher.match(target) is not None and not _hidden_match(pattern_path, target)
+    """Whether the file `path` is, or would be once written, one that `expand_glob(pattern)` takes."""
+    return glob_matcher(pattern)(path)
 
 
-def _location(url: str) -> tuple[type | None, str]:
-    """The filesystem class of `url` and its path there, without creating a filesystem (and so
-    without credentials): the last target of a chained URL (`simplecache::gs://b/x`); None for
-    a protocol fsspec does not know."""
+def glob_matcher(pattern: str) -> Callable[[str], bool]:
+    """A test of whether a file path is, or would be once written, one that `expand_glob(pattern)`
+    takes: the same filesystem (`gs://` and `gcs://` are one; a relative local path is taken from
+    the working directory), and fsspec's glob semantics (`**` spans folders, wildcards skip
+    hidden names), or the very path a pattern without a match names literally."""
+    pattern_fs, pattern_path = file_location(pattern)
+    if pattern_fs is None:  # not a path of a filesystem fsspec knows: never read as one
+        return lambda path: False
+    matcher = re.compile(glob_translate(pattern_path)) if fsspec.core.has_magic(pattern_path) else None
+
+    def matches(path: str) -> bool:
+        path_fs, target = file_location(path)
+        if path_fs is not pattern_fs:
+            return False
+        if target == pattern_path:
+            return True
+        return matcher is not None and matcher.match(target) is not None and not _hidden_match(pattern_path, target)
+
+    return matches
+
+
+def file_location(url: str) -> tuple[type | None, str]:
+    """Where `url` is: its filesystem's class and its path there (two URLs of one file give one
+    location: `gs://` and `gcs://`, a relative and an absolute local path). Creates no filesystem
+    (so needs no credentials); a chained URL (`simplecache::gs://b/x`) is its last target; the
+    class is None for a protocol fsspec does not know."""
     url = url.rsplit("::", 1)[-1]
     protocol, _ = fsspec.core.split_protocol(url)
     try:
