@@ -18,13 +18,15 @@ import contextlib
 import glob
 import io
 import os
+import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
+from fsspec.utils import glob_translate
 
 from zephyr.errors import InputNotFoundError
 from zephyr.counters import increment
@@ -37,9 +39,12 @@ __all__ = [
     "exists",
     "expand_glob",
     "expand_glob_versions",
+    "file_location",
     "file_size",
     "file_version",
     "file_versions",
+    "glob_matcher",
+    "glob_matches",
     "open_input",
     "open_output",
     "remove_empty_dir",
@@ -142,6 +147,46 @@ def file_versions(paths: list[str]) -> dict[str, str]:
     unique = list(dict.fromkeys(paths))
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(unique)))) as pool:
         return dict(zip(unique, pool.map(version, unique)))
+
+
+def glob_matches(pattern: str, path: str) -> bool:
+    """Whether the file `path` is, or would be once written, one that `expand_glob(pattern)` takes."""
+    return glob_matcher(pattern)(path)
+
+
+def glob_matcher(pattern: str) -> Callable[[str], bool]:
+    """A test of whether a file path is, or would be once written, one that `expand_glob(pattern)`
+    takes: the same filesystem (`gs://` and `gcs://` are one; a relative local path is taken from
+    the working directory), and fsspec's glob semantics (`**` spans folders, wildcards skip
+    hidden names), or the very path a pattern without a match names literally."""
+    pattern_fs, pattern_path = file_location(pattern)
+    if pattern_fs is None:  # not a path of a filesystem fsspec knows: never read as one
+        return lambda path: False
+    matcher = re.compile(glob_translate(pattern_path)) if fsspec.core.has_magic(pattern_path) else None
+
+    def matches(path: str) -> bool:
+        path_fs, target = file_location(path)
+        if path_fs is not pattern_fs:
+            return False
+        if target == pattern_path:
+            return True
+        return matcher is not None and matcher.match(target) is not None and not _hidden_match(pattern_path, target)
+
+    return matches
+
+
+def file_location(url: str) -> tuple[type | None, str]:
+    """Where `url` is: its filesystem's class and its path there (two URLs of one file give one
+    location: `gs://` and `gcs://`, a relative and an absolute local path). Creates no filesystem
+    (so needs no credentials); a chained URL (`simplecache::gs://b/x`) is its last target; the
+    class is None for a protocol fsspec does not know."""
+    url = url.rsplit("::", 1)[-1]
+    protocol, _ = fsspec.core.split_protocol(url)
+    try:
+        cls = fsspec.get_filesystem_class(protocol or "file")
+    except (ValueError, ImportError):
+        return None, url
+    return cls, cls._strip_protocol(url).rstrip("/")
 
 
 def _hidden_match(pattern: str, path: str) -> bool:

@@ -25,6 +25,7 @@ from zephyr.plan.sources import SourceShard, resolve_source, split_parquet_shard
 from zephyr.io.formats import format_for
 from zephyr.shuffle.join import BoundJoin
 from zephyr.plan.join_shuffled import join_shuffled
+from zephyr.plan.overlap import check_overlap, input_patterns
 
 __all__ = ["Plan", "Stage", "compile_plan", "shard_input_paths", "stage_output_path", "stage_output_paths"]
 
@@ -77,7 +78,8 @@ SCRATCH_FORMAT = 3
 def compile_plan(dataset) -> Plan:
     """Resolve the source and fuse ops into stages, cutting at every shuffle.
 
-    Validates writers against shard counts and join inputs against each other; runs no user code.
+    Validates writers against shard counts, outputs against the inputs (`plan.overlap`) and join
+    inputs against each other; runs no user code but callable output patterns.
     """
     shards: Sequence[SourceShard] = _split_files(_versioned(resolve_source(dataset.source), dataset.ops), dataset.ops)
     stages: list[Stage] = []
@@ -118,7 +120,17 @@ def compile_plan(dataset) -> Plan:
     for s in stages:
         _check_writers(s)
         _check_load_file_extensions(s)
+    check_overlap(input_patterns(dataset), _outputs(stages))
     return Plan(tuple(stages), ident.digest)
+
+
+def _outputs(stages: list[Stage]):
+    """`(writer record, path)` for every file each writer of `stages` writes."""
+    for stage in stages:
+        for record in stage.ops:
+            if isinstance(record, op.WRITE_OPS):
+                for path in stage_output_paths(stage, record):
+                    yield from ((record, written) for written in op.written_files(record, path))
 
 
 def _identify_stage(previous: Identity, stage_input: Any, chain: tuple, sink: Any) -> Identity:
@@ -137,13 +149,9 @@ def _versioned(shards: list[SourceShard], ops: tuple) -> list[SourceShard]:
     `from_files` shards have (see `SourceShard.version`): also where filters come before the
     loader (`from_list(paths).filter(...).load_jsonl()`), since what reaches it is some of those
     paths. Items a `map` makes into paths are not known until it runs, so they have none."""
-    first = next((i for i, record in enumerate(ops) if not isinstance(record, (op.Filter, op.FilterExpr))), len(ops))
-    if first < len(ops) and isinstance(ops[first], _LOADERS) and shards and all(s.path is None for s in shards):
+    if op.loader_reads_source(ops) and shards and all(s.path is None for s in shards):
         return with_path_versions(shards)
     return shards
-
-
-_LOADERS = op.LOAD_OPS
 
 
 def _parsed_json(record) -> bool:

@@ -13,9 +13,14 @@ Identity covers everything that decides what a stage computes, walked structural
   notebooks) count by their code although they pickle by reference; those of the standard
   library, installed packages and zephyr count by name (by code too where their name is not
   unique: lambdas and nested functions). A user module the code reaches into (`mod.helper`,
-  `mod.FACTOR`, `import mod` inside the function, a module held in a class attribute, a
-  container or a default: `Cfg.mod.helper`) counts by its attributes of the names the code
-  being walked reads (a module not imported yet, by its source file); library modules by name;
+  `mod.FACTOR`, a module held in a class attribute, a container or a default: `Cfg.mod.helper`)
+  counts by its attributes of the names the code being walked reads; library modules by name;
+  a module imported inside the function by name and source (below), loaded yet or not;
+- the code all that can reach, beyond the names it spells (`getattr(mod, "f")`,
+  `globals()[...]`, `importlib.import_module("mod")`): the walk notes the modules it met, and
+  `code_reach.code_lines` adds the source digests of those user modules and of every user
+  module they import, and the identity of each library met (`code_origin`: Python's version,
+  zephyr's, an installed distribution's name, version and RECORD);
 - bound methods by function and instance; `staticmethod`, `classmethod`, `property`,
   `cached_property` by their functions; `lru_cache` wrappers by the function they wrap;
   builtins by name (and the object a builtin method is bound to);
@@ -32,7 +37,8 @@ process.
 
 Some objects have no identity that can be established: ones `__reduce_ex__` refuses (locks,
 open files, sockets, generators, C objects without pickling support), ones whose walk
-raises, and structures nested deeper than 100 levels. Then `identify` returns an `Identity` that is not resumable: its
+raises, structures nested deeper than 100 levels, and code whose reach its source does not
+tell (a computed import: `code_reach`). Then `identify` returns an `Identity` that is not resumable: its
 digest includes a random nonce, so it never equals another (the run works, it just cannot
 resume), and `reason` says what was found where, e.g.
 "map(fn) -> function fn closure cell 'client': a _thread.lock (cannot be reduced: ...)".
@@ -45,13 +51,14 @@ import dis
 import enum
 import functools
 import hashlib
-import importlib.util
 import os
 import sys
-import sysconfig
 import types
 from dataclasses import dataclass
 from typing import Any
+
+from zephyr.plan.code_origin import is_library as _is_library
+from zephyr.plan.code_reach import Reach, code_lines
 
 __all__ = ["Identity", "fingerprint", "identify"]
 
@@ -86,12 +93,21 @@ def identify(*parts: tuple[str, Any], after: Identity | None = None) -> Identity
         h.update(f"after:{after.digest}".encode())
     h.update(f"parts[{len(parts)}]".encode())
     reason = after.reason if after is not None else ""
+    feeder = _Feeder(h, Reach())
     try:
-        feeder = _Feeder(h)
         for label, obj in parts:
+            feeder.reach.part = label
             feeder.feed_at(label, obj, 0)
     except _Unidentifiable as e:
         reason = reason or e.describe()
+    try:
+        lines, unknown = code_lines(feeder.reach)
+    except Exception as e:  # noqa: BLE001 - code we cannot read has no identity we trust
+        lines, unknown = [], f"the code it reaches could not be read ({type(e).__name__}: {e})"
+    h.update(f"code[{len(lines)}]".encode())
+    for line in lines:
+        h.update(f"{line};".encode())
+    reason = reason or unknown
     if reason:
         h.update(b"nonce:" + os.urandom(16))
     return Identity(h.hexdigest(), reason)
@@ -119,8 +135,9 @@ class _Unidentifiable(Exception):
 
 
 class _Feeder:
-    def __init__(self, h):
+    def __init__(self, h, reach: Reach):
         self.h = h
+        self.reach = reach  # the modules whose code the walk met (`code_reach`)
         self.seen: dict[int, int] = {}  # id -> order of first visit (back-references hash by it)
         self.keep: list[Any] = []  # keeps visited objects alive so ids stay unique
         self.fed: set[tuple[int, str]] = set()  # (user module, attribute) pairs fed (modules live on)
@@ -201,6 +218,7 @@ class _Feeder:
             self._class(obj, d)
         elif kind is types.ModuleType:  # reached through a class attribute, a container, ...
             h.update(f"module:{obj.__name__};".encode())
+            self.reach.namespace(vars(obj))
             if self.reading:
                 self._user_module(obj, set().union(*self.reading), d)
         elif isinstance(obj, enum.Enum):
@@ -229,7 +247,7 @@ class _Feeder:
         """Elements by their own digests, sorted: the same whatever the hash order."""
         digests = []
         for item in obj:
-            sub = _Feeder(hashlib.blake2b(digest_size=16))
+            sub = _Feeder(hashlib.blake2b(digest_size=16), self.reach)
             sub.reading = self.reading
             sub.feed_at(lambda: f"set element {_short_repr(item)}", item, d)
             digests.append(sub.h.hexdigest())
@@ -251,11 +269,14 @@ class _Feeder:
         h = self.h
         name = f"{fn.__module__}.{fn.__qualname__}"
         h.update(f"fn:{name}(".encode())
-        if _is_library(fn.__module__) and "<" not in fn.__qualname__:
-            h.update(b")")  # a library function with a unique name: the name is its identity
+        home = fn.__globals__.get("__name__", fn.__module__)  # where its code is (`functools.wraps` copies __module__)
+        if _is_library(home) and "<" not in fn.__qualname__:
+            self.reach.library(home)  # a library function with a unique name: its name and its library's identity
+            h.update(b")")
             return
         self._code(fn.__code__, d)
         names = _global_names(fn.__code__)
+        self.reach.function(fn, names)
         self.reading.append(names)  # a user module met below counts by these names (`_user_module`)
         try:
             self.feed_at("defaults", fn.__defaults__, d)
@@ -290,21 +311,19 @@ class _Feeder:
                 self.feed_at(lambda n=name_: f"{_fn_label(fn)} global {n!r}", value, d)
                 if type(value) is types.ModuleType:
                     modules.append(value)
-        for name_ in sorted(_imported_names(fn.__code__)):  # `import mod` inside the function
-            if name_ in sys.modules:
-                h.update(f"imports:{name_};".encode())
-                modules.append(sys.modules[name_])
-            elif source := _user_source(name_):  # not imported yet: its source file's bytes
-                with open(source, "rb") as f:
-                    h.update(f"imports:{name_}:source:{hashlib.blake2b(f.read(), digest_size=16).hexdigest()};".encode())
+        for name_ in sorted(_imported_names(fn.__code__)):  # `import mod` inside the function: by its source
+            h.update(f"imports:{name_};".encode())  # (`code_reach`), imported yet or not
+            self.reach.imported(name_)
         for module in modules:
             self._user_module(module, names, d)
 
     def _user_module(self, module: types.ModuleType, names: set[str], d: int) -> None:
         """What the code reaches in a module of the user's own (`mod.helper(...)`, `mod.FACTOR`,
-        `import mod` inside a function, `Cfg.mod.helper(...)`): the module's attributes of the
+        `Cfg.mod.helper(...)`): the module's attributes of the
         names the code being walked reads (helpers followed as any function; a submodule the
-        same way), each (module, name) once. Library modules count by name (above)."""
+        same way), each (module, name) once. Library modules count by name (above); the module's
+        source and what it imports count too (`code_reach`)."""
+        self.reach.namespace(vars(module))
         if _is_library(module.__name__):
             return
         attributes = vars(module)
@@ -332,6 +351,10 @@ class _Feeder:
         owner = getattr(obj, "__objclass__", None)
         prefix = f"{owner.__module__}.{owner.__qualname__}" if owner is not None else getattr(obj, "__module__", None)
         self.h.update(f"builtin:{prefix}.{getattr(obj, '__qualname__', obj.__name__)}(".encode())
+        module = getattr(obj, "__module__", None)
+        module = module if isinstance(module, str) else getattr(owner, "__module__", None)
+        if isinstance(module, str):
+            self.reach.module_named(module)  # a library's (or a user's compiled module's) C code
         bound = getattr(obj, "__self__", None)
         if bound is not None and not isinstance(bound, types.ModuleType):
             self.feed_at("bound to", bound, d)
@@ -340,6 +363,7 @@ class _Feeder:
     def _class(self, cls: type, d: int) -> None:
         h = self.h
         h.update(f"class:{cls.__module__}.{cls.__qualname__}(".encode())
+        self.reach.module_named(cls.__module__)
         if not _is_library(cls.__module__) or "<" in cls.__qualname__:  # made by a factory: not unique by name
             for base in cls.__bases__:
                 self.feed_at(lambda b=base: f"base {b.__qualname__}", base, d)
@@ -387,15 +411,17 @@ _BUILTIN_CALLABLES = (
 )
 
 
-def _global_names(code: types.CodeType) -> set[str]:
+@functools.lru_cache(maxsize=4096)  # code objects are immutable; walking their bytecode is most of a walk's time
+def _global_names(code: types.CodeType) -> frozenset[str]:
     names = set(code.co_names)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= _global_names(const)
-    return names
+    return frozenset(names)
 
 
-def _imported_names(code: types.CodeType) -> set[str]:
+@functools.lru_cache(maxsize=4096)  # code objects are immutable; walking their bytecode is most of a walk's time
+def _imported_names(code: types.CodeType) -> frozenset[str]:
     """The modules `code` (or code nested in it) imports by absolute name."""
     names = set()
     for instruction in dis.get_instructions(code):
@@ -404,22 +430,7 @@ def _imported_names(code: types.CodeType) -> set[str]:
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= _imported_names(const)
-    return names
-
-
-def _user_source(module: str) -> str | None:
-    """The source file of `module`, a module of the user's own not imported yet; else None."""
-    if module in sys.modules or module.split(".", 1)[0] in sys.stdlib_module_names:
-        return None
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError, AttributeError):
-        return None
-    origin = getattr(spec, "origin", None) if spec is not None else None
-    if not origin or not origin.endswith(".py") or not os.path.isfile(origin):
-        return None
-    real = os.path.realpath(origin)
-    return None if any(real.startswith(root) for root in _library_roots()) else origin
+    return frozenset(names)
 
 
 def _type_name(obj: Any) -> str:
@@ -439,38 +450,3 @@ def _short_repr(value: Any) -> str:
 def _is_ndarray(obj: Any) -> bool:
     kind = type(obj)
     return kind.__name__ == "ndarray" and kind.__module__ == "numpy"
-
-
-_library_cache: dict[str | None, bool] = {}
-_LIBRARY_PACKAGES = ("zephyr",)
-
-
-def _is_library(module: str | None) -> bool:
-    """Whether `module` belongs to the standard library, an installed package or zephyr: its
-    code does not change between runs of a pipeline, so its functions and classes count by name."""
-    cached = _library_cache.get(module)
-    if cached is not None:
-        return cached
-    result = False
-    if module is not None:
-        top = module.split(".", 1)[0]
-        mod = sys.modules.get(module)
-        path = getattr(mod, "__file__", None) if mod is not None else None
-        if top in _LIBRARY_PACKAGES or top in sys.stdlib_module_names or top == "builtins":
-            result = True
-        elif path is not None:  # no file (`python -c`, a notebook's __main__): the user's
-            real = os.path.realpath(path)
-            result = any(real.startswith(root) for root in _library_roots())
-    _library_cache[module] = result
-    return result
-
-
-_roots: list[str] = []
-
-
-def _library_roots() -> list[str]:
-    if not _roots:
-        paths = sysconfig.get_paths()
-        roots = {os.path.realpath(paths[k]) + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
-        _roots.extend(sorted(roots))
-    return _roots

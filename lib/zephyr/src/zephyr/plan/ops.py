@@ -49,6 +49,7 @@ __all__ = [
     "callable_name",
     "check_columns",
     "input_basename",
+    "loader_reads_source",
     "shard_output_path",
     "validate_output_pattern",
 ]
@@ -313,6 +314,15 @@ class WriteVortex:
 
 LoadOp = Union[LoadJsonl, LoadParquet, LoadVortex, LoadFile]
 LOAD_OPS = (LoadJsonl, LoadParquet, LoadVortex, LoadFile)
+
+
+def loader_reads_source(ops: tuple) -> bool:
+    """Whether the first op that is not a filter is a loader, so a `from_list` source's items
+    are the paths it reads (`from_list(paths).filter(f).load_jsonl()`)."""
+    first = next((record for record in ops if not isinstance(record, (Filter, FilterExpr))), None)
+    return isinstance(first, LOAD_OPS)
+
+
 WriteOp = Union[WriteJsonl, WriteParquet, WriteVortex, WriteBinary, WriteTokens]
 WRITE_OPS = (WriteJsonl, WriteParquet, WriteVortex, WriteBinary, WriteTokens)
 StreamOp = Union[
