@@ -8,7 +8,9 @@ values, and the library modules it met. `code_lines` takes the closure of those 
 under their imports (every `import` and `from ... import` anywhere in the file, a literal
 `importlib.import_module("x")`, `__import__("x")` or `sys.modules["x"]`, a dotted string naming
 a user module (a lazy-import table), and the packages above each module) and gives a line for each:
-- a user module: its source file's digest (any edit counts, even one the stage never runs);
+- a user module: its source file's digest (any edit counts, even one the stage never runs),
+  except a home reached only through the functions the walk followed (their code is fingerprinted
+  already), so another stage's function in the same script is not part of this stage's identity;
 - a library module: `code_origin.library_identity` (Python's version, zephyr's, or the
   installed distribution's name, version and RECORD hashes);
 - an import that finds no module: missing (installing it later is a change).
@@ -213,7 +215,10 @@ class _Closure:
         except OSError as e:
             self.problem(trail, f"its file {file} cannot be read ({type(e).__name__})")
             return
-        self.lines.add(f"user {name} {digest}")
+        # a module the stage reaches only through functions it walked (their code is in the
+        # fingerprint already) counts by those: an edit elsewhere in it (another stage's function
+        # in the same script) does not make this stage's work stale
+        self.lines.add(f"user {name} {digest}" if spans is None else f"user {name} (walked functions)")
         scan = _scan(file, digest, data)
         for line, what in scan.dynamic:
             if spans is None or any(first <= line <= last for first, last in spans):
