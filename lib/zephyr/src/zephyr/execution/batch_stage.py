@@ -26,7 +26,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from zephyr.expr import referenced_fields
 from zephyr.expr.arrow import to_arrow_filter, to_arrow_value
+from zephyr.expr.presence import record_has, schema_has, watched
 from zephyr.io.arrow_rows import Pieces, Rows, block_bytes, read_jsonl_pieces, records_of, valid_rows
 from zephyr.io.batches import map_batches
 from zephyr.io.files import open_output
@@ -49,22 +51,34 @@ def load_batches(ops: tuple, items: Iterator[Any], sink: Any, memory: int | None
     load = ops[0]
     size = block_bytes(memory)
     pieces: Iterator = itertools.chain.from_iterable(_read(item, load, size) for item in items)
-    if isinstance(load, op.LoadJsonl):  # the Parquet reader applies them itself
-        if load.filter is not None:
-            pieces = _each(_filter, load.filter, pieces)
-        if load.columns is not None:
-            pieces = _each(_select, load.columns, pieces)
     for record in ops[1:end]:
-        pieces = _each(_STEPS[type(record)], _argument(record), pieces)
+        pieces = _each(_STEPS[type(record)], _argument(record), _watched(pieces, getattr(record, "reads", set)()))
     return end, Pieces(pieces)
+
+
+def _watched(pieces: Iterator, paths: set) -> Iterator:
+    """`pieces`, the columns an op reads watched (`zephyr.expr.presence`): a column no row of the
+    shard (for a loader's folded ops: of the file, as on the record path) had is counted."""
+    return watched(pieces, paths, _missing_in_piece)
+
+
+def _missing_in_piece(piece: Rows | list, missing: set) -> tuple[set, bool]:
+    if isinstance(piece, Rows):
+        return {p for p in missing if not schema_has(piece.table.schema, p)}, len(piece) > 0
+    return {p for p in missing if not any(record_has(r, p) for r in piece)}, len(piece) > 0
 
 
 def _read(item: Any, load: op.LoadJsonl | op.LoadParquet, size: int) -> Iterator[Rows | list]:
     path = input_path_of(item)
     if path is None:
         raise TypeError(f"load_* expects path strings as items, got {type(item).__name__}: {item!r:.100}")
-    if isinstance(load, op.LoadJsonl):
-        return read_jsonl_pieces(path, load.on_bad_record, size)
+    if isinstance(load, op.LoadJsonl):  # its folded ops apply here (the Parquet reader applies them itself)
+        pieces = read_jsonl_pieces(path, load.on_bad_record, size)
+        if load.filter is not None:
+            pieces = _each(_filter, load.filter, _watched(pieces, referenced_fields(load.filter)))
+        if load.columns is not None:
+            pieces = _each(_select, load.columns, _watched(pieces, {(c,) for c in load.columns}))
+        return pieces
     row_groups = item.row_groups if isinstance(item, ParquetSlice) else None
     pieces = read_parquet_pieces(path, columns=load.columns, filter=load.filter, row_groups=row_groups)
     return (piece if isinstance(piece, list) else valid_rows(pa.Table.from_batches([piece])) for piece in pieces)

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+from zephyr.expr import referenced_fields
+from zephyr.expr.presence import watched
 from zephyr.io.batches import parquet_batches
 from zephyr.io.formats import FileFormat, format_for
 from zephyr.io.jsonl import read_jsonl
@@ -42,10 +44,7 @@ def read_path(item: Any, load: op.LoadOp) -> Iterator[Any]:
         row_groups = item.row_groups if isinstance(item, ParquetSlice) else None
         return parquet_batches(path, load.columns, load.filter, row_groups, path_column)
     if fmt is FileFormat.JSONL:
-        records = read_jsonl(path, on_bad_record=load.on_bad_record)
-        if load.filter is not None:
-            records = filter(load.filter, records)
-        return _shaped(records, path, path_column, load.columns)
+        return _shaped(_folded(read_jsonl(path, on_bad_record=load.on_bad_record), load), path, path_column, load.columns)
     file_columns = None if load.columns is None else [c for c in load.columns if c != path_column]
     if fmt is FileFormat.VORTEX:
         records = read_vortex(path, file_columns, load.filter)
@@ -67,9 +66,18 @@ def _read_spec(spec: InputFileSpec, load: op.LoadOp) -> Iterator[Any]:
     """Records of an `InputFileSpec` item: the spec's own range, filter and columns, then `load`'s."""
     fixed = _FIXED_FORMATS.get(type(load))
     records = load_file(spec if fixed is None else replace(spec, format=fixed.value))
+    return _shaped(_folded(records, load), spec.path, load.file_path_column if load.include_file_paths else None, load.columns)
+
+
+def _folded(records: Iterator[Any], load: op.LoadOp) -> Iterator[Any]:
+    """`load`'s folded filter applied to records read in Python, each column they read watched
+    (`zephyr.expr.presence`: a column no record of the file had is counted), the projection's too."""
     if load.filter is not None:
-        records = filter(load.filter, records)
-    return _shaped(records, spec.path, load.file_path_column if load.include_file_paths else None, load.columns)
+        records = filter(load.filter, watched(records, referenced_fields(load.filter)))
+    if load.columns is not None:
+        path_column = load.file_path_column if load.include_file_paths else None
+        records = watched(records, {(c,) for c in load.columns if c != path_column})
+    return records
 
 
 def _shaped(records: Iterator[Any], path: str, path_column: str | None, columns: tuple[str, ...] | None) -> Iterator[Any]:

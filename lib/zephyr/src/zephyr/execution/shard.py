@@ -21,7 +21,8 @@ from zephyr.io.arrow_rows import Pieces
 from zephyr.execution.batch_stage import load_batches, map_batches_items, write_jsonl_pieces
 from zephyr.errors import ShardError, is_transient_storage_error
 from zephyr.execution.failed_record import failed_record
-from zephyr.execution.intra_shard import run_split, split_end
+from zephyr.execution.intra_shard import run_split, split_end, split_reads
+from zephyr.expr.presence import watched
 from zephyr.io.files import exists, file_size
 from zephyr.io.binary import write_binary_file
 from zephyr.io.jsonl import write_jsonl_file
@@ -118,8 +119,8 @@ def _apply_ops(ops: tuple, start_at: int, stream: Iterator, ctx: _Context, task:
     """The ops from `start_at` on, chained; with `task.split > 1` the per-item ones that come
     first run in that many processes (`zephyr.execution.intra_shard`). Also says whether they did."""
     end = split_end(ops, start_at) if task.split > 1 and not isinstance(stream, Pieces) else start_at
-    if end > start_at:
-        stream = run_split(ops[start_at:end], stream, task.split, f"stage{task.stage}")
+    if end > start_at:  # the chunks' processes see parts of the shard: the columns are watched here
+        stream = run_split(ops[start_at:end], watched(stream, split_reads(ops[start_at:end])), task.split, f"stage{task.stage}")
     for index in range(end, len(ops)):
         if index in ctx.codes and ctx.source is not None:
             path = _output_path(ops[index], ctx)
@@ -191,12 +192,16 @@ def _apply(record: Any, stream: Iterator, ctx: _Context) -> Iterator:
 
 @_apply.register(op.Map)
 @_apply.register(op.Filter)
-@_apply.register(op.FilterExpr)
-@_apply.register(op.Select)
 @_apply.register(op.FlatMap)
-@_apply.register(op.WithColumns)
 def _(record, stream, ctx):
     return record.apply(stream)
+
+
+@_apply.register(op.FilterExpr)
+@_apply.register(op.Select)
+@_apply.register(op.WithColumns)
+def _(record, stream, ctx):
+    return record.apply(watched(stream, record.reads()))  # a column no record had: counted (`zephyr.expr.presence`)
 
 
 @_apply.register

@@ -28,6 +28,7 @@ from zephyr.io.temporaries import make_temp_file
 from zephyr import counters
 from zephyr.expr import Arithmetic, Column, Compare, Field, IsNull, Literal, Logical, Not, StrLen, referenced_columns
 from zephyr.expr.arrow import to_arrow_filter
+from zephyr.expr.presence import note_missing_from_file
 
 __all__ = ["ROWS_PER_BATCH", "RowGroups", "read_parquet", "write_parquet_file"]
 
@@ -113,6 +114,7 @@ def read_parquet_pieces(
             schema = fragment.physical_schema
         except Exception as e:
             raise ValueError(f"{path}: not a readable Parquet file: {e}") from e
+        note_missing_from_file(schema, columns, filter)  # the planner checked the first file's (`plan.column_check`)
         names = schema.names
         wanted = [c for c in columns if c in names] if columns is not None else None
         keep = wanted  # the output's columns; `wanted` may grow by the late filter's own

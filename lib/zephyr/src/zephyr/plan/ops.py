@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from zephyr.expr.nodes import referenced_fields
 from zephyr.io.formats import DEFAULT_FILE_PATH_COLUMN
 from zephyr.naming import callable_name
 from zephyr.tasks import ShardInfo
@@ -98,6 +99,10 @@ class WithColumns:
     def apply(self, stream: Iterator) -> Iterator:
         return map(self.apply_one, stream)
 
+    def reads(self) -> set[tuple[str, ...]]:
+        """The column paths its expressions read (`zephyr.expr.presence`)."""
+        return set().union(*(referenced_fields(expr) for _, expr in self.columns))
+
     def apply_one(self, record: Any) -> dict:
         if not isinstance(record, dict):
             raise TypeError(f"{self.describe()} needs dict records, got {type(record).__name__}: {record!r:.80}")
@@ -143,6 +148,10 @@ class FilterExpr:
     def apply(self, stream: Iterator) -> Iterator:
         return filter(self.expr, stream)
 
+    def reads(self) -> set[tuple[str, ...]]:
+        """The column paths its expression reads (`zephyr.expr.presence`)."""
+        return referenced_fields(self.expr)
+
     def describe(self) -> str:
         return f"filter({self.expr!r})"
 
@@ -153,6 +162,9 @@ class Select:
 
     def apply(self, stream: Iterator) -> Iterator:
         return (select_columns(item, self.columns) for item in stream)
+
+    def reads(self) -> set[tuple[str, ...]]:
+        return {(c,) for c in self.columns}
 
     def describe(self) -> str:
         return f"select({', '.join(repr(c) for c in self.columns)})"
@@ -204,6 +216,12 @@ class _Load:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "filter_text", None if self.filter is None else repr(self.filter))
+
+    def reads(self) -> set[tuple[str, ...]]:
+        """The column paths its folded filter and projection read from the file (the path column is its own)."""
+        paths = referenced_fields(self.filter) if self.filter is not None else set()
+        path_column = self.file_path_column if self.include_file_paths else None
+        return paths | {(c,) for c in self.columns or () if c != path_column}
 
     def _extras(self) -> list[str]:
         extras = []
