@@ -21,6 +21,7 @@ from zephyr.io.arrow_rows import Pieces
 from zephyr.execution.batch_stage import load_batches, map_batches_items, write_jsonl_pieces
 from zephyr.errors import ShardError, is_transient_storage_error
 from zephyr.execution.failed_record import failed_record
+from zephyr.execution.replay import numbered
 from zephyr.execution.intra_shard import run_split, split_end, split_reads
 from zephyr.expr.presence import watched
 from zephyr.io.files import exists, file_size
@@ -86,7 +87,8 @@ def _run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
             transient = _judged(e, lambda: is_transient_storage_error(e), False)  # here: the traceback does not survive pickling
             record = None
             if counted is not None and not transient and not split:  # a split shard's reader runs ahead
-                record = _judged(e, lambda: failed_record(e, program.ops, start_at, next(counted), lambda: _reread(program, task, ctx)), None)
+                record = _judged(e, lambda: failed_record(e, program.ops, start_at, next(counted), lambda: _numbered(program, task),
+                                                          lambda: _reread(program, task, ctx)), None)
             raise ShardError(task.stage, task.shard, task.label, type(e).__name__, str(e), traceback.format_exc(), transient,
                              record) from e
     return ShardResult(
@@ -127,6 +129,12 @@ def _apply_ops(ops: tuple, start_at: int, stream: Iterator, ctx: _Context, task:
             ctx.claimed[path] = claim_output(ops[index], path, ctx.source, ctx.codes[index])
         stream = _apply(ops[index], stream, ctx)
     return stream, end > start_at
+
+
+def _numbered(program: StageProgram, task: ShardTask) -> Iterator:
+    """The shard's input again, each record numbered, as its loader reads it before its folded ops
+    (for `failed_record`)."""
+    return numbered(program.ops, program.reader.read(task) if program.reader is not None else iter(task.items))
 
 
 def _reread(program: StageProgram, task: ShardTask, ctx: _Context) -> Iterator:
