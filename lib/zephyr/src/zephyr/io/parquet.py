@@ -76,7 +76,8 @@ def read_parquet(
     """Yield the rows of a Parquet file as dicts; holds one row batch at a time.
 
     Args:
-        columns: the columns to keep, in this order; names the file lacks are skipped.
+        columns: the columns to keep, in this order; names the file lacks are skipped (and
+            counted, with the filter's, in `zephyr/missing_column/<name>`).
         filter: a `zephyr.expr.Expr`; rows for which it is not true are dropped. It runs
             inside pyarrow (row groups excluded by statistics are never read) where pyarrow
             provably gives what Python gives for this file's schema (`zephyr.expr.arrow`);
