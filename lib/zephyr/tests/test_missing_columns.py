@@ -80,6 +80,22 @@ def test_load_parquet_columns_and_load_file_are_checked_too(tmp_path):
         Dataset.from_files(str(tmp_path / "a.parquet")).load_file().filter(col("scroe").is_null()).plan()
 
 
+def _count(key, rows):
+    return {"key": key, "n": sum(1 for _ in rows)}
+
+
+def test_a_shuffle_key_the_schema_lacks_is_refused(tmp_path, path_kind):
+    """`deduplicate(col("scroe"))` keyed every record on null and kept one of ten, exit 0."""
+    pq.write_table(pa.Table.from_pylist(ROWS), tmp_path / "a.parquet")
+    source = Dataset.from_files(str(tmp_path / "a.parquet")).load_parquet()
+    with pytest.raises(MissingColumnError, match=r"deduplicate\(col\('scroe'\)\) keys on column 'scroe'"):
+        _run(source.deduplicate(col("scroe")))
+    with pytest.raises(MissingColumnError, match="group_by.*'x'"):
+        _run(source.group_by(col("meta")["x"], _count))
+    rows, _ = _run(source.deduplicate(col("score")))
+    assert sorted(r["id"] for r in rows) == list(range(10))
+
+
 def test_nested_field_of_a_value_that_is_no_struct_is_refused(tmp_path):
     pq.write_table(pa.Table.from_pylist(ROWS), tmp_path / "a.parquet")
     with pytest.raises(MissingColumnError, match=r"col\('score'\) is double, not a struct"):

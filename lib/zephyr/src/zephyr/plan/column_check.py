@@ -13,8 +13,9 @@ and the columns there are (with a close match, if one is):
 - `with_columns` adds its names, a Python `filter` keeps the columns, anything else (a `map`, a
   shuffle, `load_parquet(batch_mode=True)`) ends what is known.
 
-Checked: `filter(<expression>)`, `with_columns`, `select` and a loader's own `columns=`, as the
-user wrote them (before pushdown folds them into the loader), so the message names the op as
+Checked: `filter(<expression>)`, `with_columns`, `select`, a loader's own `columns=` and the
+column-expression key of a `group_by` or `deduplicate` (a missing one would put every record in
+one group), as the user wrote them (before pushdown folds them into the loader), so the message names the op as
 written. JSON Lines and Python records have no schema (records differ in their keys): there a
 name that no record of a shard had is counted and warned about when the run ends instead.
 """
@@ -27,9 +28,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from zephyr.errors import MissingColumnError
+from zephyr.expr.key import ExprKey
+from zephyr.expr.nodes import referenced_fields
 from zephyr.io.file_schema import read_file_schema
 from zephyr.io.formats import FileFormat, format_for
 from zephyr.plan import ops as op
+from zephyr.plan import shuffle_ops as sop
 from zephyr.plan.sources import input_path_of
 
 __all__ = ["MissingColumnError", "check_columns"]
@@ -112,6 +116,9 @@ def _after(record: Any, known: _Known | None) -> _Known | None:
     """What `record`'s output has, after checking what it reads against what its input has."""
     if isinstance(record, (op.Filter, op.TakePerShard)):
         return known  # records as they are
+    if isinstance(record, (sop.GroupBy, sop.Deduplicate)) and isinstance(record.key, ExprKey) and known is not None:
+        for path in sorted(referenced_fields(record.key.expr)):  # every record's key would be null: one group
+            _check(record.describe(), "keys on", path, known)
     if not isinstance(record, (op.FilterExpr, op.Select, op.WithColumns)):
         return None
     if known is not None:
