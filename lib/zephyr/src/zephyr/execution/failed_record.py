@@ -25,6 +25,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from zephyr.expr.nodes import Expr
 from zephyr.execution.replay import COLUMN_OPS, Numbered, column_prefix, column_steps, first_raising, nth_through
 from zephyr.plan import ops as op
 
@@ -117,8 +118,6 @@ def _raised_in_column_op(error: BaseException) -> bool:
 
 @functools.cache
 def _column_op_codes() -> frozenset:
-    from zephyr.expr.nodes import Expr
-
     return frozenset({Expr.__call__.__code__, op.WithColumns.apply_one.__code__, op.select_columns.__code__})
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from zephyr import counters
+from zephyr.expr.nodes import referenced_fields
 
 __all__ = ["MISSING_COLUMN", "note_missing", "note_missing_from_file", "path_name", "record_has", "schema_has", "watched",
            "warn_missing_columns"]
@@ -72,8 +73,6 @@ def note_missing(paths: Iterable[Path]) -> None:
 def note_missing_from_file(schema: Any, columns: Iterable[str] | None, filter: Any) -> None:
     """Count the columns a file's `pyarrow.Schema` lacks of those a reader was asked for (a
     projection's, a filter's paths): a typed file has what its schema says, whatever its rows."""
-    from zephyr.expr.nodes import referenced_fields
-
     paths = {(c,) for c in columns or ()} | (referenced_fields(filter) if filter is not None else set())
     note_missing(path for path in paths if not schema_has(schema, path))
 

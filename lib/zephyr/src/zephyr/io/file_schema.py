@@ -7,6 +7,7 @@ from typing import Any
 
 from zephyr.io.files import url_to_fs
 from zephyr.io.formats import FileFormat
+from zephyr.io.vortex import read_vortex_schema
 
 __all__ = ["read_file_schema"]
 
@@ -14,8 +15,6 @@ __all__ = ["read_file_schema"]
 def read_file_schema(path: str, fmt: FileFormat) -> Any:
     """The `pyarrow.Schema` of the Parquet or Vortex file `path` (reads its footer only)."""
     if fmt is FileFormat.VORTEX:
-        from zephyr.io.vortex import read_vortex_schema
-
         return read_vortex_schema(path)
     if fmt is not FileFormat.PARQUET:
         raise ValueError(f"{path}: only Parquet and Vortex files carry a schema, not {fmt.value}")
