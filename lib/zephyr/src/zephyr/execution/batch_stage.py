@@ -37,7 +37,7 @@ from zephyr.io.jsonl import encode_records
 from zephyr.io.parquet import read_parquet_pieces
 from zephyr.plan import ops as op
 from zephyr.plan.batch_span import batch_span
-from zephyr.plan.ops import MapBatches, WithColumns, select_columns
+from zephyr.plan.ops import MapBatches, WithColumns, select_columns, watch_points
 from zephyr.plan.sources import ParquetSlice, input_path_of
 
 __all__ = ["load_batches", "map_batches_items", "map_batches_records", "write_jsonl_pieces"]
@@ -51,8 +51,11 @@ def load_batches(ops: tuple, items: Iterator[Any], sink: Any, memory: int | None
     load = ops[0]
     size = block_bytes(memory)
     pieces: Iterator = itertools.chain.from_iterable(_read(item, load, size) for item in items)
-    for record in ops[1:end]:
-        pieces = _each(_STEPS[type(record)], _argument(record), _watched(pieces, getattr(record, "reads", set)()))
+    watches = watch_points(ops[1:end])  # columns no row had: counted, once per run of column ops
+    for index, record in enumerate(ops[1:end]):
+        if index in watches:
+            pieces = _watched(pieces, watches[index])
+        pieces = _each(_STEPS[type(record)], _argument(record), pieces)
     return end, Pieces(pieces)
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from zephyr.expr.nodes import Expr
-from zephyr.execution.replay import COLUMN_OPS, Numbered, column_prefix, column_steps, first_raising, nth_through
+from zephyr.execution.replay import Numbered, column_prefix, column_steps, first_raising, nth_through
 from zephyr.plan import ops as op
 
 __all__ = ["describe_record", "failed_record"]
@@ -85,7 +85,7 @@ def failed_record(error: BaseException, ops: tuple, start_at: int, records_read:
         return None
     if not all(isinstance(record, _PER_ITEM) or isinstance(record, op.WRITE_OPS) for record in ops[start_at:]):
         return None
-    column_op_after = _raised_in_column_op(error) and any(isinstance(record, COLUMN_OPS) for record in ops[start_at:])
+    column_op_after = _raised_in_column_op(error) and any(isinstance(record, op.EXPRESSION_OPS) for record in ops[start_at:])
     if not (column_op_after or _raised_in_per_item_function(error, ops[start_at:])):
         return None
     return _handed(ops, start_at, records_read - 1, numbered, reread)

@@ -40,34 +40,14 @@ import cloudpickle
 from zephyr import counters
 from zephyr.execution import usage
 from zephyr.execution.chunk_worker import FRAME_ITEMS, dump_frame, read_frames
-from zephyr.plan.ops import PER_ITEM_OPS, FilterExpr, FlatMap, Map, Select, TakePerShard, WithColumns
+from zephyr.plan.ops import PER_ITEM_OPS, TakePerShard
 
-__all__ = ["CHUNK_BYTES", "MAX_CHUNK_ITEMS", "ChunkPool", "run_split", "split_end", "split_reads"]
+__all__ = ["CHUNK_BYTES", "MAX_CHUNK_ITEMS", "ChunkPool", "run_split", "split_end"]
 
 MAX_CHUNK_ITEMS = 4096
 CHUNK_BYTES = 16 * 1024 * 1024
 _END = object()
 _WORKER = "import sys; from zephyr.execution.chunk_worker import main; main(int(sys.argv[1]), int(sys.argv[2]))"
-
-
-def split_reads(ops: tuple) -> set[tuple[str, ...]]:
-    """The column paths the leading column ops of a split run read from the shard's input (the
-    task watches them, `zephyr.expr.presence`: a chunk is only part of the shard). Up to the
-    first op that makes new records (`map`, `flat_map`) or a `select` (what follows it reads
-    only what it kept, `zephyr.plan.column_check`); a column `with_columns` made is not the input's."""
-    reads: set = set()
-    made: set = set()
-    for record in ops:
-        if isinstance(record, (Map, FlatMap)):
-            break
-        if not isinstance(record, (FilterExpr, Select, WithColumns)):
-            continue  # a Python filter keeps records as they are
-        reads |= {path for path in record.reads() if path[0] not in made}
-        if isinstance(record, Select):
-            break
-        if isinstance(record, WithColumns):
-            made |= {name for name, _ in record.columns}
-    return reads
 
 
 def split_end(ops: tuple, start: int) -> int:

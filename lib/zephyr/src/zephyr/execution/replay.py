@@ -19,9 +19,8 @@ from zephyr.execution.loaders import numbered_records, shape_one
 from zephyr.plan import ops as op
 from zephyr.plan.ops import select_columns
 
-__all__ = ["COLUMN_OPS", "Numbered", "column_prefix", "column_steps", "first_raising", "numbered", "nth_through"]
+__all__ = ["Numbered", "column_prefix", "column_steps", "first_raising", "numbered", "nth_through"]
 
-COLUMN_OPS = (op.FilterExpr, op.Select, op.WithColumns)
 _DROPPED = object()
 
 Step = Callable[[Any, "Numbered"], Any]  # (record, where it came from) -> the record out, or _DROPPED
@@ -50,7 +49,7 @@ def numbered(ops: tuple, items: Iterator[Any]) -> Iterator[Numbered]:
 def column_prefix(ops: tuple) -> int:
     """The index of the first op after the loader and the column ops that directly follow it."""
     end = 1 if ops and isinstance(ops[0], op.LOAD_OPS) else 0
-    while end < len(ops) and isinstance(ops[end], COLUMN_OPS):
+    while end < len(ops) and isinstance(ops[end], op.EXPRESSION_OPS):
         end += 1
     return end
 

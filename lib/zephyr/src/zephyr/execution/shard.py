@@ -22,7 +22,7 @@ from zephyr.execution.batch_stage import load_batches, map_batches_items, write_
 from zephyr.errors import ShardError, is_transient_storage_error
 from zephyr.execution.failed_record import failed_record
 from zephyr.execution.replay import numbered
-from zephyr.execution.intra_shard import run_split, split_end, split_reads
+from zephyr.execution.intra_shard import run_split, split_end
 from zephyr.expr.presence import watched
 from zephyr.io.files import exists, file_size
 from zephyr.io.binary import write_binary_file
@@ -37,6 +37,7 @@ from zephyr.execution.loaders import read_path
 from zephyr.execution.memory import task_budget
 from zephyr.execution.usage import measuring
 from zephyr.plan.join_shuffled import TwoSided
+from zephyr.plan.ops import watch_points
 from zephyr.tasks import ShardResult, ShardTask, StageProgram
 from zephyr.io.vortex import write_vortex_file
 
@@ -121,12 +122,15 @@ def _apply_ops(ops: tuple, start_at: int, stream: Iterator, ctx: _Context, task:
     """The ops from `start_at` on, chained; with `task.split > 1` the per-item ones that come
     first run in that many processes (`zephyr.execution.intra_shard`). Also says whether they did."""
     end = split_end(ops, start_at) if task.split > 1 and not isinstance(stream, Pieces) else start_at
-    if end > start_at:  # the chunks' processes see parts of the shard: the columns are watched here
-        stream = run_split(ops[start_at:end], watched(stream, split_reads(ops[start_at:end])), task.split, f"stage{task.stage}")
+    watches = watch_points(ops[start_at:])  # columns no record had: counted (`zephyr.expr.presence`)
+    if end > start_at:  # the chunks' processes see parts of the shard: the run that starts it is watched here
+        stream = run_split(ops[start_at:end], watched(stream, watches.get(0, ())), task.split, f"stage{task.stage}")
     for index in range(end, len(ops)):
         if index in ctx.codes and ctx.source is not None:
             path = _output_path(ops[index], ctx)
             ctx.claimed[path] = claim_output(ops[index], path, ctx.source, ctx.codes[index])
+        if index - start_at in watches:
+            stream = watched(stream, watches[index - start_at])
         stream = _apply(ops[index], stream, ctx)
     return stream, end > start_at
 
@@ -200,16 +204,12 @@ def _apply(record: Any, stream: Iterator, ctx: _Context) -> Iterator:
 
 @_apply.register(op.Map)
 @_apply.register(op.Filter)
-@_apply.register(op.FlatMap)
-def _(record, stream, ctx):
-    return record.apply(stream)
-
-
 @_apply.register(op.FilterExpr)
 @_apply.register(op.Select)
+@_apply.register(op.FlatMap)
 @_apply.register(op.WithColumns)
 def _(record, stream, ctx):
-    return record.apply(watched(stream, record.reads()))  # a column no record had: counted (`zephyr.expr.presence`)
+    return record.apply(stream)
 
 
 @_apply.register

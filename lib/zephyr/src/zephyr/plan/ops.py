@@ -21,6 +21,7 @@ from zephyr.io.tokens import offsets_path
 
 __all__ = [
     "DEFAULT_FILE_PATH_COLUMN",
+    "EXPRESSION_OPS",
     "LOAD_OPS",
     "WRITE_OPS",
     "FilterExpr",
@@ -52,6 +53,7 @@ __all__ = [
     "input_basename",
     "shard_output_path",
     "validate_output_pattern",
+    "watch_points",
 ]
 
 
@@ -418,6 +420,41 @@ def check_columns(columns: Sequence[str] | None) -> tuple[str, ...] | None:
 
 
 PER_ITEM_OPS = (Map, Filter, FilterExpr, Select, FlatMap, WithColumns)  # each item in, its items out: `.apply(stream)`
+EXPRESSION_OPS = (FilterExpr, Select, WithColumns)  # ops that name columns, evaluated the same on records and batches
+
+
+def watch_points(ops: Sequence[Any]) -> dict[int, set[tuple[str, ...]]]:
+    """Where a stage watches for columns no record had (`zephyr.expr.presence`): the index of
+    each op that begins a run of column ops (a Python `filter` between them keeps the run
+    going: it keeps records as they are), and the column paths the run reads from its input.
+    One watch per run: each record is looked at once, however many ops read the column."""
+    points: dict[int, set] = {}
+    start = None
+    for index, record in enumerate(ops):
+        if isinstance(record, EXPRESSION_OPS) and start is None:
+            start = index
+            points[index] = _run_reads(ops[index:])
+        elif not isinstance(record, (Filter, *EXPRESSION_OPS)):
+            start = None
+    return points
+
+
+def _run_reads(ops: Sequence[Any]) -> set[tuple[str, ...]]:
+    """The column paths a run of column ops reads from its input: not those a `with_columns`
+    of the run made; after a `select`, only what it kept can be read (`zephyr.plan.column_check`)."""
+    reads: set = set()
+    made: set = set()
+    for record in ops:
+        if isinstance(record, Filter):
+            continue
+        if not isinstance(record, EXPRESSION_OPS):
+            break
+        reads |= {path for path in record.reads() if path[0] not in made}
+        if isinstance(record, Select):
+            break
+        if isinstance(record, WithColumns):
+            made |= {name for name, _ in record.columns}
+    return reads
 
 
 def select_columns(record: Any, columns: tuple[str, ...]) -> dict:
