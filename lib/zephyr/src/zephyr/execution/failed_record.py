@@ -77,8 +77,9 @@ def failed_record(error: BaseException, ops: tuple, start_at: int, records_read:
     """A description of the record the stage's ops were working on when `error` was raised, or
     None when that is not knowable (see the module doc). `numbered()` reads the shard's input
     again as its loader reads it (`replay.numbered`); `reread()` gives the items as `ops[start_at]` saw them."""
-    if _raised_in_column_op(error):
-        found = first_raising(numbered(), column_steps(ops, column_prefix(ops)) or [], type(error))
+    prefix = column_prefix(ops)
+    if _raised_in_column_op(error) and _evaluates_expressions(ops[:prefix]):
+        found = first_raising(numbered(), column_steps(ops, prefix) or [], type(error))
         if found is not None:
             return describe_record(found[0].index, found[1], found[0].where)
     if records_read <= 0:
@@ -103,6 +104,11 @@ def _handed(ops: tuple, start_at: int, index: int, numbered, reread) -> str | No
     except Exception:  # best effort: the error itself matters more than its record
         return None
     return describe_record(index, item)
+
+
+def _evaluates_expressions(ops: tuple) -> bool:
+    """Whether the loader and column ops `ops` evaluate anything that can fail on a record."""
+    return any(isinstance(record, op.EXPRESSION_OPS) or getattr(record, "filter", None) is not None for record in ops)
 
 
 def _raised_in_column_op(error: BaseException) -> bool:
