@@ -89,11 +89,9 @@ def two_schemas(tmp_path):
 PIPELINES = {
     "filter then select": lambda ds: ds.filter(col("flag") == True).select("text"),  # noqa: E712
     "select then filter on a kept column": lambda ds: ds.select("id", "text").filter(col("id") >= 5).select("text"),
-    "select then filter on a dropped column": lambda ds: ds.select("id").filter(col("flag").is_null()),
     "filter on a column one file lacks": lambda ds: ds.filter(col("flag").is_null() | (col("id") < 2)),
     "two filters": lambda ds: ds.filter(col("id") > 1).filter(col("id") < 8),
-    "select of a missing column": lambda ds: ds.select("nope", "id"),
-}
+}  # a column no input has, or one a select dropped: test_missing_columns.py
 
 
 @pytest.mark.parametrize("name", list(PIPELINES))
@@ -168,12 +166,12 @@ EDGE_ROWS = [
 BIG = [2**62, 2**62 + 1]
 
 # review bug 2: each of the first five gave a different result (or an error) when pushed into
-# pyarrow; expected ids, or the error the Python evaluation raises
+# pyarrow; expected ids, or the error the Python evaluation raises (a missing nested field, the
+# fifth then, is refused when planning now: test_missing_columns.py)
 EDGE_CASES = {
     "int overflow in pyarrow": ((col("id") * 4) > 0, [1, 2, 3, *BIG]),
     "int true division": (col("id") / 2 > 1.2, [3, *BIG]),
     "string == int": (col("s") == 1, []),
-    "missing nested field": (col("meta")["nope"].is_null(), [1, 2, 3, *BIG]),
     "int column as a predicate": (col("flag"), "TypeError"),
     "~ of an int column": (~col("flag"), "TypeError"),
     "int vs non-integral float": (col("id") > 1.5, [2, 3, *BIG]),
@@ -222,7 +220,7 @@ def test_only_provably_identical_filters_go_into_pyarrow(edge_parquet):
         assert (to_arrow_filter(expr, schema) is not None) == pushable, name
     for expr in (col("id") < 100, col("f") > 1, col("id") > 2**53, col("s") >= "b", col("meta")["x"].is_null(), col("b")):
         assert to_arrow_filter(expr, schema) is not None, expr
-    for expr in (col("f") > 2**60, col("f") / col("f") > 1, col("nope") > 1, col("id") + 1 > 2, col("b") == 1, col("id") == None):  # noqa: E711
+    for expr in (col("f") > 2**60, col("f") / col("f") > 1, col("nope") > 1, col("meta")["nope"].is_null(), col("id") + 1 > 2, col("b") == 1, col("id") == None):  # noqa: E711
         assert to_arrow_filter(expr, schema) is None, expr
 
 

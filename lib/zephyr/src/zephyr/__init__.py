@@ -13,7 +13,7 @@ from zephyr.backends.shared import get_shared
 from zephyr.context import ZephyrContext
 from zephyr.plan.dataset import Dataset, ShardInfo
 from zephyr.errors import NotConvergedError
-from zephyr.errors import PlanError, ShardError
+from zephyr.errors import MissingColumnError, PlanError, ShardError
 from zephyr.expr import Expr, col, lit
 from zephyr.io import BadRecordError, CorruptInputError, TruncatedInputError, UnwritableRecordError
 from zephyr.execution.provenance import StaleOutputsError
@@ -28,6 +28,7 @@ __all__ = [
     "CorruptInputError",
     "Dataset",
     "Expr",
+    "MissingColumnError",
     "NotConvergedError",
     "NotPicklableWarning",
     "OutputBusyError",

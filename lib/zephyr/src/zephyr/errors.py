@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from types import TracebackType
 
-__all__ = ["InputNotFoundError", "NotConvergedError", "PlanError", "ShardError", "TaskLost", "is_transient_storage_error"]
+__all__ = ["InputNotFoundError", "MissingColumnError", "NotConvergedError", "PlanError", "ShardError", "TaskLost", "is_transient_storage_error"]
 
 # Where an error was raised tells a storage call (our I/O layer or a filesystem client) from a
 # user function's own network call: the innermost frame outside the network stack must be one
@@ -26,6 +26,11 @@ _NETWORK_MODULES = tuple(f"{os.sep}{name}.py" for name in ("socket", "ssl", "sel
 
 class PlanError(ValueError):
     """The pipeline cannot run as written; raised before any task starts."""
+
+
+class MissingColumnError(PlanError):
+    """An op names a column its input cannot have: one a Parquet or Vortex input's schema lacks,
+    or one an earlier `select` left out (`zephyr.plan.column_check`). Raised before anything runs."""
 
 
 class NotConvergedError(RuntimeError):

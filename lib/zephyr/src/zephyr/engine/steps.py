@@ -28,7 +28,9 @@ from zephyr.engine.frame import Frame, Pieces, records_of
 from zephyr.engine.lines import json_lines
 from zephyr.engine.scan import block_bytes, frame_of_table, jsonl_frames
 from zephyr.engine.translate import to_polars, to_polars_filter
+from zephyr.expr import referenced_fields
 from zephyr.expr.nodes import referenced_columns
+from zephyr.expr.presence import record_has, schema_has, watched
 from zephyr.io.batches import map_batches
 from zephyr.io.files import open_output
 from zephyr.io.json_records import line_bytes
@@ -36,7 +38,7 @@ from zephyr.io.jsonl import encode_records
 from zephyr.io.parquet import read_parquet_pieces
 from zephyr.plan import ops as op
 from zephyr.plan.batch_span import batch_span
-from zephyr.plan.ops import MapBatches, WithColumns, select_columns
+from zephyr.plan.ops import MapBatches, WithColumns, select_columns, watch_points
 from zephyr.plan.sources import ParquetSlice, input_path_of
 
 __all__ = ["load_batches", "map_batches_items", "map_batches_records", "records_table", "valid_rows", "write_jsonl_pieces"]
@@ -52,14 +54,24 @@ def load_batches(ops: tuple, items: Iterator[Any], sink: Any, memory: int | None
     needed = None if whole else frozenset(_needed_columns(ops[:end], sink))
     size = block_bytes(memory)
     pieces: Iterator = itertools.chain.from_iterable(_read(item, load, size, needed) for item in items)
-    if isinstance(load, op.LoadJsonl):  # the Parquet reader applies them itself
-        if load.filter is not None:
-            pieces = _each(_filter, load.filter, pieces)
-        if load.columns is not None:
-            pieces = _each(_select, load.columns, pieces)
-    for record in ops[1:end]:
+    watches = watch_points(ops[1:end])  # columns no row had: counted, once per run of column ops
+    for index, record in enumerate(ops[1:end]):
+        if index in watches:
+            pieces = watched(pieces, watches[index], _missing_in_piece)
         pieces = _each(_STEPS[type(record)], _argument(record), pieces)
     return end, Pieces(pieces)
+
+
+def _missing_in_piece(piece: Frame | list, missing: set) -> tuple[set, bool]:
+    """The paths of `missing` no row of `piece` has (`zephyr.expr.presence`), and whether it had rows."""
+    if isinstance(piece, Frame) and piece.complete:
+        schema = piece.df.to_arrow().schema if piece.df.width else None
+        return {p for p in missing if schema is None or not schema_has(schema, p)}, len(piece) > 0
+    if isinstance(piece, Frame):  # JSON rows: the records as read, unless a select dropped fields
+        rows = piece.base if piece.selected is None and not piece.assigned else piece.records()
+    else:
+        rows = piece
+    return {p for p in missing if not any(record_has(r, p) for r in rows)}, len(piece) > 0
 
 
 def _needed_columns(ops: tuple, sink: Any) -> set[str]:
@@ -87,8 +99,13 @@ def _read(item: Any, load: op.LoadJsonl | op.LoadParquet, size: int, needed: fro
     path = input_path_of(item)
     if path is None:
         raise TypeError(f"load_* expects path strings as items, got {type(item).__name__}: {item!r:.100}")
-    if isinstance(load, op.LoadJsonl):
-        return jsonl_frames(path, load.on_bad_record, size, needed)
+    if isinstance(load, op.LoadJsonl):  # its folded ops apply here (the Parquet reader applies them itself)
+        pieces: Iterator = jsonl_frames(path, load.on_bad_record, size, needed)
+        if load.filter is not None:
+            pieces = _each(_filter, load.filter, watched(pieces, referenced_fields(load.filter), _missing_in_piece))
+        if load.columns is not None:
+            pieces = _each(_select, load.columns, watched(pieces, {(c,) for c in load.columns}, _missing_in_piece))
+        return pieces
     row_groups = item.row_groups if isinstance(item, ParquetSlice) else None
     pieces = read_parquet_pieces(path, columns=load.columns, filter=load.filter, row_groups=row_groups)
     return (piece if isinstance(piece, list) else valid_rows(pa.Table.from_batches([piece])) for piece in pieces)
@@ -163,20 +180,13 @@ def _with_columns(record: WithColumns, piece: Frame | list) -> Frame | list:
     if not isinstance(piece, Frame):
         return [record.apply_one(r) for r in piece]
     schema = piece.schema()
-    values: dict[str, pl.Series | list] = {}
-    python = []
-    for name, expr in record.columns:
-        made = to_polars(expr, schema)
-        if made is None:
-            python.append((name, expr))
-        else:
-            values[name] = _column(piece, made[0]).alias(name)
-    if python:  # computed from the records as they come in, like the others
-        counters.increment("zephyr/python_expressions", len(python))
-        records = piece.records()
-        for name, expr in python:
-            values[name] = [expr.evaluate(r) for r in records]
-    return piece.with_values({name: values[name] for name, _ in record.columns})
+    made = [to_polars(expr, schema) for _, expr in record.columns]
+    if all(m is not None for m in made):
+        return piece.with_values({name: _column(piece, m[0]).alias(name) for (name, _), m in zip(record.columns, made)})
+    # a column Polars could compute otherwise: the whole op on the records, as the record path runs it
+    counters.increment("zephyr/python_expressions")
+    rows = [record.apply_one(r) for r in piece.records()]
+    return piece.with_values({name: [r[name] for r in rows] for name, _ in record.columns})
 
 
 def _map_batches(record: MapBatches, piece: Frame | list) -> Frame | list:

@@ -13,9 +13,11 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+from zephyr.expr import referenced_fields
+from zephyr.expr.presence import watched
 from zephyr.io.batches import parquet_batches
 from zephyr.io.formats import FileFormat, format_for
-from zephyr.io.jsonl import read_jsonl
+from zephyr.io.jsonl import read_jsonl, read_jsonl_numbered
 from zephyr.io.load import InputFileSpec, load_file
 from zephyr.io.parquet import read_parquet
 from zephyr.io.vortex import read_vortex
@@ -23,7 +25,7 @@ from zephyr.plan import ops as op
 from zephyr.plan.ops import select_columns
 from zephyr.plan.sources import ParquetSlice, input_path_of
 
-__all__ = ["read_path"]
+__all__ = ["numbered_records", "read_path", "shape_one"]
 
 
 _FIXED_FORMATS = {op.LoadJsonl: FileFormat.JSONL, op.LoadParquet: FileFormat.PARQUET, op.LoadVortex: FileFormat.VORTEX}
@@ -42,10 +44,7 @@ def read_path(item: Any, load: op.LoadOp) -> Iterator[Any]:
         row_groups = item.row_groups if isinstance(item, ParquetSlice) else None
         return parquet_batches(path, load.columns, load.filter, row_groups, path_column)
     if fmt is FileFormat.JSONL:
-        records = read_jsonl(path, on_bad_record=load.on_bad_record)
-        if load.filter is not None:
-            records = filter(load.filter, records)
-        return _shaped(records, path, path_column, load.columns)
+        return _shaped(_folded(read_jsonl(path, on_bad_record=load.on_bad_record), load), path, path_column, load.columns)
     file_columns = None if load.columns is None else [c for c in load.columns if c != path_column]
     if fmt is FileFormat.VORTEX:
         records = read_vortex(path, file_columns, load.filter)
@@ -67,9 +66,18 @@ def _read_spec(spec: InputFileSpec, load: op.LoadOp) -> Iterator[Any]:
     """Records of an `InputFileSpec` item: the spec's own range, filter and columns, then `load`'s."""
     fixed = _FIXED_FORMATS.get(type(load))
     records = load_file(spec if fixed is None else replace(spec, format=fixed.value))
+    return _shaped(_folded(records, load), spec.path, load.file_path_column if load.include_file_paths else None, load.columns)
+
+
+def _folded(records: Iterator[Any], load: op.LoadOp) -> Iterator[Any]:
+    """`load`'s folded filter applied to records read in Python, each column they read watched
+    (`zephyr.expr.presence`: a column no record of the file had is counted), the projection's too."""
     if load.filter is not None:
-        records = filter(load.filter, records)
-    return _shaped(records, spec.path, load.file_path_column if load.include_file_paths else None, load.columns)
+        records = filter(load.filter, watched(records, referenced_fields(load.filter)))
+    if load.columns is not None:
+        path_column = load.file_path_column if load.include_file_paths else None
+        records = watched(records, {(c,) for c in load.columns if c != path_column})
+    return records
 
 
 def _shaped(records: Iterator[Any], path: str, path_column: str | None, columns: tuple[str, ...] | None) -> Iterator[Any]:
@@ -95,3 +103,24 @@ def _with_path(record: Any, path: str, column: str) -> dict:
     if not isinstance(record, dict):
         raise TypeError(f"include_file_paths needs dict records, got {type(record).__name__} in {path}")
     return {**record, column: path}
+
+
+def numbered_records(item: Any, load: op.LoadOp) -> Iterator[tuple[str | None, str | None, Any]]:
+    """(where, file, record) for what `read_path` reads from `item` before `load`'s folded filter
+    and projection (`where` is `path:line` for JSON Lines, else None): the input again, for
+    naming the record a failure hit (`zephyr.execution.replay`). A `batch_mode` loader's
+    batches as they are."""
+    path = item.path if isinstance(item, InputFileSpec) else input_path_of(item)
+    if getattr(load, "batch_mode", False):
+        return ((None, path, batch) for batch in read_path(item, load))
+    raw = replace(load, filter=None, columns=None, include_file_paths=False)
+    jsonl = path is not None and not isinstance(item, InputFileSpec) and (_FIXED_FORMATS.get(type(load)) or format_for(path)) is FileFormat.JSONL
+    if jsonl:
+        return ((f"{path}:{line}", path, record) for line, record in read_jsonl_numbered(path, load.on_bad_record))
+    return ((None, path, record) for record in read_path(item, raw))
+
+
+def shape_one(record: Any, path: str | None, load: op.LoadOp) -> Any:
+    """One record as `load` shapes it after its filter: the file path column, then the projection."""
+    path_column = load.file_path_column if load.include_file_paths else None
+    return next(_shaped(iter([record]), path, path_column, load.columns))

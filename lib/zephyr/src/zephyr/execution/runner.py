@@ -29,6 +29,7 @@ from zephyr.execution.report import RunReport
 from zephyr.execution.run_lock import OutputBusyError, RunLocks
 from zephyr.execution.scratch import ScratchSpace
 from zephyr.execution.stage_loop import StageLoop, StageStats
+from zephyr.expr.presence import warn_missing_columns
 from zephyr.io.files import remove_temporaries_for
 from zephyr.io.temporaries import sweep_dead_temporaries
 from zephyr.plan.compile import Plan, Stage, stage_output_paths
@@ -169,6 +170,7 @@ class Execution:
         else:
             self.report.succeeded()
         report_kept(self.counters)
+        warn_missing_columns(self.counters, [record for stage in self.plan.stages for record in stage.ops])
         self._locks.release()
         for callback in self.backend.on_finish:
             callback(self)

@@ -22,7 +22,9 @@ from zephyr.engine.frame import Pieces
 from zephyr.engine.steps import load_batches, map_batches_items, write_jsonl_pieces
 from zephyr.errors import ShardError, is_transient_storage_error
 from zephyr.execution.failed_record import failed_record
+from zephyr.execution.replay import numbered
 from zephyr.execution.intra_shard import run_split, split_end
+from zephyr.expr.presence import watched
 from zephyr.io.files import exists, file_size
 from zephyr.io.binary import write_binary_file
 from zephyr.io.jsonl import write_jsonl_file
@@ -36,6 +38,7 @@ from zephyr.execution.loaders import read_path
 from zephyr.execution.memory import task_budget
 from zephyr.execution.usage import measuring
 from zephyr.plan.join_shuffled import TwoSided
+from zephyr.plan.ops import watch_points
 from zephyr.tasks import ShardResult, ShardTask, StageProgram
 from zephyr.io.vortex import write_vortex_file
 
@@ -86,7 +89,8 @@ def _run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
             transient = _judged(e, lambda: is_transient_storage_error(e), False)  # here: the traceback does not survive pickling
             record = None
             if counted is not None and not transient and not split:  # a split shard's reader runs ahead
-                record = _judged(e, lambda: failed_record(e, program.ops, start_at, next(counted), lambda: _reread(program, task, ctx)), None)
+                record = _judged(e, lambda: failed_record(e, program.ops, start_at, next(counted), lambda: _numbered(program, task),
+                                                          lambda: _reread(program, task, ctx)), None)
             raise ShardError(task.stage, task.shard, task.label, type(e).__name__, str(e), traceback.format_exc(), transient,
                              record) from e
     return ShardResult(
@@ -119,14 +123,23 @@ def _apply_ops(ops: tuple, start_at: int, stream: Iterator, ctx: _Context, task:
     """The ops from `start_at` on, chained; with `task.split > 1` the per-item ones that come
     first run in that many processes (`zephyr.execution.intra_shard`). Also says whether they did."""
     end = split_end(ops, start_at) if task.split > 1 and not isinstance(stream, Pieces) else start_at
-    if end > start_at:
-        stream = run_split(ops[start_at:end], stream, task.split, f"stage{task.stage}")
+    watches = watch_points(ops[start_at:])  # columns no record had: counted (`zephyr.expr.presence`)
+    if end > start_at:  # the chunks' processes see parts of the shard: the run that starts it is watched here
+        stream = run_split(ops[start_at:end], watched(stream, watches.get(0, ())), task.split, f"stage{task.stage}")
     for index in range(end, len(ops)):
         if index in ctx.codes and ctx.source is not None:
             path = _output_path(ops[index], ctx)
             ctx.claimed[path] = claim_output(ops[index], path, ctx.source, ctx.codes[index])
+        if index - start_at in watches:
+            stream = watched(stream, watches[index - start_at])
         stream = _apply(ops[index], stream, ctx)
     return stream, end > start_at
+
+
+def _numbered(program: StageProgram, task: ShardTask) -> Iterator:
+    """The shard's input again, each record numbered, as its loader reads it before its folded ops
+    (for `failed_record`)."""
+    return numbered(program.ops, program.reader.read(task) if program.reader is not None else iter(task.items))
 
 
 def _reread(program: StageProgram, task: ShardTask, ctx: _Context) -> Iterator:

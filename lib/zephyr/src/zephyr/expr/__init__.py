@@ -38,10 +38,11 @@ from zephyr.expr.nodes import (
     col,
     lit,
     referenced_columns,
+    referenced_fields,
 )
 
 __all__ = [
     "Arithmetic", "ArithmeticExpr", "Column", "ColumnExpr", "Compare", "CompareExpr", "Expr", "Field", "FieldAccessExpr",
     "IsNull", "IsNullExpr", "Literal", "LiteralExpr", "Logical", "LogicalExpr", "Not", "NotExpr", "StrLen", "col", "lit",
-    "referenced_columns", "to_pyarrow_expr",
+    "referenced_columns", "referenced_fields", "to_pyarrow_expr",
 ]

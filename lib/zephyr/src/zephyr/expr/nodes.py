@@ -8,7 +8,7 @@ from typing import Any
 
 __all__ = [
     "ArithmeticExpr", "ColumnExpr", "CompareExpr", "Expr", "FieldAccessExpr", "IsNullExpr", "LiteralExpr", "LogicalExpr",
-    "NotExpr", "col", "lit", "referenced_columns",
+    "NotExpr", "col", "lit", "referenced_columns", "referenced_fields",
 ]
 
 
@@ -332,6 +332,21 @@ def referenced_columns(expr: Expr) -> set[str]:
         return referenced_columns(expr.parent if isinstance(expr, Field) else expr.child)
     if isinstance(expr, (Compare, Arithmetic, Logical)):
         return referenced_columns(expr.left) | referenced_columns(expr.right)
+    return set()
+
+
+def referenced_fields(expr: Expr) -> set[tuple[str, ...]]:
+    """The column paths an expression reads: `("score",)` for `col("score")`, `("meta", "x")`
+    for `col("meta")["x"]` (a field of a computed value counts as what that value reads)."""
+    if isinstance(expr, Column):
+        return {(expr.name,)}
+    if isinstance(expr, Field):
+        inner = referenced_fields(expr.parent)
+        return {(*path, expr.name) for path in inner} if isinstance(expr.parent, (Column, Field)) else inner
+    if isinstance(expr, (Not, IsNull, StrLen)):
+        return referenced_fields(expr.child)
+    if isinstance(expr, (Compare, Arithmetic, Logical)):
+        return referenced_fields(expr.left) | referenced_fields(expr.right)
     return set()
 
 

@@ -26,7 +26,8 @@ from zephyr.io.files import open_input, open_output
 from zephyr.io.records import UnwritableRecordError, field_path
 from zephyr import counters
 
-__all__ = ["BadRecordError", "decode_block", "decode_block_lines", "encode_records", "json_values", "jsonl_blocks", "read_jsonl", "write_jsonl_file"]
+__all__ = ["BadRecordError", "decode_block", "decode_block_lines", "encode_records", "json_values", "jsonl_blocks", "read_jsonl",
+           "read_jsonl_numbered", "write_jsonl_file"]
 
 _BLOCK = 256 * 1024  # bytes of lines decoded per orjson batch
 _CHUNK = 1024  # records encoded (and checked) per write
@@ -147,7 +148,15 @@ def _decode_lines(lines: list[bytes], path: str, line_no: int, on_bad_record: st
     """The slow path of a block: skip blank lines, decode long integers exactly, raise (or
     count) bad lines by number. `kept` gets the lines the records were read from."""
     values = []
-    kept = [] if kept is None else kept
+    for _, value, line in _numbered_lines(lines, path, line_no, on_bad_record):
+        values.append(value)
+        if kept is not None:
+            kept.append(line)
+    return values
+
+
+def _numbered_lines(lines: list[bytes], path: str, line_no: int, on_bad_record: str) -> Iterator[tuple[int, dict, bytes]]:
+    """(line number, record, line) of each line that holds a record (see `_decode_lines`)."""
     for line_no, line in enumerate(lines, start=line_no + 1):
         if not line.strip():
             continue
@@ -157,15 +166,23 @@ def _decode_lines(lines: list[bytes], path: str, line_no: int, on_bad_record: st
             reason = f"malformed JSON: {e}; line starts {line[:80]!r}"
         else:
             if type(value) is dict:
-                values.append(json.loads(line) if _long_digits(line) else value)
-                kept.append(line)
+                yield line_no, json.loads(line) if _long_digits(line) else value, line
                 continue
             reason = f"expected a JSON object, got {type(value).__name__}; line starts {line[:80]!r}"
         if on_bad_record == "skip":
             counters.increment("zephyr/bad_records")
             continue
         raise BadRecordError(path, line_no, reason)
-    return values
+
+
+def read_jsonl_numbered(path: str, on_bad_record: str = "raise") -> Iterator[tuple[int, dict]]:
+    """(1-based line number, record) for each record `read_jsonl` yields, in order: slower (a
+    line at a time), for naming the line a record came from (`zephyr.execution.replay`)."""
+    for block, line_no in jsonl_blocks(path):
+        lines = block.split(b"\n")
+        if block.endswith(b"\n"):
+            lines.pop()
+        yield from ((number, value) for number, value, _ in _numbered_lines(lines, path, line_no, on_bad_record))
 
 
 def write_jsonl_file(items: Iterable[Any], path: str, *, remove_stale: bool = True) -> int:

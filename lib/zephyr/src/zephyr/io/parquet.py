@@ -28,6 +28,7 @@ from zephyr.io.temporaries import make_temp_file
 from zephyr import counters
 from zephyr.expr import Arithmetic, Column, Compare, Field, IsNull, Literal, Logical, Not, StrLen, referenced_columns
 from zephyr.expr.arrow import to_arrow_filter
+from zephyr.expr.presence import note_missing_from_file
 
 __all__ = ["ROWS_PER_BATCH", "RowGroups", "read_parquet", "write_parquet_file"]
 
@@ -75,7 +76,8 @@ def read_parquet(
     """Yield the rows of a Parquet file as dicts; holds one row batch at a time.
 
     Args:
-        columns: the columns to keep, in this order; names the file lacks are skipped.
+        columns: the columns to keep, in this order; names the file lacks are skipped (and
+            counted, with the filter's, in `zephyr/missing_column/<name>`).
         filter: a `zephyr.expr.Expr`; rows for which it is not true are dropped. It runs
             inside pyarrow (row groups excluded by statistics are never read) where pyarrow
             provably gives what Python gives for this file's schema (`zephyr.expr.arrow`);
@@ -113,6 +115,7 @@ def read_parquet_pieces(
             schema = fragment.physical_schema
         except Exception as e:
             raise ValueError(f"{path}: not a readable Parquet file: {e}") from e
+        note_missing_from_file(schema, columns, filter)  # the planner checked the first file's (`plan.column_check`)
         names = schema.names
         wanted = [c for c in columns if c in names] if columns is not None else None
         keep = wanted  # the output's columns; `wanted` may grow by the late filter's own

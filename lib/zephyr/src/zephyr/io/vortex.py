@@ -29,10 +29,11 @@ from zephyr.io.files import atomic_write, url_to_fs
 from zephyr.io.temporaries import make_temp_file
 from zephyr.expr import Column, Compare, Literal, Logical, referenced_columns
 from zephyr.expr.arrow import to_arrow_filter
+from zephyr.expr.presence import note_missing_from_file
 from zephyr.io.parquet import write_parquet_file
 from zephyr.io.records import UnwritableRecordError
 
-__all__ = ["read_vortex", "write_vortex_file"]
+__all__ = ["read_vortex", "read_vortex_schema", "write_vortex_file"]
 
 # not floats: Vortex orders them totally (NaN above every number and equal to itself, -0.0 apart
 # from 0.0), where Python's comparisons are false for NaN and 0.0 == -0.0
@@ -61,6 +62,7 @@ def read_vortex(
         names = dataset.schema.names
         if not names:  # an empty file written without a schema
             return
+        note_missing_from_file(dataset.schema, columns, filter)  # the planner checked the first file's
         keep = [c for c in columns if c in names] if columns is not None else None
         ranged = row_start is not None or row_end is not None
         pushed = None if filter is None or ranged else _pushable(filter, dataset.schema)
@@ -80,6 +82,12 @@ def read_vortex(
             if late is not None:
                 rows = [r if read == keep else {c: r[c] for c in keep} for r in rows if late(r)]
             yield from rows
+
+
+def read_vortex_schema(path: str) -> Any:
+    """The `pyarrow.Schema` of a Vortex file (an empty file written without one has no columns)."""
+    with _opened(path) as vortex_file:
+        return vortex_file.to_dataset().schema
 
 
 @contextlib.contextmanager

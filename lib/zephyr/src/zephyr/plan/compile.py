@@ -19,6 +19,7 @@ from zephyr.plan import shuffle_ops as sop
 from zephyr.errors import PlanError
 from zephyr.plan.fingerprint import Identity, identify
 from zephyr.plan.batch_span import plan_labels
+from zephyr.plan.column_check import check_columns
 from zephyr.plan.pushdown import push_down
 from zephyr.shuffle.reduce import Concatenate, FirstPerKey, HashPartition, ReduceGroups, RoundRobin, ScatterSink, ShuffleReader, keep_first
 from zephyr.plan.sources import SourceShard, resolve_source, split_parquet_shards, with_path_versions
@@ -78,10 +79,13 @@ SCRATCH_FORMAT = 3
 def compile_plan(dataset) -> Plan:
     """Resolve the source and fuse ops into stages, cutting at every shuffle.
 
-    Validates writers against shard counts, outputs against the inputs (`plan.overlap`) and join
-    inputs against each other; runs no user code but callable output patterns.
+    Validates writers against shard counts, outputs against the inputs (`plan.overlap`), join
+    inputs against each other and the columns ops name against what their input has
+    (`column_check`: reads the first input file's schema for Parquet and Vortex); runs no user
+    code but callable output patterns.
     """
     shards: Sequence[SourceShard] = _split_files(_versioned(resolve_source(dataset.source), dataset.ops), dataset.ops)
+    check_columns(dataset.ops, shards[0].items[0] if shards and shards[0].items else None)
     stages: list[Stage] = []
     current: list = []
     num_shards = len(shards)

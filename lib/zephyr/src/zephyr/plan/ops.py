@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from zephyr.expr.nodes import referenced_fields
 from zephyr.io.formats import DEFAULT_FILE_PATH_COLUMN
 from zephyr.naming import callable_name
 from zephyr.tasks import ShardInfo
@@ -20,6 +21,7 @@ from zephyr.io.tokens import offsets_path
 
 __all__ = [
     "DEFAULT_FILE_PATH_COLUMN",
+    "EXPRESSION_OPS",
     "LOAD_OPS",
     "WRITE_OPS",
     "FilterExpr",
@@ -52,6 +54,7 @@ __all__ = [
     "loader_reads_source",
     "shard_output_path",
     "validate_output_pattern",
+    "watch_points",
 ]
 
 
@@ -99,6 +102,10 @@ class WithColumns:
     def apply(self, stream: Iterator) -> Iterator:
         return map(self.apply_one, stream)
 
+    def reads(self) -> set[tuple[str, ...]]:
+        """The column paths its expressions read (`zephyr.expr.presence`)."""
+        return set().union(*(referenced_fields(expr) for _, expr in self.columns))
+
     def apply_one(self, record: Any) -> dict:
         if not isinstance(record, dict):
             raise TypeError(f"{self.describe()} needs dict records, got {type(record).__name__}: {record!r:.80}")
@@ -144,6 +151,10 @@ class FilterExpr:
     def apply(self, stream: Iterator) -> Iterator:
         return filter(self.expr, stream)
 
+    def reads(self) -> set[tuple[str, ...]]:
+        """The column paths its expression reads (`zephyr.expr.presence`)."""
+        return referenced_fields(self.expr)
+
     def describe(self) -> str:
         return f"filter({self.expr!r})"
 
@@ -154,6 +165,9 @@ class Select:
 
     def apply(self, stream: Iterator) -> Iterator:
         return (select_columns(item, self.columns) for item in stream)
+
+    def reads(self) -> set[tuple[str, ...]]:
+        return {(c,) for c in self.columns}
 
     def describe(self) -> str:
         return f"select({', '.join(repr(c) for c in self.columns)})"
@@ -205,6 +219,12 @@ class _Load:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "filter_text", None if self.filter is None else repr(self.filter))
+
+    def reads(self) -> set[tuple[str, ...]]:
+        """The column paths its folded filter and projection read from the file (the path column is its own)."""
+        paths = referenced_fields(self.filter) if self.filter is not None else set()
+        path_column = self.file_path_column if self.include_file_paths else None
+        return paths | {(c,) for c in self.columns or () if c != path_column}
 
     def _extras(self) -> list[str]:
         extras = []
@@ -410,6 +430,41 @@ def check_columns(columns: Sequence[str] | None) -> tuple[str, ...] | None:
 
 
 PER_ITEM_OPS = (Map, Filter, FilterExpr, Select, FlatMap, WithColumns)  # each item in, its items out: `.apply(stream)`
+EXPRESSION_OPS = (FilterExpr, Select, WithColumns)  # ops that name columns, evaluated the same on records and batches
+
+
+def watch_points(ops: Sequence[Any]) -> dict[int, set[tuple[str, ...]]]:
+    """Where a stage watches for columns no record had (`zephyr.expr.presence`): the index of
+    each op that begins a run of column ops (a Python `filter` between them keeps the run
+    going: it keeps records as they are), and the column paths the run reads from its input.
+    One watch per run: each record is looked at once, however many ops read the column."""
+    points: dict[int, set] = {}
+    start = None
+    for index, record in enumerate(ops):
+        if isinstance(record, EXPRESSION_OPS) and start is None:
+            start = index
+            points[index] = _run_reads(ops[index:])
+        elif not isinstance(record, (Filter, *EXPRESSION_OPS)):
+            start = None
+    return points
+
+
+def _run_reads(ops: Sequence[Any]) -> set[tuple[str, ...]]:
+    """The column paths a run of column ops reads from its input: not those a `with_columns`
+    of the run made; after a `select`, only what it kept can be read (`zephyr.plan.column_check`)."""
+    reads: set = set()
+    made: set = set()
+    for record in ops:
+        if isinstance(record, Filter):
+            continue
+        if not isinstance(record, EXPRESSION_OPS):
+            break
+        reads |= {path for path in record.reads() if path[0] not in made}
+        if isinstance(record, Select):
+            break
+        if isinstance(record, WithColumns):
+            made |= {name for name, _ in record.columns}
+    return reads
 
 
 def select_columns(record: Any, columns: tuple[str, ...]) -> dict:

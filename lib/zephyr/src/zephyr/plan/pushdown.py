@@ -9,8 +9,9 @@ is the same as without pushdown; these are the conditions under which folding ke
 
 - only `select(...)` and `filter(<expression>)` fold, and only while they follow the loader
   directly (a `map` or a Python `filter` in between stops folding);
-- a filter folds only when every column it reads is still there: after a projection has
-  dropped a column, a filter on it sees nulls, and is left in place to do so;
+- a filter folds only when every column it reads is still there (one that reads a column a
+  projection dropped is refused when planning, `zephyr.plan.column_check`; were it not, it
+  would stay in place and see nulls);
 - a filter that reads the file path column (`include_file_paths`) is left in place: the
   reader adds that column after filtering;
 - a later projection narrows an earlier one (keeping the later order); a projection that
