@@ -496,7 +496,7 @@ def test_a_table_made_from_records_drops_no_field(records):
     """Regression: `map_batches` on records built its table with `Table.from_pylist`, which
     takes the first record's keys, so a field the first record lacked vanished. Every key any
     record has is a column; each row reads back as its record plus nulls for the keys it lacks."""
-    from zephyr.engine.steps import records_table
+    from zephyr.execution.engine_ops import records_table
 
     table = records_table(records)
     names = list(dict.fromkeys(k for r in records for k in r))

@@ -21,9 +21,9 @@ from typing import Any
 
 import polars as pl
 
-from zephyr.expr.nodes import Column, Expr
+from zephyr.expr.nodes import Aggregation, Column, Expr
 
-__all__ = ["Agg", "collect", "count", "first", "max", "mean", "min", "sum"]
+__all__ = ["Agg", "as_agg", "collect", "count", "first", "max", "mean", "min", "sum"]
 
 _builtin_sum, _builtin_min, _builtin_max = sum, min, max
 
@@ -216,3 +216,15 @@ def first(expr: Any) -> Agg:
 def collect(expr: Any) -> Agg:
     """The values of `expr` per key as a list, in input order (nulls kept)."""
     return Collect(_expr(expr))
+
+
+_KINDS = {"count": Count, "sum": Sum, "min": Min, "max": Max, "mean": Mean, "first": First, "collect": Collect}
+
+
+def as_agg(value: Any) -> Agg | None:
+    """An aggregation (`agg.sum("x")`, or `col("x").sum()`), or None for anything else."""
+    if isinstance(value, Agg):
+        return value
+    if isinstance(value, Aggregation):
+        return _KINDS[value.kind](value.child)
+    return None

@@ -20,7 +20,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from zephyr.aggregate.functions import Agg, Count
+from zephyr.aggregate.functions import Agg, Count, as_agg, count
+from zephyr.aggregate.functions import max as max_agg
+from zephyr.aggregate.functions import mean as mean_agg
+from zephyr.aggregate.functions import min as min_agg
+from zephyr.aggregate.functions import sum as sum_agg
 from zephyr.expr.nodes import Column, Expr
 from zephyr.shuffle.keys import key_bytes
 
@@ -118,9 +122,13 @@ class GroupedDataset:
         """
         if not aggs:
             raise TypeError("agg() needs at least one name=aggregation, e.g. agg(docs=zephyr.agg.count())")
+        made = {}
         for name, value in aggs.items():
-            if not isinstance(value, Agg):
-                raise TypeError(f"agg({name}=...) needs an aggregation (zephyr.agg.count(), agg.sum('x'), ...), got {value!r:.80}")
+            made[name] = as_agg(value)
+            if made[name] is None:
+                raise TypeError(f"agg({name}=...) needs an aggregation (zephyr.agg.count(), agg.sum('x'), col('x').max(), ...), "
+                                f"got {value!r:.80}")
+        aggs = made
         clash = set(aggs) & {name for name, _ in self._keys}
         if clash:
             raise ValueError(f"agg() names {sorted(clash)} are also key columns; choose other names")
@@ -132,29 +140,20 @@ class GroupedDataset:
 
     def count(self) -> Any:
         """`{key columns..., "count": rows}` per key."""
-        from zephyr.aggregate.functions import count
-
         return self.agg(count=count())
 
     def sum(self, column: Any) -> Any:
-        from zephyr.aggregate.functions import sum as sum_
-
-        return self.agg(**{f"sum_{_name(column)}": sum_(column)})
+        """`{key columns..., "sum_<column>": sum}` per key."""
+        return self.agg(**{f"sum_{_name(column)}": sum_agg(column)})
 
     def mean(self, column: Any) -> Any:
-        from zephyr.aggregate.functions import mean
-
-        return self.agg(**{f"mean_{_name(column)}": mean(column)})
+        return self.agg(**{f"mean_{_name(column)}": mean_agg(column)})
 
     def min(self, column: Any) -> Any:
-        from zephyr.aggregate.functions import min as min_
-
-        return self.agg(**{f"min_{_name(column)}": min_(column)})
+        return self.agg(**{f"min_{_name(column)}": min_agg(column)})
 
     def max(self, column: Any) -> Any:
-        from zephyr.aggregate.functions import max as max_
-
-        return self.agg(**{f"max_{_name(column)}": max_(column)})
+        return self.agg(**{f"max_{_name(column)}": max_agg(column)})
 
 
 def _name(column: Any) -> str:

@@ -2,7 +2,7 @@
 
 An expression means what it means on a Python record (`zephyr.expr.nodes`); Polars computes it
 natively only where the two provably agree for the frame's column types, and otherwise the
-engine evaluates it on the records (`zephyr.engine.steps`). Where they differ: integers are
+engine evaluates it on the records (`zephyr.execution.engine_ops`). Where they differ: integers are
 64-bit in Polars (`+ - *` wrap, Python grows), an int compared with a float is cast in Polars
 (Python compares exactly), `x / 0.0` is inf (Python raises), a string compared with a number
 is an error (Python says "not equal" or raises). So Polars gets:

@@ -19,7 +19,7 @@ from zephyr import counters
 from zephyr.plan import ops as op
 from zephyr.aggregate.grouped import PartialAggregate
 from zephyr.engine.frame import Pieces
-from zephyr.engine.steps import load_batches, map_batches_items, write_jsonl_pieces
+from zephyr.execution.engine_ops import load_batches, map_batches_items, write_jsonl_pieces
 from zephyr.errors import ShardError, is_transient_storage_error
 from zephyr.execution.failed_record import failed_record
 from zephyr.execution.replay import numbered
@@ -28,7 +28,7 @@ from zephyr.expr.presence import watched
 from zephyr.io.files import exists, file_size
 from zephyr.io.binary import write_binary_file
 from zephyr.io.jsonl import write_jsonl_file
-from zephyr.io.arrow_parquet import write_parquet_pieces
+from zephyr.engine.parquet import write_parquet_pieces
 from zephyr.io.parquet import write_parquet_file
 from zephyr.io.tokens import write_tokens_file
 from zephyr.io.json_records import JsonLines
@@ -150,7 +150,7 @@ def _reread(program: StageProgram, task: ShardTask, ctx: _Context) -> Iterator:
 
 def _load(ops: tuple, stream: Iterator, ctx: _Context, sink: Any = None, memory: int | None = None) -> tuple[int, Iterator]:
     """Apply the stage's leading loaders: the records they yield are the stage's items in.
-    Where the stage starts in the engine (`zephyr.engine.steps`), also the ops that run there."""
+    Where the stage starts in the engine (`zephyr.execution.engine_ops`), also the ops that run there."""
     batched = load_batches(ops, stream, sink, memory)
     if batched is not None:
         return batched

@@ -1,13 +1,15 @@
 """A column expression used as a shuffle key (`deduplicate(col("text"))`, `group_by(col("k"), ...)`).
 
 A key is a callable on records everywhere in zephyr; this one is also data, so the engine can
-hash a plain column's values natively (`zephyr.engine.keys`) and plans print it.
+hash a plain column's values natively (`zephyr.shuffle.frame_keys`) and plans print it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from zephyr.expr.nodes import Column
 
 __all__ = ["ExprKey", "is_column_key"]
 
@@ -31,6 +33,4 @@ class ExprKey:
 
 def is_column_key(key: Any) -> bool:
     """Whether a shuffle key is a plain column (`col("text")`)."""
-    from zephyr.expr.nodes import Column
-
     return isinstance(key, ExprKey) and isinstance(key.expr, Column)

@@ -105,42 +105,36 @@ class Expr:
         stays null, and any other value is a TypeError."""
         return StrLen(self)
 
-    # per-key aggregations of this value, for `group_by(key).agg(...)` (`zephyr.aggregate`)
-    def sum(self):
-        from zephyr.aggregate import sum as agg_sum
+    # per-key aggregations of this value, for `group_by(key).agg(...)` (computed by `zephyr.aggregate`)
+    def sum(self) -> Aggregation:
+        return Aggregation("sum", self)
 
-        return agg_sum(self)
+    def min(self) -> Aggregation:
+        return Aggregation("min", self)
 
-    def min(self):
-        from zephyr.aggregate import min as agg_min
+    def max(self) -> Aggregation:
+        return Aggregation("max", self)
 
-        return agg_min(self)
+    def mean(self) -> Aggregation:
+        return Aggregation("mean", self)
 
-    def max(self):
-        from zephyr.aggregate import max as agg_max
+    def first(self) -> Aggregation:
+        return Aggregation("first", self)
 
-        return agg_max(self)
+    def collect(self) -> Aggregation:
+        return Aggregation("collect", self)
 
-    def mean(self):
-        from zephyr.aggregate import mean
-
-        return mean(self)
-
-    def first(self):
-        from zephyr.aggregate import first
-
-        return first(self)
-
-    def collect(self):
-        from zephyr.aggregate import collect
-
-        return collect(self)
-
-    def count(self):
+    def count(self) -> Aggregation:
         """Rows per key where this value is not null."""
-        from zephyr.aggregate import count
+        return Aggregation("count", self)
 
-        return count(self)
+
+@dataclass(frozen=True)
+class Aggregation:
+    """A per-key aggregation of a value (`col("n").sum()`), for `group_by(key).agg(...)`."""
+
+    kind: str  # "count", "sum", "min", "max", "mean", "first", "collect"
+    child: Any  # the Expr it reads, or None (count rows)
 
 
 def _wrap(value: Any) -> Expr:

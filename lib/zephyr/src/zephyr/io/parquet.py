@@ -253,7 +253,7 @@ def write_parquet_file(items: Iterable[dict[str, Any]], path: str, schema=None, 
 class RowGroups:
     """The writer's state: a table per batch of ROWS_PER_BATCH rows, into `_Segments`, under
     the widened schema so far (or the user's). `add_table` takes a batch already as the table
-    `add_records` would make of its rows (the batch path, `io/arrow_parquet.py`)."""
+    `add_records` would make of its rows (the batch path, `engine/parquet.py`)."""
 
     def __init__(self, path: str, schema=None):
         self.path, self.schema = path, schema

@@ -3,7 +3,7 @@
 A stage that starts with `load_jsonl()` or `load_parquet()` (without the file path column or
 `batch_mode`) followed by column-expression ops (`filter(col(...))`, `select`,
 `with_columns`, `map_batches`) can run those ops in the engine on frames
-(`zephyr.engine.steps`). It does so only where something gains from it: a
+(`zephyr.execution.engine_ops`). It does so only where something gains from it: a
 column-expression op (or one pushdown folded into the loader), a `write_jsonl` or
 `write_parquet` right after, or
 a shuffle keyed by a column (`deduplicate(col("text"))`, `group_by(col("k"), ...)`) or a

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from zephyr.plan import ops as op
 from zephyr.plan import shuffle_ops as sop
-from zephyr.expr import Expr
+from zephyr.aggregate.grouped import GroupedDataset, group_keys
+from zephyr.expr import Expr, col
 from zephyr.expr.key import ExprKey
 from zephyr.plan.ops import DEFAULT_FILE_PATH_COLUMN, ShardInfo
 from zephyr.plan.sources import FilesSource, ListSource, Source
@@ -127,7 +128,7 @@ class Dataset:
         """Set columns of each dict item to column expressions, all computed from the item as
         it comes in: an existing column keeps its place, a new one goes last.
 
-        Runs in the engine where the stage does (see `zephyr.engine.steps`), else per record.
+        Runs in the engine where the stage does (see `zephyr.execution.engine_ops`), else per record.
         >>> ds.with_columns(num_chars=col("text").str_len(), source=lit("web"))
         """
         if not columns:
@@ -365,8 +366,6 @@ class Dataset:
         or `ds.group_by(["lang", "domain"]).count()`; the key is then column names or expressions.
         """
         if reducer is None:
-            from zephyr.aggregate.grouped import GroupedDataset, group_keys
-
             keys = group_keys(key)
             if keys is None:
                 raise TypeError(f"group_by(key) without a reducer aggregates by columns: give column names or "
@@ -553,8 +552,6 @@ class Dataset:
 def _expr_key(key: Any) -> Any:
     """A column expression (or a column's name) as a key function (its value); anything else unchanged."""
     if isinstance(key, str) and key:
-        from zephyr.expr.nodes import col
-
         key = col(key)
     if isinstance(key, Expr):
         return ExprKey(key)

@@ -31,9 +31,9 @@ import pyarrow as pa
 from zephyr import counters
 from zephyr.switches import switched_on
 from zephyr.engine.frame import Frame, Pieces
-from zephyr.engine.keys import frame_keys
+from zephyr.shuffle.frame_keys import frame_keys
 from zephyr.engine.lines import json_lines
-from zephyr.shuffle.columnar import FIELDS_META, JSON_COLUMN, JSON_DESCRIPTION, batch_rows, conform, dumps, is_json, key_column, payload_of, sort_value_column, unify_schemas
+from zephyr.shuffle.columnar import FIELDS_META, json_enabled, JSON_COLUMN, JSON_DESCRIPTION, batch_rows, conform, dumps, is_json, key_column, payload_of, sort_value_column, unify_schemas
 from zephyr.io.files import atomic_write
 from zephyr.shuffle.merge import group_starts, sort_order
 from zephyr.naming import callable_name
@@ -187,7 +187,7 @@ class _Buffer:
     def _rows_batch(self, rows: Frame, first_pos: int) -> pa.RecordBatch | None:
         """A frame's rows as they are: their JSON lines, keys from their key column (None
         where records are needed: a `sort_by` function, or a buffer that holds fields)."""
-        if (self.hashed and self.part.sort_by is not None) or (self.schema is not None and not is_json(self.schema)):
+        if (self.hashed and self.part.sort_by is not None) or (self.schema is not None and not is_json(self.schema)) or not json_enabled():
             return None
         key = frame_keys(rows, self.part.key) if self.hashed else None
         if self.hashed and key is None:
