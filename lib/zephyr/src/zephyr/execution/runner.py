@@ -29,6 +29,7 @@ from zephyr.execution.report import RunReport
 from zephyr.execution.run_lock import OutputBusyError, RunLocks
 from zephyr.execution.scratch import ScratchSpace
 from zephyr.execution.stage_loop import StageLoop, StageStats
+from zephyr.execution.uncalled_main import note_pipeline_started
 from zephyr.io.files import remove_temporaries_for
 from zephyr.io.temporaries import sweep_dead_temporaries
 from zephyr.plan.compile import Plan, Stage, stage_output_paths
@@ -56,6 +57,7 @@ class Execution:
     """
 
     def __init__(self, backend: ExecutionBackend, dataset):
+        note_pipeline_started()  # a script's main() did run (zephyr.execution.uncalled_main)
         self.backend = backend
         plan: Plan = dataset if isinstance(dataset, Plan) else dataset.plan()
         self.scratch = ScratchSpace(backend, plan)
