@@ -79,7 +79,7 @@ def test_final_snapshot_is_complete_and_matches_the_runner(tmp_path, backend_nam
     assert [st["name"] for st in s["stages"]] == ["stage 0", "stage 1"]
     for st, stats in zip(s["stages"], execution.stats):
         assert st["state"] == "done" and st["num_shards"] == stats.num_shards
-        assert st["shards"] == {"done": stats.num_shards, "running": 0, "queued": 0, "cancelled": 0, "resumed": 0, "failed": 0,
+        assert st["shards"] == {"done": stats.num_shards, "running": 0, "waiting": 0, "queued": 0, "cancelled": 0, "resumed": 0, "failed": 0,
                                 "lost": 0, "user_errors": 0, "retried_lost": 0, "retried_user": 0, "quarantined": 0}
         assert st["stragglers"] == []
         assert st["throughput"]["samples"][-1][1] == stats.num_shards  # the last sample: every shard done

@@ -25,6 +25,7 @@ from typing import Any
 from zephyr.backends.base import Backend, TaskLost
 from zephyr.backends.ray_local import describe_ray, start_local_ray
 from zephyr.backends.ray_errors import lost_cause, out_of_memory_cause
+from zephyr.backends.ray_running import RunningMarks, call_marked
 from zephyr.execution.memory import MIN_TASK_MEMORY
 from zephyr.out_of_memory import TaskOutOfMemory
 from zephyr.errors import ShardError
@@ -48,10 +49,6 @@ def _keeping_sigterm_handler():
             signal.signal(signal.SIGTERM, previous)
 
 
-def _call(fn: Callable, shared: Any, arg: Any) -> Any:
-    return fn(shared, arg)
-
-
 class RayBackend(Backend):
     name = "ray"
     default_user_retries = 1
@@ -69,6 +66,7 @@ class RayBackend(Backend):
         self._remote = None
         self._sized: dict[int, Any] = {}  # task memory budget -> the remote function asking for it
         self._owns_ray = False
+        self._running = RunningMarks()  # which tasks run now, which wait for a CPU
 
     @classmethod
     def default_parallelism(cls) -> int:
@@ -102,7 +100,7 @@ class RayBackend(Backend):
                 options["memory"] = res.memory
             if res.resources:
                 options["resources"] = dict(res.resources)
-            self._remote = ray.remote(_call).options(**options)
+            self._remote = ray.remote(call_marked).options(**options)
             self._options = options
             self._sized = {}
         return ray
@@ -115,7 +113,7 @@ class RayBackend(Backend):
         if memory not in self._sized:
             import ray
 
-            self._sized[memory] = ray.remote(_call).options(**{**self._options, "memory": memory})
+            self._sized[memory] = ray.remote(call_marked).options(**{**self._options, "memory": memory})
         return self._sized[memory]
 
     def memory_ceiling(self) -> int:
@@ -143,7 +141,16 @@ class RayBackend(Backend):
 
     def submit(self, fn: Callable, shared: Any, arg: Any) -> Any:
         self._ray()
-        return self._remote_for(getattr(arg, "memory", None)).remote(self.bound(fn), shared, arg)
+        key = self._running.new_key()
+        handle = self._remote_for(getattr(arg, "memory", None)).remote(self.bound(fn), shared, arg, key)
+        self._running.remember(handle, key)
+        return handle
+
+    def started(self, handles: Sequence[Any]) -> set | None:
+        """The tasks running now; the others wait in Ray's queue (`zephyr.backends.ray_running`)."""
+        import ray
+
+        return self._running.started(handles) if ray.is_initialized() else None
 
     def wait(self, handles: Sequence[Any], timeout: float | None = None) -> list[Any]:
         ray = self._ray()
@@ -155,6 +162,7 @@ class RayBackend(Backend):
 
     def result(self, handle: Any) -> Any:
         ray = self._ray()
+        self._running.forget(handle)
         try:
             return ray.get(handle)
         except Exception as e:
@@ -182,6 +190,7 @@ class RayBackend(Backend):
         import ray
 
         for handle in handles:
+            self._running.forget(handle)
             try:
                 ray.cancel(handle)
             except Exception:  # already finished or its node is gone
@@ -191,6 +200,8 @@ class RayBackend(Backend):
         import ray
 
         super().close()  # drops the shared objects' references, so Ray can free them
+        if ray.is_initialized():
+            self._running.clear()
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
         self._owns_ray = False

@@ -60,7 +60,8 @@ def format_snapshot(s: dict, width: int = 100) -> str:
     if stragglers:
         lines.append("stragglers (slowest in flight):")
         for name, g in stragglers[:10]:
-            lines.append(f"  {name} shard {g['shard']} attempt {g['attempt']}: {_secs(g['elapsed_s'])}  {g['source']}")
+            waiting = " (waiting for a CPU)" if g.get("waiting") else ""
+            lines.append(f"  {name} shard {g['shard']} attempt {g['attempt']}: {_secs(g['elapsed_s'])}{waiting}  {g['source']}")
     if s.get("failures_total"):
         lines.append(f"failed attempts ({s['failures_total']}):")
         for f in s["failures"][-10:]:
@@ -94,7 +95,7 @@ def _stage_lines(st: dict, width: int) -> list[str]:
     ops = " -> ".join(st["ops"])
     head = f"  {st['name']} [{bar}] {sh['done']:,}/{st['num_shards']:,} shards, {st['state']}"
     cancelled = f", cancelled {sh['cancelled']:,}" if sh.get("cancelled") else ""  # records before it have none
-    detail = (f"    running {sh['running']:,}, queued {sh['queued']:,}{cancelled}, resumed {sh['resumed']:,}, failed {sh['failed']:,}; "
+    detail = (f"    {_running(sh)}, queued {sh['queued']:,}{cancelled}, resumed {sh['resumed']:,}, failed {sh['failed']:,}; "
               f"retried {sh['retried_lost']:,} lost / {sh['retried_user']:,} user error"
               + (f" / {memory:,} out of memory" if (memory := ((st.get("cost") or {}).get("retries") or {}).get("memory")) else ""))
     elapsed = st.get("elapsed_s") or 0
@@ -103,6 +104,15 @@ def _stage_lines(st: dict, width: int) -> list[str]:
             + f", {_secs(st.get('elapsed_s'))}")
     cost = cost_line(st.get("cost"))
     return [head, f"    {ops[: width - 4]}", detail, flow] + ([f"    {cost}"] if cost else [])
+
+
+def _running(sh: dict) -> str:
+    """Shards running, and those handed to the backend that wait there for a CPU."""
+    if "waiting" not in sh:  # a record written before running and waiting were told apart
+        return f"in flight {sh['running']:,}"
+    if sh["waiting"] is None:
+        return f"in flight {sh['running']:,} (the backend does not say how many run)"
+    return f"running {sh['running']:,}, waiting for a CPU {sh['waiting']:,}"
 
 
 def _secs(value) -> str:
