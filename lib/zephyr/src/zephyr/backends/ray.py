@@ -19,14 +19,17 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from zephyr.backends.base import Backend, TaskLost
 from zephyr.backends.ray_local import describe_ray, start_local_ray
 from zephyr.backends.ray_errors import lost_cause, out_of_memory_cause
+from zephyr.backends.ray_crashes import CrashWatch
 from zephyr.backends.ray_running import RunningMarks, call_marked
 from zephyr.execution.memory import MIN_TASK_MEMORY
+from zephyr.status.crashes import describe_crash
 from zephyr.out_of_memory import TaskOutOfMemory
 from zephyr.errors import ShardError
 from zephyr.execution.interrupts import wait_slice
@@ -67,6 +70,9 @@ class RayBackend(Backend):
         self._sized: dict[int, Any] = {}  # task memory budget -> the remote function asking for it
         self._owns_ray = False
         self._running = RunningMarks()  # which tasks run now, which wait for a CPU
+        self._crashes = CrashWatch()  # worker processes of this job that crashed (ray_crashes)
+        self._reported: set[tuple[str, int]] = set()  # crashes a run has reported
+        self._since = time.time()
 
     @classmethod
     def default_parallelism(cls) -> int:
@@ -88,8 +94,10 @@ class RayBackend(Backend):
             for callback in self.on_start:
                 callback(self.where)
         if self._remote is None:
+            self._crashes.start()
             res = self.task_resources
             options: dict[str, Any] = {
+                "name": "zephyr_shard",  # how Ray's logs and dashboard name the tasks
                 "num_cpus": res.num_cpus,
                 "max_retries": self.ray_task_retries,
                 "retry_exceptions": False,
@@ -177,6 +185,17 @@ class RayBackend(Backend):
                 raise TaskOutOfMemory(f"{type(killed).__name__}: {killed}") from e
             raise
 
+    def process_crashes(self, since: float) -> list[dict]:
+        """The worker processes of this job that crashed since `since` (epoch seconds), which
+        a run reports (`zephyr.backends.ray_crashes`); each is reported once."""
+        import ray
+
+        if not ray.is_initialized():
+            return []
+        crashes = self._crashes.crashes(since)
+        self._reported.update((c["host"], c["pid"]) for c in crashes)
+        return crashes
+
     def spans_machines(self) -> bool:
         import ray
 
@@ -200,8 +219,12 @@ class RayBackend(Backend):
         import ray
 
         super().close()  # drops the shared objects' references, so Ray can free them
-        if ray.is_initialized():
+        if ray.is_initialized() and self._remote is not None:
             self._running.clear()
+            for crash in self._crashes.crashes(self._since):  # after the last run: seen now or never
+                if (crash["host"], crash["pid"]) not in self._reported:
+                    logger.warning("zephyr: after the run, a %s", describe_crash(crash))
+        self._crashes.stop()
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
         self._owns_ray = False

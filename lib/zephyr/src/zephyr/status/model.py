@@ -136,6 +136,7 @@ class RunStatus:
         self._failures: list[_Failure] = []  # the first MAX_FAILURES // 2
         self._recent: deque[_Failure] = deque(maxlen=MAX_FAILURES // 2)
         self._failures_total = 0
+        self.crashes: list[dict] = []  # worker processes that crashed during the run (zephyr.status.crashes)
         self.quarantined: list[dict] = []  # zephyr.execution.quarantine: shards set aside, with their errors
         self._outputs: dict[str, dict] = {}  # output path -> {"bytes", "records"} (ShardResult.outputs), for the record
         self._outputs_section: list[dict] | None = None  # the record's `outputs`, once the run has ended
@@ -211,6 +212,11 @@ class RunStatus:
             st.quarantined += 1
             self.quarantined.append(dict(entry))
             self._stage_progressed(st)
+
+    def processes_crashed(self, crashes: list[dict]) -> None:
+        """Worker processes that crashed during the run though its tasks were retried or done."""
+        with self._lock:
+            self.crashes = [dict(c) for c in crashes]
 
     def outputs(self) -> dict[str, dict]:
         """The files the run's writers made so far: path -> {"bytes", "records"} (records None: kept, not counted)."""
@@ -329,6 +335,7 @@ class RunStatus:
                 "failures_total": self._failures_total,
                 "not_resumable": [dict(item) for item in self.not_resumable],
                 "quarantined": [dict(item) for item in self.quarantined],
+                "crashes": [dict(item) for item in self.crashes],
                 **({"outputs": list(self._outputs_section)} if self._outputs_section is not None else {}),
                 "price_per_core_hour": self.price_per_core_hour,
                 "cost": _run_cost(stages),

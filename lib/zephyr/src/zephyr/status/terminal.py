@@ -10,6 +10,7 @@ import urllib.request
 import orjson
 
 from zephyr.status.costs import cost_line
+from zephyr.status.crashes import describe_crash
 from zephyr.resources import format_bytes as _bytes
 from zephyr.status.record import read_run_record
 
@@ -74,6 +75,8 @@ def format_snapshot(s: dict, width: int = 100) -> str:
         for q in s["quarantined"]:
             lines.append(f"  stage {q['stage']} shard {q['shard']} source {q['source']}: {q['error_type']}: "
                          f"{(q['message'].splitlines() or [''])[0][:width]}")
+    for crash in s.get("crashes") or ():
+        lines.append(f"CRASHED during the run: {describe_crash(crash)}"[: width * 3])
     total = s.get("cost") or {}
     if total.get("cpu_s"):
         price = f", cost {total['cost']:,.4f} at {s['price_per_core_hour']} per core-hour" if total.get("cost") is not None else ""
