@@ -235,3 +235,18 @@ def test_the_page_shows_each_stages_cost(chromium, tmp_path):
     assert dom.find(data_field="cost") == [f"{cost['cost']:.4f}"]
     assert dom.find(data_field="retries") == ["1 user, 2 lost, 3 storage, 4 memory"]
     assert dom.find(data_field="peak_rss") == ["123.5 MB (shared)"]
+
+
+def test_the_page_shows_crashed_worker_processes(chromium, tmp_path):
+    """Issue 38: a Ray worker that crashed during a run is a section of the page (hidden when none)."""
+    from zephyr.status.server import FileSource
+
+    record = _two_stage_record(tmp_path)
+    record["crashes"] = [{"pid": 4242, "host": "10.0.0.7", "task": "zephyr_shard", "exit": None, "detail": None,
+                          "log": ["*** SIGABRT received at time=1 on cpu 0 ***", "Mutex corrupt: both reader and writer lock held"],
+                          "at": record["started_at"]}]
+    with start_dashboard(source=FileSource(record)) as page:
+        dom = Elements(browse(chromium, page.url, tmp_path / "profile", "--dump-dom", "--virtual-time-budget=5000"))
+    [crash] = dom.find(data_crash="10.0.0.7/4242")
+    assert "Ray worker pid 4242 on 10.0.0.7" in crash and "Mutex corrupt: both reader and writer lock held" in crash
+    assert "crashed, by the crash dump it logged" in crash
