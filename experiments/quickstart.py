@@ -1,7 +1,7 @@
 """Quickstart: raw corpus -> clean, deduplicated text -> tokens -> a tiny trained model -> summary.
 
-    uv run python experiments/quickstart.py                  # outputs under ./scratch/quickstart
-    uv run python experiments/quickstart.py --prefix /tmp/qs # or gs://bucket/dir, or MARIN_PREFIX
+    uv run python experiments/quickstart.py                  # outputs under ./scratch/quickstart/
+    uv run python experiments/quickstart.py --prefix /tmp/qs # /tmp/qs/quickstart/; or gs://bucket/dir, or MARIN_PREFIX
 
 Five executor steps, each with a versioned output path, so a second run skips everything and
 changing a versioned parameter (say `MIN_WORDS`) reruns only what depends on it:
@@ -402,7 +402,8 @@ def main(args=None) -> dict:
 
     config = draccus.parse(config_class=ExecutorMainConfig, args=args)
     if config.prefix is None and not os.environ.get("MARIN_PREFIX"):  # the default, not a MARIN_PREFIX to warn about
-        config = dataclasses.replace(config, prefix=os.path.join(os.getcwd(), "scratch", "quickstart"))
+        # ./scratch: the steps' own names (`quickstart/raw`, ...) put the outputs under ./scratch/quickstart/
+        config = dataclasses.replace(config, prefix=os.path.join(os.getcwd(), "scratch"))
     steps = build_steps()
     pending = Executor(config.prefix or os.environ["MARIN_PREFIX"]).dry_run(steps, config.run_only, out=lambda line: None)
     if not config.dry_run and any(action != "skip" for action in pending.values()):

@@ -4,7 +4,8 @@
 
 It makes a few small input files under a scratch directory (or uses `ZEPHYR_EXAMPLE_DIR`),
 then processes each into an output file, skipping the ones already done, so a second run
-does nothing.
+does nothing. The `__main__` block at the end (not in the guide) makes
+`python experiments/seed_example.py` run it too, on the default backend; `zephyr` runs it the same.
 """
 
 import os
@@ -51,3 +52,7 @@ def main():
     list(backend.execute(pipeline))
     out_dir = f"{WORK_DIR}/output"  # absent before the first real run (`zephyr --dry-run` writes nothing)
     print(f"outputs in {out_dir}: {sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else []}")
+
+
+if __name__ == "__main__":
+    main()

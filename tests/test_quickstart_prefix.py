@@ -26,3 +26,13 @@ def test_quickstart_with_prefix_does_not_warn_about_a_marin_prefix_it_set_itself
     assert set(actions.values()) <= {"run", "wait"} and "run" in actions.values()  # a fresh prefix: all to do
     assert not [r.getMessage() for r in caplog.records if "MARIN_PREFIX" in r.getMessage()]
     assert not (tmp_path / "scratch").exists()  # the default prefix was not used either
+
+
+def test_quickstart_default_prefix_is_scratch_without_a_doubled_folder(tmp_path, monkeypatch):
+    """Regression (issue 38): the default prefix was ./scratch/quickstart, to which the steps'
+    own names (`quickstart/raw`, ...) added a second `quickstart`: ./scratch/quickstart/quickstart/raw-..."""
+    monkeypatch.delenv("MARIN_PREFIX", raising=False)
+    monkeypatch.chdir(tmp_path)
+    actions = _quickstart().main(["--dry_run", "true"])
+    assert {Path(path).parent for path in actions} == {tmp_path / "scratch" / "quickstart"}, sorted(actions)
+    assert {Path(path).name.rsplit("-", 1)[0] for path in actions} == {"raw", "clean", "tokens", "train", "summary"}

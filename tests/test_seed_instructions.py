@@ -19,7 +19,8 @@ catalogued here, each with how it is checked:
 
 When the seed documents are present, `test_catalog_matches_the_seed_documents` extracts every
 command, import and file reference from their text and fails on any not catalogued here (or
-catalogued but gone), so a changed seed cannot go unchecked.
+catalogued but gone), so a changed seed cannot go unchecked. Without them it is skipped, except
+in CI (`CI` set, as `.ci/run` does), where it fails.
 """
 
 from __future__ import annotations
@@ -172,8 +173,27 @@ TOOLS = ("ray ", "uv run", "python ", "make ", "gcloud ", "eval ", "export ", "b
 
 
 def seeds_dir() -> Path | None:
-    candidates = [os.environ.get("MARIN_SEEDS_DIR"), ROOT.parent / "shared" / "seeds", ROOT.parents[1] / "shared" / "seeds"]
-    return next((Path(c) for c in candidates if c and Path(c).is_dir() and any(Path(c).glob("*.txt"))), None)
+    """`$MARIN_SEEDS_DIR` when set (only it: a wrong one is not quietly replaced), else
+    `../shared/seeds` beside the checkout (where `.ci/run` has them) or one level up."""
+    if os.environ.get("MARIN_SEEDS_DIR"):
+        candidates = [os.environ["MARIN_SEEDS_DIR"]]
+    else:
+        candidates = [ROOT.parent / "shared" / "seeds", ROOT.parents[1] / "shared" / "seeds"]
+    return next((Path(c) for c in candidates if Path(c).is_dir() and any(Path(c).glob("*.txt"))), None)
+
+
+def in_ci(environ=os.environ) -> bool:
+    """`CI` set to anything but empty, 0, false or no (`.ci/run` sets CI=true)."""
+    return environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def no_seeds() -> None:
+    """Without the seed documents: skip on a developer's machine, fail in CI, where a skip would
+    let a changed seed go unchecked without a word."""
+    where = os.environ.get("MARIN_SEEDS_DIR") or f"{ROOT.parent / 'shared' / 'seeds'} (or set MARIN_SEEDS_DIR)"
+    if in_ci():
+        pytest.fail(f"CI found no seed documents (*.txt) at {where}: the catalogue below cannot be checked against them")
+    pytest.skip(f"seed documents not found at {where}; the catalogued instructions still run")
 
 
 def extract(text: str) -> tuple[set[str], set[str], set[str]]:
@@ -201,7 +221,7 @@ def extract(text: str) -> tuple[set[str], set[str], set[str]]:
 def test_catalog_matches_the_seed_documents():
     directory = seeds_dir()
     if directory is None:
-        pytest.skip("seed documents not found (set MARIN_SEEDS_DIR); the catalogued instructions still run")
+        no_seeds()
     commands, imports, refs = set(), set(), set()
     for path in sorted(directory.glob("*.txt")):
         c, i, r = extract(path.read_text())
@@ -211,6 +231,19 @@ def test_catalog_matches_the_seed_documents():
     assert sorted(catalogued - commands) == [], "checks of commands no seed has any more"
     assert sorted(imports ^ set(IMPORTS)) == []
     assert sorted(refs ^ set(REFS)) == []
+
+
+@pytest.mark.slow  # two pytest processes
+def test_missing_seed_documents_fail_in_ci_and_skip_elsewhere(tmp_path):
+    """Regression (issue 38): in CI, seed documents that cannot be found skipped the catalogue
+    check quietly, so CI passed without comparing anything against the seeds."""
+    test = f"{Path(__file__).relative_to(ROOT)}::test_catalog_matches_the_seed_documents"
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")} | {"MARIN_SEEDS_DIR": str(tmp_path)}
+    command = [sys.executable, "-m", "pytest", "-n", "0", "-q", "-p", "no:cacheprovider", "-rs", test]
+    ci = subprocess.run(command, cwd=ROOT, env=env | {"CI": "true"}, capture_output=True, text=True, timeout=TIMEOUT)
+    assert ci.returncode == 1 and f"CI found no seed documents (*.txt) at {tmp_path}" in ci.stdout, ci.stdout[-2000:]
+    here = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert here.returncode == 0 and "1 skipped" in here.stdout, here.stdout[-2000:]
 
 
 def test_referenced_files_exist():

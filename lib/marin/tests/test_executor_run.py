@@ -29,6 +29,7 @@ from marin.execution import (
     this_output_path,
     versioned,
 )
+from marin.execution.main import PREFIX_SOURCE_ENV
 
 
 @dataclass(frozen=True)
@@ -243,6 +244,25 @@ def test_executor_main_parses_flags(tmp_path, logs, capsys):
         del os.environ["MARIN_PREFIX"]
     with pytest.raises(ValueError, match="MARIN_PREFIX"):
         executor_main([c], args=[])
+
+
+def test_prefix_over_the_clusters_marin_prefix_is_said_without_a_warning(tmp_path, logs, monkeypatch, caplog):
+    """Regression (issue 38): a job that `ray_run` submitted with `--prefix` warned that it
+    differed from MARIN_PREFIX, which the cluster had set, not the user; a MARIN_PREFIX the
+    user set (no PREFIX_SOURCE_ENV) still gets the warning."""
+    _, _, c = chain(logs)
+    monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "cluster-default"))
+    monkeypatch.setenv(PREFIX_SOURCE_ENV, "cluster")
+    caplog.set_level(logging.INFO, logger="marin")
+    args = ["--prefix", str(tmp_path / "mine"), "--dry_run", "true"]
+    executor_main([c], args=args)
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if "MARIN_PREFIX" in r.getMessage()]
+    assert said == [(logging.INFO, f"writing under --prefix {tmp_path / 'mine'} (the cluster's default, MARIN_PREFIX, "
+                                   f"is {tmp_path / 'cluster-default'})")]
+    caplog.clear()
+    monkeypatch.delenv(PREFIX_SOURCE_ENV)
+    executor_main([c], args=args)
+    assert [r.levelno for r in caplog.records if "differs from MARIN_PREFIX" in r.getMessage()] == [logging.WARNING]
 
 
 @pytest.mark.parametrize(

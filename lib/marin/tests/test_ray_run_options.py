@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from marin.run import ray_run
+from marin.execution.main import PREFIX_SOURCE_ENV
 from marin.run.ray_run import JobRequest, build_runtime_env, parse_env_vars, parse_memory, tpu_head_resource
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -86,8 +87,18 @@ def test_runtime_env_excludes_what_is_not_code(tmp_path, monkeypatch):
     env = build_runtime_env(JobRequest(["python", "pkg/job.py"], work, env_vars={"K": "v"}))
     assert env["working_dir"] == str(work)
     assert {".git", ".venv", "__pycache__", "*.parquet"} <= set(env["excludes"])
-    assert env["env_vars"] == {"K": "v"}
+    assert env["env_vars"] == {"K": "v", PREFIX_SOURCE_ENV: "cluster"}
     assert "pip" not in env  # nothing to pin unless extras or pip deps are asked for
+
+
+def test_a_jobs_marin_prefix_is_the_clusters_unless_the_submitter_passed_one(tmp_path):
+    """Regression (issue 38): a job run with `--prefix` warned that it differed from a
+    MARIN_PREFIX the user never set (the cluster's default): the job now says whose it is."""
+    (tmp_path / "job.py").write_text("")
+    env = build_runtime_env(JobRequest(["python", "job.py"], tmp_path))
+    assert env["env_vars"][PREFIX_SOURCE_ENV] == "cluster"
+    env = build_runtime_env(JobRequest(["python", "job.py"], tmp_path, env_vars=parse_env_vars([["MARIN_PREFIX=/mine"]])))
+    assert env["env_vars"] == {"MARIN_PREFIX": "/mine"}
 
 
 def test_oversized_package_is_refused_before_submission(tmp_path, monkeypatch, capsys):

@@ -81,6 +81,17 @@ def test_dry_run_prints_the_plan_and_writes_nothing(script, tmp_path):
     assert not out.exists()
 
 
+def test_seed_example_runs_with_plain_python_too(tmp_path):
+    """Regression (issue 38): lib/zephyr/README.md runs `python experiments/seed_example.py`, which
+    made the inputs and exited 0 without processing any (nothing called its main())."""
+    work = tmp_path / "seed"
+    result = subprocess.run([sys.executable, "experiments/seed_example.py"], cwd=REPO, capture_output=True, text=True,
+                            env={**os.environ, "ZEPHYR_EXAMPLE_DIR": str(work)}, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"outputs in {work}/output: ['part-0.txt', 'part-1.txt', 'part-2.txt', 'part-3.txt']" in result.stdout
+    assert (work / "output" / "part-3.txt").read_text().startswith("LINE 0 OF FILE 3")
+
+
 def test_dry_run_of_the_seed_example_prints_its_plan_and_exits_zero(tmp_path):
     """Regression: `zephyr --dry-run experiments/seed_example.py` (lib/zephyr/README.md's two
     commands together) printed the plan, then died with FileNotFoundError listing the output
@@ -211,6 +222,25 @@ def test_entry_point_option(tmp_path):
     assert zephyr("--backend=sync", str(path)).stdout.strip() == "main ran"
     missing = zephyr("--backend=sync", "--entry-point", "nope", str(path))
     assert missing.returncode != 0 and "defines no function 'nope'" in missing.stderr
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_plain_python_says_when_a_scripts_main_never_ran(tmp_path, guarded):
+    """Regression (issue 38): a script in the documented shape (`def main()`, no `__main__` block)
+    run as `python script.py` ran no pipeline and exited 0 without a word; it still exits 0, and
+    says why nothing ran. With the block it runs both ways, and the `zephyr` command (which
+    calls main()) never says it."""
+    path = tmp_path / "pipeline.py"
+    path.write_text(PIPELINE + ('\nif __name__ == "__main__":\n    main()\n' if guarded else ""))
+    plain = subprocess.run([sys.executable, str(path), "--out", str(tmp_path / "plain")], capture_output=True, text=True,
+                           cwd=tmp_path, timeout=300)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    warning = f"zephyr: {path} defines main() but nothing called it, so no pipeline ran"
+    assert (warning in plain.stderr) is not guarded, plain.stderr[-2000:]
+    assert (tmp_path / "plain" / "part-00.jsonl").exists() is guarded
+    command = zephyr("--backend=sync", "--quiet", str(path), "--out", str(tmp_path / "command"))
+    assert command.returncode == 0 and "nothing called it" not in command.stderr, command.stderr[-2000:]
+    assert (tmp_path / "command" / "part-00.jsonl").read_text() == '{"x":0}\n'
 
 
 @pytest.mark.parametrize(

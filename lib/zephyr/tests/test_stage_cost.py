@@ -20,6 +20,7 @@ from zephyr import Dataset, create_backend
 from zephyr.cost import PRICE_ENV, StageCost, price_from_env
 from zephyr.execution.summary import format_summary
 from zephyr.execution.usage import process_rss
+from zephyr.resources import format_bytes
 from zephyr.status.commands import status_main
 from zephyr.status.costs import compare_runs
 from zephyr.status.record import read_run_record
@@ -80,6 +81,35 @@ def _write_inputs(directory, files: int, rows: int) -> list[str]:
         path.write_text("".join(json.dumps({"k": (f * rows + r) % 5, "v": "y" * (r % 40)}) + "\n" for r in range(rows)))
         paths.append(str(path))
     return paths
+
+
+@pytest.mark.parametrize("backend_name", ["sync", "threadpool"])
+def test_bytes_read_are_the_files_sizes_as_stored_and_decoded_bytes_their_contents(backend_name, request, tmp_path):
+    """Regression (issue 38): `zephyr/bytes_read` counted JSON Lines' decompressed bytes (docs said
+    compressed in one place, decoded in another): the summary said "read 42.8 MB" for 15 MB of
+    files. It is now the bytes fetched from storage; `zephyr/bytes_decoded` is what they held."""
+    import gzip
+
+    import zstandard
+
+    (tmp_path / "in").mkdir()
+    contents = {}
+    for i, (suffix, compress) in enumerate([("", bytes), (".gz", gzip.compress), (".zst", zstandard.compress)]):
+        text = "".join(json.dumps({"i": i, "r": r, "text": "word " * (r % 50)}) + "\n" for r in range(2000)).encode()
+        path = tmp_path / "in" / f"part-{i}.jsonl{suffix}"
+        path.write_bytes(compress(text))
+        contents[path] = len(text)
+    stored = sum(os.path.getsize(p) for p in contents)
+    assert stored < 0.7 * sum(contents.values())  # compression shows: the two counts differ
+    ds = Dataset.from_files(str(tmp_path / "in" / "part-*")).load_jsonl().map(lambda r: r["i"])
+    execution = _backend(backend_name, request).execute(ds)
+    assert sorted(execution) == [0] * 2000 + [1] * 2000 + [2] * 2000
+    assert execution.counters["zephyr/bytes_read"] == stored
+    assert execution.counters["zephyr/bytes_decoded"] == sum(contents.values())
+    cost = execution.stats[0].cost
+    assert (cost.bytes_read, cost.bytes_decoded) == (stored, sum(contents.values()))
+    line = next(line for line in format_summary(execution).splitlines() if "cost:" in line)
+    assert f"read {format_bytes(stored)} ({format_bytes(sum(contents.values()))} decoded) / wrote" in line
 
 
 def _count(k, items):

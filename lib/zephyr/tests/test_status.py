@@ -79,7 +79,7 @@ def test_final_snapshot_is_complete_and_matches_the_runner(tmp_path, backend_nam
     assert [st["name"] for st in s["stages"]] == ["stage 0", "stage 1"]
     for st, stats in zip(s["stages"], execution.stats):
         assert st["state"] == "done" and st["num_shards"] == stats.num_shards
-        assert st["shards"] == {"done": stats.num_shards, "running": 0, "queued": 0, "cancelled": 0, "resumed": 0, "failed": 0,
+        assert st["shards"] == {"done": stats.num_shards, "running": 0, "waiting": 0, "queued": 0, "cancelled": 0, "resumed": 0, "failed": 0,
                                 "lost": 0, "user_errors": 0, "retried_lost": 0, "retried_user": 0, "quarantined": 0}
         assert st["stragglers"] == []
         assert st["throughput"]["samples"][-1][1] == stats.num_shards  # the last sample: every shard done
@@ -603,3 +603,14 @@ def test_items_out_of_a_stage_that_writes_files_then_shuffles_counts_each_record
         scatter = execution.status.snapshot()["stages"][0]
         assert scatter["items_out"] == 11 == scatter["counters"]["zephyr/shuffle_records"]
     assert scatter["counters"]["zephyr/shards_skipped_existing"] == 2
+
+
+def test_zephyr_status_names_each_crashed_worker_process(tmp_path):
+    """Issue 38: `zephyr status` of a record with crashed workers prints a line for each."""
+    list(create_backend("sync", progress=False).execute(Dataset.from_list([1]).write_jsonl(str(tmp_path / "out" / "{shard}.jsonl"))))
+    record = read_run_record(str(tmp_path / "out"))
+    assert record["crashes"] == []  # sync runs tasks in the driver: a crash there ends the run itself
+    record["crashes"] = [{"pid": 7, "host": "h", "task": None, "exit": "SYSTEM_ERROR", "detail": "Worker unexpectedly exits",
+                          "log": [], "at": 0.0}]
+    assert ("CRASHED during the run: Ray worker pid 7 on h died: SYSTEM_ERROR: Worker unexpectedly exits; "
+            "Ray retried any task it was running") in format_snapshot(record)

@@ -7,6 +7,7 @@ browser is never a silent pass there.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -118,6 +119,7 @@ def test_the_page_shows_the_running_pipeline_as_the_json_says(chromium, running_
         sh = st["shards"]
         assert dom.find(data_stage=st["index"], data_field="progress") == [f"{sh['done']:,} / {st['num_shards']:,} done"]
         assert dom.find(data_stage=st["index"], data_field="running") == [f"{sh['running']:,}"]
+        assert dom.find(data_stage=st["index"], data_field="waiting") == [f"{sh['waiting']:,}"]
         assert dom.find(data_stage=st["index"], data_field="queued") == [f"{sh['queued']:,}"]
         assert dom.find(data_stage=st["index"], data_field="cancelled") == [f"{sh['cancelled']:,}"]
         assert [a["title"] for _, a, _ in dom.all if a.get("class") == "ops"][st["index"]] == " → ".join(st["ops"])
@@ -178,14 +180,31 @@ def test_the_chart_gives_each_stage_its_own_scale(chromium, tmp_path):
     assert "stage 1 (peak 100/s)" in html
 
 
-def test_the_page_says_in_flight_not_running(chromium, tmp_path):
-    """Regression (issue 24): "running 24" on 2 CPUs: the count is of shards handed to the backend."""
+def test_the_page_shows_running_and_waiting_apart_and_in_flight_where_it_cannot_tell(chromium, tmp_path):
+    """Regression (issues 24 and 38): "running 24", then "in flight 18", on 2 CPUs: shards handed
+    to the backend are running or waiting there for a CPU, and the page shows each count. A
+    record that cannot tell them apart (written before, or a backend that does not say) shows
+    "in flight" and "?" for waiting."""
     from zephyr.status.server import FileSource
 
-    with start_dashboard(source=FileSource(_two_stage_record(tmp_path))) as page:
-        dom = Elements(browse(chromium, page.url, tmp_path / "profile", "--dump-dom", "--virtual-time-budget=5000"))
-    [chain] = dom.find(id="chain")
-    assert "in flight" in chain and "running" not in chain
+    record = _two_stage_record(tmp_path)
+    record["state"] = "running"
+    for st, (running, waiting) in zip(record["stages"], [(2, 16), (0, 0)]):
+        st["shards"] = {**st["shards"], "running": running, "waiting": waiting}
+    older = json.loads(json.dumps(record))
+    for st in older["stages"]:
+        del st["shards"]["waiting"]
+    pages = []
+    for source in (record, older):
+        with start_dashboard(source=FileSource(source)) as page:
+            pages.append(Elements(browse(chromium, page.url, tmp_path / "profile", "--dump-dom", "--virtual-time-budget=5000")))
+    measured, unknown = pages
+    assert measured.find(data_stage=0, data_field="running") == ["2"] and measured.find(data_stage=0, data_field="waiting") == ["16"]
+    [chain] = measured.find(id="chain")
+    assert "running" in chain and "waiting for a CPU" in chain and "in flight" not in chain
+    assert unknown.find(data_stage=0, data_field="running") == ["2"] and unknown.find(data_stage=0, data_field="waiting") == ["?"]
+    [chain] = unknown.find(id="chain")
+    assert "in flight" in chain
 
 
 def test_the_page_names_what_started_the_run(chromium, tmp_path):
@@ -216,3 +235,18 @@ def test_the_page_shows_each_stages_cost(chromium, tmp_path):
     assert dom.find(data_field="cost") == [f"{cost['cost']:.4f}"]
     assert dom.find(data_field="retries") == ["1 user, 2 lost, 3 storage, 4 memory"]
     assert dom.find(data_field="peak_rss") == ["123.5 MB (shared)"]
+
+
+def test_the_page_shows_crashed_worker_processes(chromium, tmp_path):
+    """Issue 38: a Ray worker that crashed during a run is a section of the page (hidden when none)."""
+    from zephyr.status.server import FileSource
+
+    record = _two_stage_record(tmp_path)
+    record["crashes"] = [{"pid": 4242, "host": "10.0.0.7", "task": "zephyr_shard", "exit": None, "detail": None,
+                          "log": ["*** SIGABRT received at time=1 on cpu 0 ***", "Mutex corrupt: both reader and writer lock held"],
+                          "at": record["started_at"]}]
+    with start_dashboard(source=FileSource(record)) as page:
+        dom = Elements(browse(chromium, page.url, tmp_path / "profile", "--dump-dom", "--virtual-time-budget=5000"))
+    [crash] = dom.find(data_crash="10.0.0.7/4242")
+    assert "Ray worker pid 4242 on 10.0.0.7" in crash and "Mutex corrupt: both reader and writer lock held" in crash
+    assert "crashed, by the crash dump it logged" in crash

@@ -13,6 +13,7 @@ import pytest
 
 from zephyr import Dataset, create_backend
 from zephyr.status import read_run_record, start_dashboard
+from zephyr.status.terminal import format_snapshot
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -81,3 +82,34 @@ def test_snapshot_during_a_ray_run_matches_the_runner_and_is_final_at_the_end(ra
         gates.open(*range(8))
         driver.join(timeout=120)
         dashboard.stop()
+
+
+def test_shards_waiting_for_a_cpu_are_not_counted_as_running(ray_shared, tmp_path, gates, wait_until):
+    """Regression (issue 38): the status said "in flight 18" on 2 cores, counting the tasks Ray
+    held in its queue for a CPU with those running. With 6 tasks in flight on the shared Ray's
+    2 CPUs (1 CPU each), 2 run and 4 wait, and the 2 not yet submitted are queued."""
+    ds = Dataset.from_list(gates.items(8)).map(gates.fn).write_jsonl(str(tmp_path / "out" / "part-{shard}.jsonl"))
+    backend = create_backend("ray", max_parallelism=6, progress=False)
+    execution = backend.execute(ds)
+    driver = threading.Thread(target=lambda: list(execution), daemon=True)
+    driver.start()
+    try:
+        def settled():
+            s = execution.status.snapshot()
+            sh = s["stages"][0]["shards"]
+            return s if (sh["running"], sh["waiting"], sh["queued"]) == (2, 4, 2) else None
+
+        s = wait_until(settled, "2 shards running, 4 waiting for a CPU, 2 queued")
+        stragglers = s["stages"][0]["stragglers"]
+        assert sorted(g["waiting"] for g in stragglers) == [False, False, True, True, True, True]
+        text = format_snapshot(s)
+        assert "running 2, waiting for a CPU 4, queued 2" in text and text.count("(waiting for a CPU)") == 4
+        gates.open(*range(8))
+        driver.join(timeout=120)
+        assert not driver.is_alive()
+        final = execution.status.snapshot()["stages"][0]["shards"]
+        assert (final["done"], final["running"], final["waiting"], final["queued"]) == (8, 0, 0, 0)
+    finally:
+        gates.open(*range(8))
+        driver.join(timeout=120)
+        backend.close()

@@ -4,7 +4,8 @@
 
 The script runs in this process with `flow_backend()` returning the backend built from the
 options. A script without an `if __name__ == "__main__":` block has its entry point
-(`--entry-point`, default `main`) called after it loads. Everything after the script path
+(`--entry-point`, default `main`) called after it loads (plain `python script.py` does not call
+it, and says so at exit: `zephyr.execution.uncalled_main`). Everything after the script path
 goes to the script, except zephyr's own options that change where or how it runs (`--backend`,
 `--max-parallelism`, `--memory`, ...): there they are refused with the corrected command, since
 they would silently do nothing; after `script.py --` every argument is the script's. `--cluster NAME` submits the same command to a Ray cluster as a job
@@ -20,7 +21,6 @@ pipeline cancels its in-flight tasks and the command exits with 130 or 143 (see 
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import json
 import os
@@ -40,6 +40,7 @@ from zephyr.execution.quarantine import (DEFAULT_MAX_QUARANTINED, ON_SHARD_FAILU
 from zephyr.execution.run_lock import OutputBusyError
 from zephyr.execution.interrupts import clear_interrupted, exit_after, handling_signals, raise_interrupted, signal_name
 from zephyr.execution.summary import format_summary
+from zephyr.execution.uncalled_main import has_main_guard
 from zephyr.resources import amount_argument, memory_argument
 from collections import Counter
 from zephyr.status import port_number
@@ -254,17 +255,8 @@ class _NothingRun:
         raise StopIteration
 
 
-def _has_main_guard(path: str) -> bool:
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), filename=path)
-    for node in tree.body:
-        if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test) and "__main__" in ast.unparse(node.test):
-            return True
-    return False
-
-
 def _run_script(path: str, script_args: list[str], entry_point: str | None) -> None:
-    guarded = _has_main_guard(path)
+    guarded = has_main_guard(path)
     sys.argv = [path, *script_args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     namespace = runpy.run_path(path, run_name="__main__")

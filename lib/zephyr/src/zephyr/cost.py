@@ -54,7 +54,8 @@ class StageCost:
     peak_rss: int = 0  # the largest task's
     peak_rss_shared: bool = False  # a peak that several tasks of one process shared (threadpool)
     rss_rise: int = 0  # the most a task raised its process's resident set above where it started
-    bytes_read: int = 0
+    bytes_read: int = 0  # input files' bytes fetched from storage, as stored (compressed)
+    bytes_decoded: int = 0  # JSON Lines inputs' bytes after decompression
     bytes_written: int = 0
     shuffle_bytes_written: int = 0
     shuffle_bytes_read: int = 0
@@ -65,6 +66,7 @@ class StageCost:
         """A successful task's result (and the budget it ran with)."""
         c = result.counters
         self.bytes_read += c.get("zephyr/bytes_read", 0)
+        self.bytes_decoded += c.get("zephyr/bytes_decoded", 0)
         self.bytes_written += c.get("zephyr/bytes_written", 0)
         self.shuffle_bytes_written += c.get("zephyr/shuffle_bytes_written", 0)
         self.shuffle_bytes_read += c.get("zephyr/shuffle_bytes_read", 0)

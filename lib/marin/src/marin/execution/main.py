@@ -28,6 +28,10 @@ from marin.logs import LOG_FORMAT, show_marin_lines
 
 __all__ = ["ExecutorMainConfig", "executor_main"]
 
+# "cluster" in a job's environment: its MARIN_PREFIX is the cluster's default, not the user's
+# (marin.run.ray_run sets it when the submitter passed no `-e MARIN_PREFIX`)
+PREFIX_SOURCE_ENV = "MARIN_PREFIX_SOURCE"
+
 logger = logging.getLogger(__name__)
 
 EXIT_DEADLINE = 10.0  # seconds into the shutdown of an interrupted run's process by which it exits, however stuck
@@ -97,8 +101,7 @@ def executor_main(
     prefix = config.prefix or os.environ.get("MARIN_PREFIX")
     if not prefix:
         raise ValueError("No output prefix: pass --prefix /path/or/gs://bucket/dir or set MARIN_PREFIX")
-    if config.prefix and os.environ.get("MARIN_PREFIX") not in (None, config.prefix):
-        logger.warning("--prefix %s differs from MARIN_PREFIX=%s; using --prefix", config.prefix, os.environ["MARIN_PREFIX"])
+    _say_which_prefix(config.prefix)
     executor = Executor(
         prefix,
         max_concurrent=config.max_concurrent,
@@ -124,6 +127,19 @@ def executor_main(
     finally:
         if dashboard is not None:
             dashboard.stop()
+
+
+def _say_which_prefix(prefix: str | None) -> None:
+    """Warn when `--prefix` overrides a MARIN_PREFIX the user set; a cluster's default one (a job
+    that `ray_run` submitted without `-e MARIN_PREFIX`: PREFIX_SOURCE_ENV=cluster) is overridden
+    as a matter of course, which an INFO line says."""
+    default = os.environ.get("MARIN_PREFIX")
+    if not prefix or default in (None, prefix):
+        return
+    if os.environ.get(PREFIX_SOURCE_ENV) == "cluster":
+        logger.info("writing under --prefix %s (the cluster's default, MARIN_PREFIX, is %s)", prefix, default)
+    else:
+        logger.warning("--prefix %s differs from MARIN_PREFIX=%s; using --prefix", prefix, default)
 
 
 def _start_dashboard(config: ExecutorMainConfig):

@@ -2,9 +2,9 @@
 and last error, read from what the executor recorded (the experiment record, each step's status
 file and lease); runs nothing and takes no lease.
 
-    marin steps scratch/quickstart                      # every experiment record under PREFIX/experiments
-    marin steps scratch/quickstart/experiments/quickstart-1a2b3c4d.json
-    marin steps scratch/quickstart --traceback          # each failed step's whole traceback
+    marin steps scratch                                 # every experiment record under PREFIX/experiments
+    marin steps scratch/experiments/quickstart-1a2b3c4d.json
+    marin steps scratch --traceback                     # each failed step's whole traceback
 """
 
 from __future__ import annotations

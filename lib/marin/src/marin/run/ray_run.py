@@ -250,6 +250,8 @@ def build_runtime_env(request: JobRequest) -> dict[str, Any]:
     excludes = [*DEFAULT_EXCLUDES, *_gitignore_patterns(request.working_dir), *request.excludes]
     check_package_size(request.working_dir, excludes)
     env_vars = dict(request.env_vars)
+    if "MARIN_PREFIX" not in env_vars:  # a MARIN_PREFIX the job sees is then the cluster's, not the user's:
+        env_vars.setdefault("MARIN_PREFIX_SOURCE", "cluster")  # marin.execution.main.PREFIX_SOURCE_ENV
     if "PYTHONPATH" not in env_vars and (pythonpath := _workspace_pythonpath(request.working_dir)):
         env_vars["PYTHONPATH"] = pythonpath
     runtime_env: dict[str, Any] = {"working_dir": str(request.working_dir), "excludes": excludes}

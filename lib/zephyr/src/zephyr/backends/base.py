@@ -122,6 +122,13 @@ class Backend(ABC):
     def result(self, handle: Any) -> Any:
         """The value of a finished call; raises ShardError or TaskLost."""
 
+    def started(self, handles: Sequence[Any]) -> set | None:
+        """Which of `handles` (calls not yet finished) have begun to run; the others wait in the
+        backend's own queue (Ray holds tasks until a CPU is free). None: it cannot tell. Here
+        every call starts when submitted (threadpool has a thread per call the runner keeps in
+        flight; sync runs it inline)."""
+        return set(handles)
+
     def cancel(self, handles: Sequence[Any]) -> None:
         """Best effort: stop calls that are still running (after a fatal error)."""
 

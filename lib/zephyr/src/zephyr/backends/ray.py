@@ -19,13 +19,17 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from zephyr.backends.base import Backend, TaskLost
 from zephyr.backends.ray_local import describe_ray, start_local_ray
 from zephyr.backends.ray_errors import lost_cause, out_of_memory_cause
+from zephyr.backends.ray_crashes import CrashWatch
+from zephyr.backends.ray_running import RunningMarks, call_marked
 from zephyr.execution.memory import MIN_TASK_MEMORY
+from zephyr.status.crashes import describe_crash
 from zephyr.out_of_memory import TaskOutOfMemory
 from zephyr.errors import ShardError
 from zephyr.execution.interrupts import wait_slice
@@ -48,10 +52,6 @@ def _keeping_sigterm_handler():
             signal.signal(signal.SIGTERM, previous)
 
 
-def _call(fn: Callable, shared: Any, arg: Any) -> Any:
-    return fn(shared, arg)
-
-
 class RayBackend(Backend):
     name = "ray"
     default_user_retries = 1
@@ -69,6 +69,10 @@ class RayBackend(Backend):
         self._remote = None
         self._sized: dict[int, Any] = {}  # task memory budget -> the remote function asking for it
         self._owns_ray = False
+        self._running = RunningMarks()  # which tasks run now, which wait for a CPU
+        self._crashes = CrashWatch()  # worker processes of this job that crashed (ray_crashes)
+        self._reported: set[tuple[str, int]] = set()  # crashes a run has reported
+        self._since = time.time()
 
     @classmethod
     def default_parallelism(cls) -> int:
@@ -90,8 +94,10 @@ class RayBackend(Backend):
             for callback in self.on_start:
                 callback(self.where)
         if self._remote is None:
+            self._crashes.start()
             res = self.task_resources
             options: dict[str, Any] = {
+                "name": "zephyr_shard",  # how Ray's logs and dashboard name the tasks
                 "num_cpus": res.num_cpus,
                 "max_retries": self.ray_task_retries,
                 "retry_exceptions": False,
@@ -102,7 +108,7 @@ class RayBackend(Backend):
                 options["memory"] = res.memory
             if res.resources:
                 options["resources"] = dict(res.resources)
-            self._remote = ray.remote(_call).options(**options)
+            self._remote = ray.remote(call_marked).options(**options)
             self._options = options
             self._sized = {}
         return ray
@@ -115,7 +121,7 @@ class RayBackend(Backend):
         if memory not in self._sized:
             import ray
 
-            self._sized[memory] = ray.remote(_call).options(**{**self._options, "memory": memory})
+            self._sized[memory] = ray.remote(call_marked).options(**{**self._options, "memory": memory})
         return self._sized[memory]
 
     def memory_ceiling(self) -> int:
@@ -143,7 +149,16 @@ class RayBackend(Backend):
 
     def submit(self, fn: Callable, shared: Any, arg: Any) -> Any:
         self._ray()
-        return self._remote_for(getattr(arg, "memory", None)).remote(self.bound(fn), shared, arg)
+        key = self._running.new_key()
+        handle = self._remote_for(getattr(arg, "memory", None)).remote(self.bound(fn), shared, arg, key)
+        self._running.remember(handle, key)
+        return handle
+
+    def started(self, handles: Sequence[Any]) -> set | None:
+        """The tasks running now; the others wait in Ray's queue (`zephyr.backends.ray_running`)."""
+        import ray
+
+        return self._running.started(handles) if ray.is_initialized() else None
 
     def wait(self, handles: Sequence[Any], timeout: float | None = None) -> list[Any]:
         ray = self._ray()
@@ -155,6 +170,7 @@ class RayBackend(Backend):
 
     def result(self, handle: Any) -> Any:
         ray = self._ray()
+        self._running.forget(handle)
         try:
             return ray.get(handle)
         except Exception as e:
@@ -169,6 +185,17 @@ class RayBackend(Backend):
                 raise TaskOutOfMemory(f"{type(killed).__name__}: {killed}") from e
             raise
 
+    def process_crashes(self, since: float) -> list[dict]:
+        """The worker processes of this job that crashed since `since` (epoch seconds), which
+        a run reports (`zephyr.backends.ray_crashes`); each is reported once."""
+        import ray
+
+        if not ray.is_initialized():
+            return []
+        crashes = self._crashes.crashes(since)
+        self._reported.update((c["host"], c["pid"]) for c in crashes)
+        return crashes
+
     def spans_machines(self) -> bool:
         import ray
 
@@ -182,6 +209,7 @@ class RayBackend(Backend):
         import ray
 
         for handle in handles:
+            self._running.forget(handle)
             try:
                 ray.cancel(handle)
             except Exception:  # already finished or its node is gone
@@ -191,6 +219,12 @@ class RayBackend(Backend):
         import ray
 
         super().close()  # drops the shared objects' references, so Ray can free them
+        if ray.is_initialized() and self._remote is not None:
+            self._running.clear()
+            for crash in self._crashes.crashes(self._since):  # after the last run: seen now or never
+                if (crash["host"], crash["pid"]) not in self._reported:
+                    logger.warning("zephyr: after the run, a %s", describe_crash(crash))
+        self._crashes.stop()
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
         self._owns_ray = False

@@ -34,6 +34,16 @@ class ObservedBackend:
         self.max_user_retries = backend.max_user_retries
         self.max_infra_retries = backend.max_infra_retries
         status.stage_started(index, list(resumed), num_shards)
+        status.watch_starts(index, self.started_shards)
+
+    def started_shards(self) -> set[int] | None:
+        """The shards in flight whose task has begun running (the backend's `started`; a pool
+        without one starts its calls at once); None when the backend cannot tell. Called by a
+        snapshot, from any thread."""
+        in_flight = list(self._tasks.items())  # a C-level copy: the runner adds and removes meanwhile
+        started = getattr(self._backend, "started", None)
+        handles = started([h for h, _ in in_flight]) if started is not None else {h for h, _ in in_flight}
+        return None if handles is None else {task.shard for h, task in in_flight if h in handles}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._backend, name)

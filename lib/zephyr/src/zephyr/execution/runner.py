@@ -30,6 +30,8 @@ from zephyr.execution.run_lock import OutputBusyError, RunLocks
 from zephyr.execution.scratch import ScratchSpace
 from zephyr.execution.stage_loop import StageLoop, StageStats
 from zephyr.expr.presence import warn_missing_columns
+from zephyr.execution.uncalled_main import note_pipeline_started
+from zephyr.status.crashes import describe_crash
 from zephyr.io.files import remove_temporaries_for
 from zephyr.io.temporaries import sweep_dead_temporaries
 from zephyr.plan.compile import Plan, Stage, stage_output_paths
@@ -57,6 +59,7 @@ class Execution:
     """
 
     def __init__(self, backend: ExecutionBackend, dataset):
+        note_pipeline_started()  # a script's main() did run (zephyr.execution.uncalled_main)
         self.backend = backend
         plan: Plan = dataset if isinstance(dataset, Plan) else dataset.plan()
         self.scratch = ScratchSpace(backend, plan)
@@ -165,6 +168,7 @@ class Execution:
         else:
             self.scratch.remove(self.plan)
         self.elapsed = time.perf_counter() - self._started
+        self._note_crashes()
         if self.quarantine:  # the run fails with QuarantinedShardsError once the results are out: its record now,
             self.report.ended_early(self.quarantine.error())  # so that the summary (on_finish) names it
         else:
@@ -175,6 +179,17 @@ class Execution:
         for callback in self.backend.on_finish:
             callback(self)
 
+    def _note_crashes(self) -> None:
+        """Worker processes that crashed during the run, which the backend hid (Ray retries the
+        task of a worker that died): into the status, the record and the summary, and said now."""
+        crashes = getattr(self.backend, "process_crashes", None)
+        if crashes is None or self.status.crashes:
+            return
+        found = crashes(self.status.started_at)
+        for crash in found:
+            logger.warning("zephyr: during the run, a %s", describe_crash(crash))
+        self.status.processes_crashed(found)
+
     def _published(self, results: Iterator[Any]) -> Iterator[Any]:
         """`results`, telling the status when the run fails or its caller stops early."""
         try:
@@ -184,6 +199,7 @@ class Execution:
             self.scratch.remove_unresumable(self.plan)
             raise
         except BaseException as e:
+            self._note_crashes()
             # the record of a busy output is the other run's
             self.report.ended_early(e, write=not isinstance(e, OutputBusyError))
             self.scratch.remove_unresumable(self.plan)  # a nonce root is this run's alone, busy or not

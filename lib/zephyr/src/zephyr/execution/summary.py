@@ -6,6 +6,7 @@ from zephyr.counters import public
 from zephyr.execution.progress import format_largest
 from zephyr.execution.runner import Execution
 from zephyr.status.costs import cost_line
+from zephyr.status.crashes import describe_crash
 
 __all__ = ["format_summary", "quarantine_lines"]
 
@@ -36,6 +37,8 @@ def format_summary(execution: Execution) -> str:
         for name in sorted(shown):
             lines.append(f"    {name:<{width}}  {shown[name]:,}")
     lines.extend(quarantine_lines(getattr(execution, "quarantine", None)))
+    for crash in execution.status.crashes:
+        lines.append(f"  CRASHED during the run: {describe_crash(crash)}")
     if getattr(execution, "run_record", None):
         lines.append(f"  run record: {execution.run_record} (zephyr status / zephyr dashboard DIR)")
     return "\n".join(lines)

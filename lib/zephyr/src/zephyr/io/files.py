@@ -30,12 +30,14 @@ from fsspec.utils import glob_translate
 
 from zephyr.errors import InputNotFoundError
 from zephyr.counters import increment
-from zephyr.io.compression import codec_for, open_compressed_reader, open_compressed_writer
+from zephyr.io.compression import Codec, codec_for, open_compressed_reader, open_compressed_writer
 from zephyr.io.temporaries import is_stale, make_temp_file, owner_tag
 from concurrent.futures import ThreadPoolExecutor
 
 __all__ = [
+    "CountingReader",
     "atomic_write",
+    "counted_input",
     "exists",
     "expand_glob",
     "expand_glob_versions",
@@ -45,6 +47,7 @@ __all__ = [
     "file_versions",
     "glob_matcher",
     "glob_matches",
+    "open_counted_input",
     "open_input",
     "open_output",
     "remove_empty_dir",
@@ -204,12 +207,75 @@ def open_input(path: str) -> BinaryIO:
 
     Raises FileNotFoundError naming the path when it does not exist.
     """
+    return open_compressed_reader(_open_stored(path), codec_for(path))
+
+
+def _open_stored(path: str, **options) -> BinaryIO:
+    """The file at `path` as stored (compressed or not); InputNotFoundError when it is not there."""
     fs, fs_path = url_to_fs(path)
     try:
-        raw = fs.open(fs_path, "rb")
+        return fs.open(fs_path, "rb", **options)
     except FileNotFoundError as e:
         raise InputNotFoundError(f"Input file not found: {path}") from e
-    return open_compressed_reader(raw, codec_for(path))
+
+
+class CountingReader(io.RawIOBase):
+    """A seekable file wrapper that counts the bytes read through it (`bytes_read`): what a
+    reader fetched from storage, as stored (compressed bytes for a compressed file)."""
+
+    def __init__(self, raw: BinaryIO):
+        self._raw = raw
+        self.bytes_read = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._raw.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._raw.tell()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._raw.read(size)
+        self.bytes_read += len(data)
+        return data
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()
+        super().close()
+
+
+@contextlib.contextmanager
+def counted_input(path: str, **options) -> Iterator[CountingReader]:
+    """The file at `path` as stored, its bytes read added to the `zephyr/bytes_read` counter
+    when it closes (however the reading ends). `options` go to the filesystem's `open`."""
+    reader = CountingReader(_open_stored(path, **options))
+    try:
+        yield reader
+    finally:
+        reader.close()
+        increment("zephyr/bytes_read", reader.bytes_read)
+
+
+@contextlib.contextmanager
+def open_counted_input(path: str) -> Iterator[BinaryIO]:
+    """`open_input(path)`, counting under `zephyr/bytes_read` the bytes fetched from storage
+    (compressed, as stored), not the decompressed bytes the caller reads."""
+    with counted_input(path) as stored:
+        codec = codec_for(path)
+        buffered = io.BufferedReader(stored) if codec is Codec.NONE else stored  # the codecs buffer their own
+        with open_compressed_reader(buffered, codec) as reader:
+            yield reader
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ import orjson
 
 from zephyr.io.json_records import JsonLines, json_exact
 from zephyr.io.compression import CorruptInputError, TruncatedInputError
-from zephyr.io.files import open_input, open_output
+from zephyr.io.files import open_counted_input, open_output
 from zephyr.io.records import UnwritableRecordError, field_path
 from zephyr import counters
 
@@ -76,22 +76,23 @@ def read_jsonl(path: str, on_bad_record: str = "raise") -> Iterator[dict]:
 
 def jsonl_blocks(path: str, size: int = _BLOCK) -> Iterator[tuple[bytes, int]]:
     """(block, lines before it) for each block of whole lines of `path` (about `size` bytes,
-    or one longer line); counts `zephyr/bytes_read`. Truncated or corrupt compressed input
-    raises naming the file and the last line of the blocks before."""
+    or one longer line). Counts `zephyr/bytes_read` (the file's bytes fetched, compressed as
+    stored) and `zephyr/bytes_decoded` (the lines' bytes after decompression). Truncated or
+    corrupt compressed input raises naming the file and the last line of the blocks before."""
     line_no = 0
-    read = 0
-    with open_input(path) as reader:
+    decoded = 0
+    with open_counted_input(path) as reader:
         try:
             while block := reader.read(size):
                 if not block.endswith(b"\n"):
                     block += reader.readline()  # finish the last line (however long), or EOF
-                read += len(block)
+                decoded += len(block)
                 yield block, line_no
                 line_no += _newlines(block) + (not block.endswith(b"\n"))
         except (TruncatedInputError, CorruptInputError) as e:
             raise type(e)(f"{path}: {e} (after line {line_no})") from e
         finally:
-            counters.increment("zephyr/bytes_read", read)
+            counters.increment("zephyr/bytes_decoded", decoded)
 
 
 def _newlines(block: bytes) -> int:

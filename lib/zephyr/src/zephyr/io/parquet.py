@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import os
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
@@ -20,12 +19,10 @@ import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
 
-from zephyr.errors import InputNotFoundError
-from zephyr.io.files import atomic_write, url_to_fs
+from zephyr.io.files import atomic_write, counted_input, url_to_fs
 from zephyr.io.parquet_schema import SchemaConflict, arrow_schema, infer_records, unify
 from zephyr.io.records import UnwritableRecordError
 from zephyr.io.temporaries import make_temp_file
-from zephyr import counters
 from zephyr.expr import Arithmetic, Column, Compare, Field, IsNull, Literal, Logical, Not, StrLen, referenced_columns
 from zephyr.expr.arrow import to_arrow_filter
 from zephyr.expr.presence import note_missing_from_file
@@ -35,36 +32,6 @@ __all__ = ["ROWS_PER_BATCH", "RowGroups", "read_parquet", "write_parquet_file"]
 ROWS_PER_BATCH = 8192
 # what pyarrow raises for a value that does not convert (OverflowError, UnicodeEncodeError, ...)
 _CONVERSION_ERRORS = (pa.ArrowException, ArithmeticError, LookupError, TypeError, ValueError)
-
-
-class _CountingReader(io.RawIOBase):
-    """A file wrapper that counts the bytes read through it (for `zephyr/bytes_read`)."""
-
-    def __init__(self, raw):
-        self._raw = raw
-        self.bytes_read = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        return self._raw.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self._raw.tell()
-
-    def read(self, size: int = -1) -> bytes:
-        data = self._raw.read(size)
-        self.bytes_read += len(data)
-        return data
-
-    def readinto(self, buffer) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
 
 
 def read_parquet(
@@ -100,16 +67,11 @@ def read_parquet_pieces(
     import pyarrow.dataset as pads
 
 
-    fs, fs_path = url_to_fs(path)
+    fs, _ = url_to_fs(path)
     # object stores: no read-ahead cache, so a skipped row group costs no bytes; pyarrow
     # coalesces the column chunks it does need into few ranged requests
     options = {} if isinstance(fs, (LocalFileSystem, MemoryFileSystem)) else {"cache_type": "none"}
-    try:
-        handle = fs.open(fs_path, "rb", **options)
-    except FileNotFoundError as e:
-        raise InputNotFoundError(f"Input file not found: {path}") from e
-    reader = _CountingReader(handle)
-    try:
+    with counted_input(path, **options) as reader:  # the bytes asked of the file: `zephyr/bytes_read`
         try:
             fragment = pads.ParquetFileFormat().make_fragment(reader)
             schema = fragment.physical_schema
@@ -131,9 +93,6 @@ def read_parquet_pieces(
             prune, reads = _statistics_filter(filter, schema), sorted(referenced_columns(filter) & set(names))
         for batch in _row_group_batches(fragment, row_groups, wanted, pushed, prune, reads):
             yield batch if late is None else [_project(r, keep) for r in batch.to_pylist() if late(r)]
-    finally:
-        handle.close()
-        counters.increment("zephyr/bytes_read", reader.bytes_read)
 
 
 def _statistics_filter(filter: Any, schema: Any) -> Any:

@@ -20,7 +20,7 @@ def cost_line(cost: dict | None) -> str | None:
     peak = format_bytes(cost["peak_rss"]) + (" (process, shared by its tasks)" if cost.get("peak_rss_shared") else "")
     retries = cost.get("retries") or {}
     parts = [f"cpu {cost['cpu_s']:,.1f}s over {cost['tasks']:,} tasks ({cost['task_s']:,.1f}s busy)", f"peak rss {peak}",
-             f"read {format_bytes(cost['bytes_read'])} / wrote {format_bytes(cost['bytes_written'])}"]
+             f"read {_read(cost)} / wrote {format_bytes(cost['bytes_written'])}"]
     if cost["shuffle_bytes_written"] or cost["shuffle_bytes_read"]:
         parts.append(f"shuffle {format_bytes(cost['shuffle_bytes_written'])} out / {format_bytes(cost['shuffle_bytes_read'])} in")
     if any(retries.values()):
@@ -30,6 +30,12 @@ def cost_line(cost: dict | None) -> str | None:
     if cost.get("cost") is not None:
         parts.append(f"cost {cost['cost']:,.4f}")
     return "cost: " + "; ".join(parts)
+
+
+def _read(cost: dict) -> str:
+    """Bytes read from storage (as stored), and what they decompressed to where that differs."""
+    stored, decoded = cost["bytes_read"], cost.get("bytes_decoded") or 0
+    return format_bytes(stored) + (f" ({format_bytes(decoded)} decoded)" if decoded and decoded != stored else "")
 
 
 COMPARED = (

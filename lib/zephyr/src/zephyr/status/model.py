@@ -18,6 +18,7 @@ import time
 import traceback
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from zephyr.counters import Totals, public
@@ -135,9 +136,11 @@ class RunStatus:
         self._failures: list[_Failure] = []  # the first MAX_FAILURES // 2
         self._recent: deque[_Failure] = deque(maxlen=MAX_FAILURES // 2)
         self._failures_total = 0
+        self.crashes: list[dict] = []  # worker processes that crashed during the run (zephyr.status.crashes)
         self.quarantined: list[dict] = []  # zephyr.execution.quarantine: shards set aside, with their errors
         self._outputs: dict[str, dict] = {}  # output path -> {"bytes", "records"} (ShardResult.outputs), for the record
         self._outputs_section: list[dict] | None = None  # the record's `outputs`, once the run has ended
+        self._starts: dict[int, Callable[[], set[int] | None]] = {}  # stage -> its shards running now (watch_starts)
         self._lock = threading.Lock()
         self.price_per_core_hour: float | None = None  # turns each stage's CPU seconds into a cost
 
@@ -160,6 +163,12 @@ class RunStatus:
             self._sample(st, st.started, force=True)
             if st.done == st.num_shards:  # every shard resumed (or none at all): no task will report it done
                 st.state, st.ended = StageState.DONE, st.started
+
+    def watch_starts(self, index: int, started: Callable[[], set[int] | None]) -> None:
+        """How to tell which of stage `index`'s shards in flight are running (the rest wait in
+        the backend's queue): `started()` gives their indices, or None when it cannot tell."""
+        with self._lock:
+            self._starts[index] = started
 
     def attach_cost(self, index: int, cost: StageCost) -> None:
         """The runner's running totals of stage `index` (`zephyr.cost`), shown from now on."""
@@ -203,6 +212,11 @@ class RunStatus:
             st.quarantined += 1
             self.quarantined.append(dict(entry))
             self._stage_progressed(st)
+
+    def processes_crashed(self, crashes: list[dict]) -> None:
+        """Worker processes that crashed during the run though its tasks were retried or done."""
+        with self._lock:
+            self.crashes = [dict(c) for c in crashes]
 
     def outputs(self) -> dict[str, dict]:
         """The files the run's writers made so far: path -> {"bytes", "records"} (records None: kept, not counted)."""
@@ -295,9 +309,11 @@ class RunStatus:
 
     def snapshot(self) -> dict[str, Any]:
         """A JSON-ready copy of the whole state (see the module docstring)."""
+        started = self._started_now()  # outside the lock: a backend request (Ray: one to its GCS)
         with self._lock:
             now = time.monotonic()
-            stages = [_stage_snapshot(st, now, self._t0, self.price_per_core_hour) for st in self._stages]
+            stages = [_stage_snapshot(st, now, self._t0, self.price_per_core_hour, started.get(st.index, set()))
+                      for st in self._stages]
             failures = self._failures + list(self._recent)  # disjoint: recent fills once the first are kept
             return {
                 "schema": SCHEMA,
@@ -319,6 +335,7 @@ class RunStatus:
                 "failures_total": self._failures_total,
                 "not_resumable": [dict(item) for item in self.not_resumable],
                 "quarantined": [dict(item) for item in self.quarantined],
+                "crashes": [dict(item) for item in self.crashes],
                 **({"outputs": list(self._outputs_section)} if self._outputs_section is not None else {}),
                 "price_per_core_hour": self.price_per_core_hour,
                 "cost": _run_cost(stages),
@@ -332,6 +349,18 @@ class RunStatus:
             return {"run_id": self.run_id, "label": self.label, "state": self.state, "started_at": self.started_at,
                     "stages": len(self._stages), "shards_done": done, "shards": total,
                     "title": self._stages[-1].description if self._stages else ""}
+
+    def _started_now(self) -> dict[int, set[int] | None]:
+        """Per stage with shards in flight, those running now (None: the backend cannot tell)."""
+        with self._lock:
+            asked = [(i, started) for i, started in self._starts.items() if self._stages[i].running]
+        out: dict[int, set[int] | None] = {}
+        for index, started in asked:
+            try:
+                out[index] = started()
+            except Exception:  # noqa: BLE001 - e.g. the backend closed meanwhile: the snapshot says unknown
+                out[index] = None
+        return out
 
     # ---- helpers (lock held) -----------------------------------------------------------------
 
@@ -376,8 +405,12 @@ def _run_cost(stages: list[dict]) -> dict[str, Any]:
             "cost": round(sum(priced), 6) if priced else None}
 
 
-def _stage_snapshot(st: _Stage, now: float, t0: float, price: float | None = None) -> dict[str, Any]:
+def _stage_snapshot(st: _Stage, now: float, t0: float, price: float | None = None,
+                    started: set[int] | None = frozenset()) -> dict[str, Any]:
+    """`started`: the shards in flight that are running (the rest wait in the backend's queue);
+    None when the backend cannot tell, so that `waiting` is unknown (null)."""
     slowest = sorted(st.running.items(), key=lambda kv: kv[1][0])[:STRAGGLERS]
+    running = len(st.running) if started is None else sum(1 for shard in st.running if shard in started)
     end = st.ended if st.ended is not None else now
     return {
         "index": st.index,
@@ -388,7 +421,8 @@ def _stage_snapshot(st: _Stage, now: float, t0: float, price: float | None = Non
         "num_shards": st.num_shards,
         "shards": {
             "done": st.done,
-            "running": len(st.running),
+            "running": running,  # started and not finished (all in flight when `waiting` is null)
+            "waiting": None if started is None else len(st.running) - running,  # handed to the backend, not started
             "queued": max(0, st.num_shards - st.done - len(st.running) - st.failed - st.quarantined - st.cancelled),
             "cancelled": st.cancelled,
             "resumed": st.resumed,
@@ -412,7 +446,8 @@ def _stage_snapshot(st: _Stage, now: float, t0: float, price: float | None = Non
             "samples": [list(s) for s in st.samples] + _live_point(st, now, t0),
         },
         "stragglers": [
-            {"shard": shard, "source": source, "attempt": attempt, "elapsed_s": round(now - submitted, 3)}
+            {"shard": shard, "source": source, "attempt": attempt, "elapsed_s": round(now - submitted, 3),
+             "waiting": None if started is None else shard not in started}
             for shard, (submitted, source, attempt) in slowest
         ],
     }

@@ -10,6 +10,7 @@ import urllib.request
 import orjson
 
 from zephyr.status.costs import cost_line
+from zephyr.status.crashes import describe_crash
 from zephyr.resources import format_bytes as _bytes
 from zephyr.status.record import read_run_record
 
@@ -60,7 +61,8 @@ def format_snapshot(s: dict, width: int = 100) -> str:
     if stragglers:
         lines.append("stragglers (slowest in flight):")
         for name, g in stragglers[:10]:
-            lines.append(f"  {name} shard {g['shard']} attempt {g['attempt']}: {_secs(g['elapsed_s'])}  {g['source']}")
+            waiting = " (waiting for a CPU)" if g.get("waiting") else ""
+            lines.append(f"  {name} shard {g['shard']} attempt {g['attempt']}: {_secs(g['elapsed_s'])}{waiting}  {g['source']}")
     if s.get("failures_total"):
         lines.append(f"failed attempts ({s['failures_total']}):")
         for f in s["failures"][-10:]:
@@ -73,6 +75,8 @@ def format_snapshot(s: dict, width: int = 100) -> str:
         for q in s["quarantined"]:
             lines.append(f"  stage {q['stage']} shard {q['shard']} source {q['source']}: {q['error_type']}: "
                          f"{(q['message'].splitlines() or [''])[0][:width]}")
+    for crash in s.get("crashes") or ():
+        lines.append(f"CRASHED during the run: {describe_crash(crash)}"[: width * 3])
     total = s.get("cost") or {}
     if total.get("cpu_s"):
         price = f", cost {total['cost']:,.4f} at {s['price_per_core_hour']} per core-hour" if total.get("cost") is not None else ""
@@ -94,7 +98,7 @@ def _stage_lines(st: dict, width: int) -> list[str]:
     ops = " -> ".join(st["ops"])
     head = f"  {st['name']} [{bar}] {sh['done']:,}/{st['num_shards']:,} shards, {st['state']}"
     cancelled = f", cancelled {sh['cancelled']:,}" if sh.get("cancelled") else ""  # records before it have none
-    detail = (f"    running {sh['running']:,}, queued {sh['queued']:,}{cancelled}, resumed {sh['resumed']:,}, failed {sh['failed']:,}; "
+    detail = (f"    {_running(sh)}, queued {sh['queued']:,}{cancelled}, resumed {sh['resumed']:,}, failed {sh['failed']:,}; "
               f"retried {sh['retried_lost']:,} lost / {sh['retried_user']:,} user error"
               + (f" / {memory:,} out of memory" if (memory := ((st.get("cost") or {}).get("retries") or {}).get("memory")) else ""))
     elapsed = st.get("elapsed_s") or 0
@@ -103,6 +107,15 @@ def _stage_lines(st: dict, width: int) -> list[str]:
             + f", {_secs(st.get('elapsed_s'))}")
     cost = cost_line(st.get("cost"))
     return [head, f"    {ops[: width - 4]}", detail, flow] + ([f"    {cost}"] if cost else [])
+
+
+def _running(sh: dict) -> str:
+    """Shards running, and those handed to the backend that wait there for a CPU."""
+    if "waiting" not in sh:  # a record written before running and waiting were told apart
+        return f"in flight {sh['running']:,}"
+    if sh["waiting"] is None:
+        return f"in flight {sh['running']:,} (the backend does not say how many run)"
+    return f"running {sh['running']:,}, waiting for a CPU {sh['waiting']:,}"
 
 
 def _secs(value) -> str:
