@@ -1,4 +1,4 @@
-"""Reading a path item into records: what a shard task does for load_jsonl/load_parquet/load_vortex/load_file.
+"""Reading a path item into records: what a shard task does for load_jsonl/load_parquet/load_vortex/load_warc/load_file.
 
 A loader op carries what pushdown folded into it (a projection and a filter, see
 `zephyr.plan.pushdown`) and the file path column. Parquet gets both inside pyarrow (the filter
@@ -19,6 +19,7 @@ from zephyr.io.jsonl import read_jsonl
 from zephyr.io.load import InputFileSpec, load_file
 from zephyr.io.parquet import read_parquet
 from zephyr.io.vortex import read_vortex
+from zephyr.io.warc import read_warc
 from zephyr.plan import ops as op
 from zephyr.plan.ops import select_columns
 from zephyr.plan.sources import ParquetSlice, input_path_of
@@ -26,7 +27,8 @@ from zephyr.plan.sources import ParquetSlice, input_path_of
 __all__ = ["read_path"]
 
 
-_FIXED_FORMATS = {op.LoadJsonl: FileFormat.JSONL, op.LoadParquet: FileFormat.PARQUET, op.LoadVortex: FileFormat.VORTEX}
+_FIXED_FORMATS = {op.LoadJsonl: FileFormat.JSONL, op.LoadParquet: FileFormat.PARQUET, op.LoadVortex: FileFormat.VORTEX,
+                  op.LoadWarc: FileFormat.WARC}
 
 
 def read_path(item: Any, load: op.LoadOp) -> Iterator[Any]:
@@ -41,8 +43,9 @@ def read_path(item: Any, load: op.LoadOp) -> Iterator[Any]:
     if getattr(load, "batch_mode", False):
         row_groups = item.row_groups if isinstance(item, ParquetSlice) else None
         return parquet_batches(path, load.columns, load.filter, row_groups, path_column)
-    if fmt is FileFormat.JSONL:
-        records = read_jsonl(path, on_bad_record=load.on_bad_record)
+    if fmt in (FileFormat.JSONL, FileFormat.WARC):
+        reader = read_jsonl if fmt is FileFormat.JSONL else read_warc
+        records = reader(path, on_bad_record=load.on_bad_record)
         if load.filter is not None:
             records = filter(load.filter, records)
         return _shaped(records, path, path_column, load.columns)

@@ -159,12 +159,19 @@ def open_input(path: str) -> BinaryIO:
 
     Raises FileNotFoundError naming the path when it does not exist.
     """
+    return open_compressed_reader(open_raw_input(path), codec_for(path))
+
+
+def open_raw_input(path: str) -> BinaryIO:
+    """A seekable binary reader over the bytes of `path` as stored (no decompression).
+
+    Raises InputNotFoundError (a FileNotFoundError) naming the path when it does not exist.
+    """
     fs, fs_path = url_to_fs(path)
     try:
-        raw = fs.open(fs_path, "rb")
+        return fs.open(fs_path, "rb")
     except FileNotFoundError as e:
         raise InputNotFoundError(f"Input file not found: {path}") from e
-    return open_compressed_reader(raw, codec_for(path))
 
 
 @contextlib.contextmanager
