@@ -5,7 +5,7 @@ it drops:
 
 - `extract`: main text from HTML (`HtmlExtractor`, resiliparse; trafilatura as an option);
 - `langid`: language and score (`LanguageIdentifier`, fastText lid.176 shipped in a package);
-- `quality`: Gopher, C4 and FineWeb heuristics with one counter per rule (`QualityFilter`);
+- `rules`, `quality`: Gopher, C4 and FineWeb heuristics with one counter per rule (`QualityFilter`);
 - `classifier`: a fastText quality classifier, trained from labelled JSONL and scored on the
   workers (`train_quality_classifier`, `QualityClassifier`);
 - `debian_docs`, `sample_warc`: real pages to test and measure on (Debian's documentation
@@ -16,5 +16,6 @@ The worked pipeline is `experiments/curate_web.py`; docs/web.md describes the wh
 
 from marin.web.extract import HtmlExtractor, extract_text
 from marin.web.langid import LanguageIdentifier, identify_language
+from marin.web.quality import QualityFilter
 
-__all__ = ["HtmlExtractor", "LanguageIdentifier", "extract_text", "identify_language"]
+__all__ = ["HtmlExtractor", "LanguageIdentifier", "QualityFilter", "extract_text", "identify_language"]
