@@ -14,8 +14,12 @@ it drops:
 The worked pipeline is `experiments/curate_web.py`; docs/web.md describes the whole.
 """
 
+from marin.web.classifier import QualityClassifier, train_quality_classifier
 from marin.web.extract import HtmlExtractor, extract_text
 from marin.web.langid import LanguageIdentifier, identify_language
 from marin.web.quality import QualityFilter
 
-__all__ = ["HtmlExtractor", "LanguageIdentifier", "QualityFilter", "extract_text", "identify_language"]
+__all__ = [
+    "HtmlExtractor", "LanguageIdentifier", "QualityClassifier", "QualityFilter", "extract_text", "identify_language",
+    "train_quality_classifier",
+]
