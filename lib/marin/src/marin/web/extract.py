@@ -2,7 +2,7 @@
 menus and footers.
 
 `resiliparse`'s main-content extractor is the default; `trafilatura` is the option. Measured on
-465 Debian documentation pages (benchmarks/README.md section 15), resiliparse kept 99-100% of
+465 Debian documentation pages (benchmarks/README.md section 16), resiliparse kept 99-100% of
 the headings, dropped every navigation link and ran 20x faster (9 ms against 187 ms a page);
 trafilatura kept more of the link-dense paragraphs of the Debian Reference but lost its
 headings. `HtmlExtractor` is the pipeline step (a `flat_map` function) that turns a

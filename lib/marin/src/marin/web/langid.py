@@ -3,7 +3,7 @@
 full fastText binding (`fasttext-numpy2`). Nothing is downloaded at run time.
 
 Chosen by measurement on 451 Debian documentation pages whose language is clear
-(benchmarks/README.md section 15): 99.8% correct at 4.7 ms a page, where pycld2 got 97.8%
+(benchmarks/README.md section 16): 99.8% correct at 4.7 ms a page, where pycld2 got 97.8%
 (it gives up on index pages) and lingua 97.6% at 5x the time and 1.3 GB of memory.
 
 The model is loaded once per process (per worker) on first use. `LanguageIdentifier` is the

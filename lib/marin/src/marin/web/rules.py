@@ -6,7 +6,7 @@ text breaks, or None; `marin.web.quality.QualityFilter` runs them as a step and 
 The thresholds and the order of the checks are those of datatrove's implementations, which
 the tests and benchmarks compare with, document by document. Words are split as spaCy's blank
 English tokenizer (datatrove's word splitter for English) splits prose, at a fraction of its
-cost; agreement per rule is measured (benchmarks/README.md section 15).
+cost; agreement per rule is measured (benchmarks/README.md section 16).
 """
 
 from __future__ import annotations
