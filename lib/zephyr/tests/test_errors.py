@@ -116,7 +116,7 @@ def test_an_input_the_store_cannot_look_at_is_not_called_missing(tmp_path, local
 
 def test_unknown_extension_is_a_clear_error_before_running(tmp_path, local_backend):
     (tmp_path / "data.csv").write_text("a,b\n")
-    known = r"known: .jsonl, .ndjson, .json, .parquet, .vortex, each optionally compressed \(.gz, .gzip, .zst, .zstd, .bz2, .xz\)"
+    known = r"known: .jsonl, .ndjson, .json, .parquet, .vortex, .warc, .wet, each optionally compressed \(.gz, .gzip, .zst, .zstd, .bz2, .xz\)"
     with pytest.raises(ValueError, match=r"Cannot tell the format of .*data.csv.*Unsupported extension.*" + known):
         local_backend.execute(Dataset.from_files(str(tmp_path / "*.csv")).load_file())
 

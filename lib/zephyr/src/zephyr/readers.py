@@ -8,9 +8,9 @@ row range and a filter). The implementations live by layer: format detection in
 """
 
 from zephyr.io.formats import DEFAULT_FILE_PATH_COLUMN, FileFormat, format_for
-from zephyr.io.load import InputFileSpec, iter_parquet_row_groups, load_file, load_jsonl, load_parquet, load_vortex
+from zephyr.io.load import InputFileSpec, iter_parquet_row_groups, load_file, load_jsonl, load_parquet, load_vortex, load_warc
 
 __all__ = [
     "DEFAULT_FILE_PATH_COLUMN", "FileFormat", "InputFileSpec", "format_for", "iter_parquet_row_groups", "load_file",
-    "load_jsonl", "load_parquet", "load_vortex",
+    "load_jsonl", "load_parquet", "load_vortex", "load_warc",
 ]

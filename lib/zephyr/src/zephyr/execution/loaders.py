@@ -1,4 +1,4 @@
-"""Reading a path item into records: what a shard task does for load_jsonl/load_parquet/load_vortex/load_file.
+"""Reading a path item into records: what a shard task does for load_jsonl/load_parquet/load_vortex/load_warc/load_file.
 
 A loader op carries what pushdown folded into it (a projection and a filter, see
 `zephyr.plan.pushdown`) and the file path column. Parquet gets both inside pyarrow (the filter
@@ -21,6 +21,7 @@ from zephyr.io.jsonl import read_jsonl, read_jsonl_numbered
 from zephyr.io.load import InputFileSpec, load_file
 from zephyr.io.parquet import read_parquet
 from zephyr.io.vortex import read_vortex
+from zephyr.io.warc import read_warc
 from zephyr.plan import ops as op
 from zephyr.plan.ops import select_columns
 from zephyr.plan.sources import ParquetSlice, input_path_of
@@ -28,7 +29,8 @@ from zephyr.plan.sources import ParquetSlice, input_path_of
 __all__ = ["numbered_records", "read_path", "shape_one"]
 
 
-_FIXED_FORMATS = {op.LoadJsonl: FileFormat.JSONL, op.LoadParquet: FileFormat.PARQUET, op.LoadVortex: FileFormat.VORTEX}
+_FIXED_FORMATS = {op.LoadJsonl: FileFormat.JSONL, op.LoadParquet: FileFormat.PARQUET, op.LoadVortex: FileFormat.VORTEX,
+                  op.LoadWarc: FileFormat.WARC}
 
 
 def read_path(item: Any, load: op.LoadOp) -> Iterator[Any]:
@@ -43,8 +45,9 @@ def read_path(item: Any, load: op.LoadOp) -> Iterator[Any]:
     if getattr(load, "batch_mode", False):
         row_groups = item.row_groups if isinstance(item, ParquetSlice) else None
         return parquet_batches(path, load.columns, load.filter, row_groups, path_column)
-    if fmt is FileFormat.JSONL:
-        return _shaped(_folded(read_jsonl(path, on_bad_record=load.on_bad_record), load), path, path_column, load.columns)
+    if fmt in (FileFormat.JSONL, FileFormat.WARC):
+        reader = read_jsonl if fmt is FileFormat.JSONL else read_warc
+        return _shaped(_folded(reader(path, on_bad_record=load.on_bad_record), load), path, path_column, load.columns)
     file_columns = None if load.columns is None else [c for c in load.columns if c != path_column]
     if fmt is FileFormat.VORTEX:
         records = read_vortex(path, file_columns, load.filter)

@@ -246,6 +246,7 @@ def _(record: op.TakePerShard, stream, ctx):
 @_apply.register(op.LoadParquet)
 @_apply.register(op.LoadVortex)
 @_apply.register(op.LoadFile)
+@_apply.register(op.LoadWarc)
 def _(record, stream, ctx):
     return itertools.chain.from_iterable(read_path(item, record) for item in stream)
 

@@ -48,6 +48,7 @@ __all__ = [
     "glob_matcher",
     "glob_matches",
     "open_counted_input",
+    "open_raw_input",
     "open_input",
     "open_output",
     "remove_empty_dir",
@@ -276,6 +277,14 @@ def open_counted_input(path: str) -> Iterator[BinaryIO]:
         buffered = io.BufferedReader(stored) if codec is Codec.NONE else stored  # the codecs buffer their own
         with open_compressed_reader(buffered, codec) as reader:
             yield reader
+
+
+def open_raw_input(path: str) -> BinaryIO:
+    """A seekable binary reader over the bytes of `path` as stored (no decompression).
+
+    Raises InputNotFoundError (a FileNotFoundError) naming the path when it does not exist.
+    """
+    return _open_stored(path)
 
 
 @contextlib.contextmanager

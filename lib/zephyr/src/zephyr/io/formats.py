@@ -16,11 +16,12 @@ class FileFormat(Enum):
     JSONL = "jsonl"
     PARQUET = "parquet"
     VORTEX = "vortex"
+    WARC = "warc"  # web crawls: WARC and WET files (zephyr.io.warc)
 
 
 _EXTENSIONS = {
     ".jsonl": FileFormat.JSONL, ".ndjson": FileFormat.JSONL, ".json": FileFormat.JSONL, ".parquet": FileFormat.PARQUET,
-    ".vortex": FileFormat.VORTEX,
+    ".vortex": FileFormat.VORTEX, ".warc": FileFormat.WARC, ".wet": FileFormat.WARC,
 }
 
 

@@ -20,16 +20,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zephyr.errors import InputNotFoundError
 from zephyr.io.formats import DEFAULT_FILE_PATH_COLUMN
 from functools import reduce
 from zephyr.expr import col
 from zephyr.expr import referenced_columns
 from zephyr.expr.arrow import to_arrow_filter
-from zephyr.io.files import url_to_fs
+from zephyr.io.files import open_raw_input
 from zephyr.io.formats import FileFormat, format_for
 from zephyr.io.jsonl import read_jsonl
 from zephyr.io.vortex import read_vortex
+from zephyr.io.warc import read_warc
 
 __all__ = [
     "DEFAULT_FILE_PATH_COLUMN",
@@ -40,9 +40,10 @@ __all__ = [
     "load_jsonl",
     "load_parquet",
     "load_vortex",
+    "load_warc",
 ]
 
-_FORMATS = ("auto", "parquet", "jsonl", "vortex")
+_FORMATS = ("auto", "parquet", "jsonl", "vortex", "warc")
 
 
 @dataclass
@@ -82,15 +83,7 @@ def as_spec(source: str | InputFileSpec) -> InputFileSpec:
 def load_jsonl(source: str | InputFileSpec) -> Iterator[dict]:
     """The records of a JSON Lines file (compression by extension), as `Dataset.load_jsonl()` reads them."""
     spec = as_spec(source)
-    records: Iterator = read_jsonl(spec.path)
-    if spec.row_start is not None or spec.row_end is not None:
-        records = itertools.islice(records, spec.row_start or 0, spec.row_end)
-    if spec.filter_expr is not None:
-        records = filter(spec.filter_expr, records)
-    if spec.columns is not None:
-        columns = tuple(spec.columns)
-        records = ({c: r[c] for c in columns if c in r} for r in records)
-    return records
+    return _ranged(read_jsonl(spec.path), spec)
 
 
 def load_parquet(source: str | InputFileSpec) -> Iterator[dict]:
@@ -106,6 +99,24 @@ def load_vortex(source: str | InputFileSpec) -> Iterator[dict]:
     return read_vortex(spec.path, spec.columns, spec.filter_expr, spec.row_start, spec.row_end)
 
 
+def load_warc(source: str | InputFileSpec) -> Iterator[dict]:
+    """The response and conversion records of a WARC or WET file (`zephyr.io.warc.read_warc`)."""
+    spec = as_spec(source)
+    return _ranged(read_warc(spec.path), spec)
+
+
+def _ranged(records: Iterator[dict], spec: InputFileSpec) -> Iterator[dict]:
+    """A record reader's records as `spec` asks: its row range, then its filter, then its columns."""
+    if spec.row_start is not None or spec.row_end is not None:
+        records = itertools.islice(records, spec.row_start or 0, spec.row_end)
+    if spec.filter_expr is not None:
+        records = filter(spec.filter_expr, records)
+    if spec.columns is not None:
+        columns = tuple(spec.columns)
+        records = ({c: r[c] for c in columns if c in r} for r in records)
+    return records
+
+
 def load_file(source: str | InputFileSpec) -> Iterator[dict]:
     """The records of a file, its format told by `spec.format` or else by its extension.
 
@@ -114,7 +125,8 @@ def load_file(source: str | InputFileSpec) -> Iterator[dict]:
     """
     spec = as_spec(source)
     fmt = FileFormat(spec.format) if spec.format != "auto" else format_for(spec.path)
-    loader = {FileFormat.JSONL: load_jsonl, FileFormat.PARQUET: load_parquet, FileFormat.VORTEX: load_vortex}[fmt]
+    loaders = {FileFormat.JSONL: load_jsonl, FileFormat.PARQUET: load_parquet, FileFormat.VORTEX: load_vortex, FileFormat.WARC: load_warc}
+    loader = loaders[fmt]
     return loader(spec)
 
 
@@ -176,12 +188,7 @@ def _parquet_file(source: Any) -> Iterator[Any]:
     if isinstance(source, pq.ParquetFile):
         yield source
         return
-    fs, fs_path = url_to_fs(source)
-    try:
-        handle = fs.open(fs_path, "rb")
-    except FileNotFoundError as e:
-        raise InputNotFoundError(f"Input file not found: {source}") from e
-    with handle:
+    with open_raw_input(source) as handle:
         yield pq.ParquetFile(handle)
 
 

@@ -253,6 +253,28 @@ class Dataset:
         _check_path_column(file_path_column)
         return self._then(op.LoadVortex(bool(include_file_paths), file_path_column, op.check_columns(columns)))
 
+    def load_warc(
+        self,
+        on_bad_record: str = "raise",
+        include_file_paths: bool = False,
+        file_path_column: str = DEFAULT_FILE_PATH_COLUMN,
+    ) -> Dataset:
+        """Read each path item as a WARC or WET file (plain or gzipped per record), one dict per
+        HTTP response (WARC) or text conversion (WET) record:
+        `{url, date, content_type, charset, status, record_id, offset, content}`, the payload
+        `content` as bytes (`zephyr.io.warc`). Lazy; streams one record at a time.
+
+        A record that cannot be read (corrupt gzip member, bad header, truncated payload)
+        raises BadWarcRecordError (a BadRecordError) naming the file and the byte offset;
+        `on_bad_record="skip"` counts it under `zephyr/bad_records` and goes on at the next
+        record.
+
+        >>> Dataset.from_files("crawl/*.warc.gz").load_warc(on_bad_record="skip").map(extract)
+        """
+        _check_bad_record_policy(on_bad_record)
+        _check_path_column(file_path_column)
+        return self._then(op.LoadWarc(bool(include_file_paths), file_path_column, on_bad_record=on_bad_record))
+
     def load_file(
         self,
         columns: Sequence[str] | None = None,
@@ -262,7 +284,8 @@ class Dataset:
         *,
         on_bad_record: str = "raise",
     ) -> Dataset:
-        """Read each path item by its extension: .jsonl/.ndjson/.json (+.gz/.zst) or .parquet.
+        """Read each path item by its extension: .jsonl/.ndjson/.json (+.gz/.zst), .parquet,
+        .vortex, or .warc/.wet (+.gz, read as `load_warc` does).
 
         Arguments as in `load_parquet` (`approx_shard_bytes` splits the Parquet files only)
         and `load_jsonl`.

