@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
 
 from zephyr import counters
-from zephyr.io.files import atomic_write, open_raw_input
+from zephyr.io.files import atomic_write, counted_input
 from zephyr.io.jsonl import BadRecordError
 
 __all__ = ["BadWarcRecordError", "read_warc", "write_warc_file"]
@@ -63,7 +63,7 @@ def read_warc(path: str, on_bad_record: str = "raise") -> Iterator[dict]:
     """
     if on_bad_record not in ("raise", "skip"):
         raise ValueError(f"on_bad_record must be 'raise' or 'skip', got {on_bad_record!r}")
-    with open_raw_input(path) as raw:
+    with counted_input(path) as raw:  # its bytes as stored count under zephyr/bytes_read
         start: int | None = 0
         while start is not None:
             start = yield from _records_from(raw, start, path, on_bad_record)
