@@ -2,6 +2,7 @@
 
 import collections
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -263,13 +264,94 @@ def test_a_skewed_group_by_joined_shard_by_shard_is_not_cut_into_key_ranges(loca
     counts = collections.Counter(r["k"] for r in records)
     grouped = Dataset.from_list([records[i::3] for i in range(3)]).flat_map(list).group_by(
         by_k, lambda k, items: {"k": k, "n": sum(1 for _ in items)}, num_output_shards=4)
-    assert len(list(local_backend.execute(grouped.map_shard(lambda it: [0])))) > 4  # alone, it is split
+    alone = local_backend.execute(grouped)
+    list(alone)
+    assert alone.stats[1].num_shards > 4  # alone, it is split
 
     # the right side partitioned as the group_by partitions, each shard sorted by key
     right = Dataset.from_list([[{"k": k, "tag": -k} for k in sorted(counts) if partition_of(key_bytes(k), 4) == p] for p in range(4)])
     left = grouped.map_shard(lambda items: sorted(items, key=by_k))
     joined = local_backend.execute(left.sorted_merge_join(right.flat_map(list), by_k, by_k))
     assert sorted((r["k"], r["n"], r["tag"]) for r in joined) == sorted((k, n, -k) for k, n in counts.items())
+
+
+@pytest.fixture
+def skew_on_small_data(monkeypatch):
+    """Skew splitting on a few thousand records: any partition 4x the median is cut, and runs
+    index batches of 4 KiB (an in-process backend's tasks see the smaller batches)."""
+    from zephyr.shuffle import runs
+
+    monkeypatch.setenv("ZEPHYR_SKEW_MIN_BYTES", "1")
+    monkeypatch.setattr(runs, "BATCH_BYTES", 4096)
+
+
+def skewed_group_by(num_output_shards: int = 4) -> Dataset:
+    """A group_by whose partition 1 holds most records under many keys: cut into key ranges
+    (with `skew_on_small_data`) unless something keeps it whole."""
+    from zephyr.shuffle.keys import key_bytes, partition_of
+
+    hot = [k for k in range(3000) if partition_of(key_bytes(k), num_output_shards) == 1]
+    records = [{"k": hot[i % len(hot)] if i % 10 else i % 3000, "pad": "p" * 20} for i in range(3_000)]
+    return Dataset.from_list([records[i::3] for i in range(3)]).flat_map(list).group_by(
+        by_k, count_group, num_output_shards=num_output_shards)
+
+
+def shard_info(items, info):
+    yield (info.shard_idx, info.total_shards, sum(1 for _ in items))
+
+
+def closes_at_100_records(total, group):
+    return total + group[1] <= 100, total + group[1]
+
+
+def count_items(items):
+    return sum(1 for _ in items)
+
+
+SHARD_SEEING = {
+    "take_per_shard": lambda ds: ds.take_per_shard(1),
+    "window": lambda ds: ds.window(10**6),
+    "window_by": lambda ds: ds.window_by(closes_at_100_records, 0),
+    "map_shard": lambda ds: ds.map_shard(shard_info),
+    "reduce": lambda ds: ds.reduce(count_items, max),  # the largest shard's group count
+    "map_then_take": lambda ds: ds.map(lambda g: g[0]).take_per_shard(2),
+}
+
+
+@pytest.mark.parametrize("op", SHARD_SEEING)
+def test_a_skewed_group_by_keeps_its_shard_count_for_ops_that_see_shards(local_backend, monkeypatch, skew_on_small_data, op):
+    """Regression (issue 38): a skewed partition cut into key ranges ran the ops after the
+    group_by once per range, so `group_by(..., num_output_shards=4).take_per_shard(1)` gave 7
+    items, map_shard saw total_shards=8, a window closed at every range's end. The oracle: the
+    same pipeline with splitting off (ZEPHYR_SKEW_MAX_PIECES=1) means the same."""
+    grouped = skewed_group_by()
+    alone = local_backend.execute(grouped)
+    list(alone)
+    assert alone.stats[1].num_shards > 4  # without an op that sees shards it is cut (the fault is there)
+    pipeline = SHARD_SEEING[op](grouped)
+    execution = local_backend.execute(pipeline)
+    got = list(execution)
+    if op == "take_per_shard":
+        assert len(got) == 4  # one per output shard, as asked
+    if op == "map_shard":
+        assert [(i, total) for i, total, _ in got] == [(i, 4) for i in range(4)]
+    monkeypatch.setenv("ZEPHYR_SKEW_MAX_PIECES", "1")
+    assert got == list(local_backend.execute(pipeline))
+    assert execution.stats[1].num_shards == 4
+    assert "(never cut into key ranges for skew: " in pipeline.plan().describe()  # the plan says why
+
+
+def test_a_skewed_group_by_written_out_is_still_cut_into_key_ranges(local_backend, monkeypatch, skew_on_small_data, tmp_path):
+    """Writers and per-item ops do not see shards whole: their stage is cut (one output per
+    key range, `{total}` counting them), and the groups are those of the uncut run."""
+    pipeline = skewed_group_by().map(lambda g: {"k": g[0], "n": g[1]})
+    execution = local_backend.execute(pipeline.write_jsonl(str(tmp_path / "part-{shard}-of-{total}.jsonl")))
+    paths = list(execution)
+    pieces = execution.stats[1].num_shards
+    assert pieces > 4 and sorted(os.path.basename(p) for p in paths) == sorted(f"part-{i}-of-{pieces}.jsonl" for i in range(pieces))
+    written = sorted(line for p in paths for line in Path(p).read_text().splitlines())
+    monkeypatch.setenv("ZEPHYR_SKEW_MAX_PIECES", "1")
+    assert written == sorted(line for g in local_backend.execute(pipeline) for line in [json.dumps(g, separators=(",", ":"))])
 
 
 class KeyedIterator:

@@ -121,9 +121,10 @@ class ShuffleReader:
     mode: GroupMode
     label: str
     sorted_by_value: bool = False
-    # False where the stage pairs its shard i with shard i of something else (an inline
-    # sorted_merge_join): a partition cut into key ranges would shift every later shard
-    splittable: bool = True
+    # why the stage's partitions are never cut into key ranges for skew ('' when they may be):
+    # one of its ops sees its shards whole, or an inline sorted_merge_join pairs its shard i
+    # with the right side's shard i (`zephyr.plan.compile._kept_whole`)
+    kept_whole: str = ""
 
     def describe(self) -> str:
         return self.label
@@ -131,7 +132,7 @@ class ShuffleReader:
     def tasks(self, stage, previous) -> ReduceTasks:
 
         summaries = [r.summary for r in previous or ()]  # None: upstream skipped, every output exists
-        inputs = RunIndex(summaries, self.num_partitions).plan(split=self.mode.splittable and self.splittable)
+        inputs = RunIndex(summaries, self.num_partitions).plan(split=self.mode.splittable and not self.kept_whole)
         tasks = ReduceTasks(
             ShardTask(stage.index, i, len(inputs), f"{self.label} shard {i} ({inp.describe()})", (inp,))
             for i, inp in enumerate(inputs)
