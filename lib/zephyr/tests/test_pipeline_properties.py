@@ -380,7 +380,9 @@ parquet_records = st.builds(
     lambda k, t, score, tags, lang, n: {"k": k, "text": t, "score": score, "tags": tags, "meta": {"lang": lang, "n": n}},
     st.integers(-3, 3), text, st.floats(allow_nan=False), st.lists(text, max_size=2), text, st.integers(-(2**63), 2**63 - 1),
 )
-WRITERS = {"jsonl": ("write_jsonl", "load_jsonl", json_records), "parquet": ("write_parquet", "load_parquet", parquet_records)}
+# now and then an item that is no record (a number, a string, a list, None): write_jsonl refuses it
+json_items = st.one_of(json_records, json_records, json_records, json_values)
+WRITERS = {"jsonl": ("write_jsonl", "load_jsonl", json_items), "parquet": ("write_parquet", "load_parquet", parquet_records)}
 
 
 def written_and_read_back(kind: str, fmt: str, shards, pipeline, directory) -> list[list[Any]]:
@@ -411,7 +413,17 @@ def writer_cases(draw, fmt: str):
 def test_written_files_read_back_as_the_oracle_says(kind, fmt, data, tmp_path_factory):
     shards, pipeline = data.draw(writer_cases(fmt))
     model, want = expected_result(shards, pipeline)
-    got = written_and_read_back(kind, fmt, shards, pipeline, tmp_path_factory.mktemp("out"))
+    directory = tmp_path_factory.mktemp("out")
+    if any(not isinstance(r, dict) for shard in want for r in shard):  # load_jsonl could not read it back
+        from zephyr import ShardError
+
+        event("refused: not an object")
+        with pytest.raises(ShardError, match=r"UnwritableRecordError: .*: record \d+: the item is .*, not a dict"):
+            written_and_read_back(kind, fmt, shards, pipeline, directory)
+        for left in directory.glob("part-*"):  # the other shards' outputs, each complete
+            assert all(line.startswith("{") for line in left.read_text().splitlines())
+        return
+    got = written_and_read_back(kind, fmt, shards, pipeline, directory)
     assert len(got) == len(want)
     if model.exact:
         assert [[oracle.canon(r) for r in shard] for shard in got] == [[oracle.canon(r) for r in shard] for shard in want]
@@ -446,6 +458,32 @@ def test_write_jsonl_refuses_nan_and_infinities_instead_of_writing_null(tmp_path
         written_and_read_back("sync", "jsonl", [[{"x": math.nan}, {"x": math.inf}, {"x": -math.inf}]], [], tmp_path)
     assert "'x'" in str(failed.value)
     assert not list(tmp_path.glob("part-*"))  # nothing written
+
+
+@pytest.mark.parametrize("via", ["records", "shuffle-copy"])
+@pytest.mark.parametrize("item", [7, "seven", [7], (7,), None, 1.5, True], ids=repr)
+def test_write_jsonl_refuses_an_item_that_is_not_an_object(local_backend, tmp_path, monkeypatch, via, item):
+    """Regression (issue 38, defect 5): ints, strings, lists and None were written as lines
+    that load_jsonl refuses (or, with on_bad_record="skip", drops), on the record path and on
+    a shuffle's JSON-lines copy. The oracle: only a dict reads back as a record."""
+    from zephyr import ShardError
+    from zephyr.io.json_records import JsonLines
+
+    copied = []
+    blocks = JsonLines.blocks
+    monkeypatch.setattr(JsonLines, "blocks", lambda self: copied.append(1) or blocks(self))
+    items = [{"id": 0}, {"id": 1}, item, {"id": 3}]
+    bad = next(i for i, x in enumerate(items) if not isinstance(x, dict))
+    kind = "None" if item is None else type(item).__name__
+    ds = Dataset.from_list([items]).flat_map(list)
+    ds = ds.reshard(1) if via == "shuffle-copy" else ds
+    with pytest.raises(ShardError, match=rf"shard 0 .*UnwritableRecordError: .*out\.jsonl: record {bad}: the item is {kind} "):
+        list(local_backend.execute(ds.write_jsonl(str(tmp_path / "out.jsonl"))))
+    assert not (tmp_path / "out.jsonl").exists()  # nothing written
+    assert bool(copied) == (via == "shuffle-copy" and not isinstance(item, tuple))  # a tuple is not JSON data: it travels pickled
+    records = [x for x in items if isinstance(x, dict)]
+    (path,) = local_backend.execute(Dataset.from_list([records]).flat_map(list).write_jsonl(str(tmp_path / "ok.jsonl")))
+    assert list(local_backend.execute(Dataset.from_list([path]).load_jsonl())) == records
 
 
 def test_load_jsonl_reads_big_integers_exactly(local_backend, tmp_path):
