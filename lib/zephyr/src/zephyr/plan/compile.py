@@ -26,7 +26,7 @@ from zephyr.io.formats import format_for
 from zephyr.shuffle.join import BoundJoin
 from zephyr.plan.join_shuffled import join_shuffled
 
-__all__ = ["Plan", "Stage", "compile_plan", "shard_input_paths", "stage_output_path", "stage_output_paths"]
+__all__ = ["Plan", "Stage", "check_writers", "compile_plan", "shard_input_paths", "stage_output_path", "stage_output_paths"]
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def compile_plan(dataset) -> Plan:
             stages.append(Stage(len(stages), chain, num_shards, stage_input, sink, label, ident.digest, ident.reason))
             current, num_shards, stage_input, label = [], sink.num_partitions, reader, reader.label
         elif isinstance(record, sop.SortedMergeJoin) and (joint := _joint_shuffle(record, stages, shuffle, current)):
-            _check_writers(stages[-1])
+            check_writers(stages[-1])
             _check_load_file_extensions(stages[-1])
             chain, stage_input, sink, reader = joint
             ident = _identify_stage(before, stage_input, chain, sink)
@@ -119,7 +119,7 @@ def compile_plan(dataset) -> Plan:
     ident = _identify_stage(ident, stage_input, chain, None)
     stages.append(Stage(len(stages), chain, num_shards, stage_input, None, label, ident.digest, ident.reason))
     for s in stages:
-        _check_writers(s)
+        check_writers(s)
         _check_load_file_extensions(s)
     return Plan(tuple(stages), ident.digest)
 
@@ -242,7 +242,7 @@ def _bind_join(record: sop.SortedMergeJoin, num_shards: int):
     )
 
 
-def _check_writers(stage: Stage) -> None:
+def check_writers(stage: Stage) -> None:
     """Writers of a stage must give each shard its own path, checked before anything runs:
     {shard} (or {basename} of distinct input files) in a string pattern, distinct answers
     from a callable one; {basename} needs one `from_files` input file per shard."""
