@@ -400,6 +400,20 @@ def test_a_skewed_write_rerun_after_its_input_changed_rewrites_or_refuses_by_its
     assert written_lines(paths) == expected  # nothing rewritten
 
 
+def four_files(shard, total):
+    return f"part-{shard % 4}.jsonl"
+
+
+def test_a_path_function_that_gives_two_key_ranges_one_path_fails_before_the_stage_writes(local_backend, skew_on_small_data, tmp_path):
+    """Regression (issue 38): a path function was checked for the planned 4 shards only; cut
+    into 19, shards 0 and 4 wrote one path and the later one silently replaced the other."""
+    out = tmp_path / "out"
+    ds = skewed_group_by().map(as_record).write_jsonl(lambda shard, total: str(out / four_files(shard, total)))
+    with pytest.raises(PlanError, match="gives shards 0 and 4 the same path"):
+        list(local_backend.execute(ds))
+    assert not list(out.glob("part-*"))
+
+
 class KeyedIterator:
     """An iterator over a group's items that knows the group's key."""
 
