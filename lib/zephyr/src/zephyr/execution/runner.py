@@ -159,12 +159,14 @@ class Execution:
         """Every output of the final stage's skip_existing writer is there, made from its input now
         (`_final_outputs_exist`); a final stage that skew cut into more shards than planned is
         judged at the count its outputs record, and then runs at that count."""
+        if _final_outputs_exist(self.plan):
+            return True
         last = self.plan.stages[-1]
         count = recorded_shard_count(self.plan.stages, last)
-        if count is not None and outputs_current(self.plan.stages, replace(last, num_shards=count)):
-            self._replace_stage(replace(last, num_shards=count))
-            return True
-        return _final_outputs_exist(self.plan)
+        if count is None or not outputs_current(self.plan.stages, replace(last, num_shards=count)):
+            return False
+        self._replace_stage(replace(last, num_shards=count))
+        return True
 
     def _replace_stage(self, stage: Stage) -> Stage:
         self.plan = replace(self.plan, stages=tuple(stage if s.index == stage.index else s for s in self.plan.stages))
