@@ -9,13 +9,14 @@ so an error in a record past the first `n` is never raised (by either side).
 
 What the docs leave open is made explicit with `Model.exact`:
 - exact: shard i holds exactly these records, in this order (sources, per-item ops, window,
-  take_per_shard, map_shard, sorted_merge_join, and the one shard of count/reduce);
+  window_by, take_per_shard, map_shard, sorted_merge_join, and the one shard of count/reduce);
 - not exact (a bag): only the multiset of records and the number of shards are defined.
   `group_by`, `deduplicate` and `reshard` say which records come out, not where or in which
   order (partitions are hash ranges; reshard keeps each output shard in input order but
   does not say which shard an item lands in).
-Order-dependent ops (window, take_per_shard, keep-first, order-sensitive reducers, joins) are
-only modelled on an exact dataset; the test's pipeline generator respects that.
+Order-dependent ops (window, take_per_shard, map_shard, keep-first, order-sensitive reducers,
+joins) are only modelled on an exact dataset: after a shuffle, the test gives the model the
+shards Zephyr made (once they match the bag and the shard count) and goes on from there.
 
 Equality is `canon(a) == canon(b)`: type-exact (`1`, `1.0` and `True` differ, a tuple is not a
 list), NaN equals NaN, `0.0` and `-0.0` differ, dict key order counts. Shuffle keys are equal
@@ -28,7 +29,7 @@ import dataclasses
 import inspect
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 
 def canon(value: Any) -> tuple:
@@ -114,8 +115,25 @@ def select(model, *columns):
     return map_(model, one)
 
 
+class ShardInfo(NamedTuple):
+    """What a two-parameter map_shard function gets besides the items: its shard and how many."""
+
+    shard_idx: int
+    total_shards: int
+
+
 def map_shard(model, fn):
-    return _per_shard(model, fn)
+    """Shard i becomes `fn(items)`, or `fn(items, ShardInfo(i, number of shards))` when `fn`
+    has two required positional parameters."""
+    if _required_positional(fn) < 2:
+        return _per_shard(model, fn)
+    total = len(model.shards)
+    return Model([fn(iter(shard), ShardInfo(i, total)) for i, shard in enumerate(model.shards)], model.exact)
+
+
+def _required_positional(fn) -> int:
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for p in inspect.signature(fn).parameters.values() if p.kind in kinds and p.default is p.empty)
 
 
 def window(model, size):
@@ -126,6 +144,29 @@ def window(model, size):
             yield chunk
 
     return _per_shard(model, chunks)
+
+
+def window_by(model, folder, initial_state=None):
+    """Per shard, lists of consecutive items: `folder(state, item) -> (stay, new_state)`, from
+    `initial_state`; an item that does not stay closes the window, and opens the next one with
+    the state `folder(initial_state, item)[1]`. (What a first item that does not stay does is
+    not said: the test's folders keep every first item.)"""
+
+    def windows(it):
+        window, state = [], initial_state
+        for item in it:
+            stay, new_state = folder(state, item)
+            if stay:
+                window.append(item)
+                state = new_state
+                continue
+            assert window, "a first item that does not stay: undocumented"
+            yield window
+            window, state = [item], folder(initial_state, item)[1]
+        if window:
+            yield window
+
+    return _per_shard(model, windows)
 
 
 def take_per_shard(model, n):

@@ -167,7 +167,7 @@ def test_overlapping_patterns_read_each_file_once(tmp_path, local_backend):
 
 def test_rerun_of_a_finished_shuffle_on_memory_fs_does_no_work(local_backend):
     """Regression: memory:// listings came back as memory:///..., so the all-outputs-exist check failed."""
-    ds = Dataset.from_list([[1, 2], [2, 3]]).flat_map(list).deduplicate(lambda x: x, num_output_shards=2)
+    ds = Dataset.from_list([[{"x": 1}, {"x": 2}], [{"x": 2}, {"x": 3}]]).flat_map(list).deduplicate(lambda r: r["x"], num_output_shards=2)
     ds = ds.write_jsonl("memory://rerun-check/out-{shard}.jsonl", skip_existing=True)
     list(local_backend.execute(ds))
     again = local_backend.execute(ds)

@@ -54,10 +54,11 @@ class Refused(Exception):
     """The oracle's verdict that a record cannot be written unchanged; `field` is where.
     `empty`: a dict with no keys in any record (Parquet has no struct without fields)."""
 
-    def __init__(self, field: str, empty: bool = False):
+    def __init__(self, field: str, empty: bool = False, kind: str = ""):
         super().__init__(field)
         self.field = field
         self.empty = empty
+        self.kind = kind  # a whole item that is not a record: its type
 
 
 _SCRATCH: dict[str, str] = {}  # "dir": this module's scratch folder (hypothesis examples cannot take tmp_path)
@@ -121,6 +122,8 @@ _RECORD = st.fixed_dictionaries(
     },
 )
 _RECORDS = st.lists(_RECORD, max_size=8)
+# a list in four may hold items that are no records (a number, a list, None...)
+_JSONL_ITEMS = st.one_of(_RECORDS, _RECORDS, _RECORDS, st.lists(st.one_of(_RECORD, _WILD), max_size=8))
 
 
 # ---- oracles -------------------------------------------------------------------------------------
@@ -158,6 +161,14 @@ def json_expected(value, field: str = ""):
     if isinstance(value, Point):
         return {"x": json_expected(value.x, _at(field, "x")), "y": json_expected(value.y, _at(field, "y"))}
     raise Refused(field)
+
+
+def json_record_expected(value):
+    """What `load_jsonl` gives back for an item written as a line: only a JSON object (a dict,
+    or a dataclass as its fields) is a record; any other item is refused, by its type."""
+    if not isinstance(value, (dict, Point)):
+        raise Refused("", kind="None" if value is None else type(value).__name__)
+    return json_expected(value)
 
 
 def _kind(value) -> str:
@@ -285,33 +296,36 @@ def _target(where: str, name: str) -> tuple[str, Callable[[], bool]]:
     return path, lambda: os.listdir(directory) == []
 
 
-def _check_refusal(error: Exception, path: str, index: int, field: str | None) -> None:
+def _check_refusal(error: Exception, path: str, index: int, field: str | None, kind: str = "") -> None:
     event("refused")
     message = str(error)
     assert path in message and f"record {index}" in message, message
     if field:
         assert f"'{field}'" in message, message
+    if kind:
+        event("refused: not an object")
+        assert f"the item is {kind} " in message and "not a dict" in message, message
 
 
 @pytest.mark.parametrize("where", ["local", "memory"])
 @pytest.mark.parametrize("suffix", ["", ".gz", ".zst", ".bz2", ".xz"])
 @settings(max_examples=_scaled(50))
-@given(records=_RECORDS)
+@given(records=_JSONL_ITEMS)
 def test_jsonl_round_trip_is_exact_or_refused_by_name(where, suffix, records):
     path, nothing_there = _target(where, f"o.jsonl{suffix}")
-    bad = first_refused(records, lambda rs: [json_expected(r) for r in rs])
+    bad = first_refused(records, lambda rs: [json_record_expected(r) for r in rs])
     if bad is None:
         assert write_jsonl_file(records, path) == len(records)
         back = list(read_jsonl(path))
-        assert same(back, [json_expected(r) for r in records])
+        assert same(back, [json_record_expected(r) for r in records])
         event("written")
     else:
         with pytest.raises(UnwritableRecordError) as info:
             write_jsonl_file(records, path)
         try:
-            json_expected(records[bad])
+            json_record_expected(records[bad])
         except Refused as refused:
-            _check_refusal(info.value, path, bad, refused.field)
+            _check_refusal(info.value, path, bad, refused.field, refused.kind)
         assert nothing_there()
 
 

@@ -2,6 +2,7 @@
 
 import collections
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from zephyr import Dataset, PlanError, ShardError, counters, create_backend
+from zephyr import Dataset, PlanError, ShardError, StaleOutputsError, counters, create_backend
 from zephyr.status import RECORD_NAME  # the run record beside outputs is not an output
 
 
@@ -263,13 +264,154 @@ def test_a_skewed_group_by_joined_shard_by_shard_is_not_cut_into_key_ranges(loca
     counts = collections.Counter(r["k"] for r in records)
     grouped = Dataset.from_list([records[i::3] for i in range(3)]).flat_map(list).group_by(
         by_k, lambda k, items: {"k": k, "n": sum(1 for _ in items)}, num_output_shards=4)
-    assert len(list(local_backend.execute(grouped.map_shard(lambda it: [0])))) > 4  # alone, it is split
+    alone = local_backend.execute(grouped)
+    list(alone)
+    assert alone.stats[1].num_shards > 4  # alone, it is split
 
     # the right side partitioned as the group_by partitions, each shard sorted by key
     right = Dataset.from_list([[{"k": k, "tag": -k} for k in sorted(counts) if partition_of(key_bytes(k), 4) == p] for p in range(4)])
     left = grouped.map_shard(lambda items: sorted(items, key=by_k))
     joined = local_backend.execute(left.sorted_merge_join(right.flat_map(list), by_k, by_k))
     assert sorted((r["k"], r["n"], r["tag"]) for r in joined) == sorted((k, n, -k) for k, n in counts.items())
+
+
+@pytest.fixture
+def skew_on_small_data(monkeypatch):
+    """Skew splitting on a few thousand records: any partition 4x the median is cut, and runs
+    index batches of 4 KiB (an in-process backend's tasks see the smaller batches)."""
+    from zephyr.shuffle import runs
+
+    monkeypatch.setenv("ZEPHYR_SKEW_MIN_BYTES", "1")
+    monkeypatch.setattr(runs, "BATCH_BYTES", 4096)
+
+
+def skewed_group_by(num_output_shards: int = 4, records: int = 3_000) -> Dataset:
+    """A group_by whose partition 1 holds most records under many keys: cut into key ranges
+    (with `skew_on_small_data`) unless something keeps it whole."""
+    from zephyr.shuffle.keys import key_bytes, partition_of
+
+    hot = [k for k in range(3000) if partition_of(key_bytes(k), num_output_shards) == 1]
+    rows = [{"k": hot[i % len(hot)] if i % 10 else i % 3000, "pad": "p" * 20} for i in range(records)]
+    return Dataset.from_list([rows[i::3] for i in range(3)]).flat_map(list).group_by(
+        by_k, count_group, num_output_shards=num_output_shards)
+
+
+def shard_info(items, info):
+    yield (info.shard_idx, info.total_shards, sum(1 for _ in items))
+
+
+def closes_at_100_records(total, group):
+    return total + group[1] <= 100, total + group[1]
+
+
+def count_items(items):
+    return sum(1 for _ in items)
+
+
+SHARD_SEEING = {
+    "take_per_shard": lambda ds: ds.take_per_shard(1),
+    "window": lambda ds: ds.window(10**6),
+    "window_by": lambda ds: ds.window_by(closes_at_100_records, 0),
+    "map_shard": lambda ds: ds.map_shard(shard_info),
+    "reduce": lambda ds: ds.reduce(count_items, max),  # the largest shard's group count
+    "map_then_take": lambda ds: ds.map(lambda g: g[0]).take_per_shard(2),
+}
+
+
+@pytest.mark.parametrize("op", SHARD_SEEING)
+def test_a_skewed_group_by_keeps_its_shard_count_for_ops_that_see_shards(local_backend, monkeypatch, skew_on_small_data, op):
+    """Regression (issue 38): a skewed partition cut into key ranges ran the ops after the
+    group_by once per range, so `group_by(..., num_output_shards=4).take_per_shard(1)` gave 7
+    items, map_shard saw total_shards=8, a window closed at every range's end. The oracle: the
+    same pipeline with splitting off (ZEPHYR_SKEW_MAX_PIECES=1) means the same."""
+    grouped = skewed_group_by()
+    alone = local_backend.execute(grouped)
+    list(alone)
+    assert alone.stats[1].num_shards > 4  # without an op that sees shards it is cut (the fault is there)
+    pipeline = SHARD_SEEING[op](grouped)
+    execution = local_backend.execute(pipeline)
+    got = list(execution)
+    if op == "take_per_shard":
+        assert len(got) == 4  # one per output shard, as asked
+    if op == "map_shard":
+        assert [(i, total) for i, total, _ in got] == [(i, 4) for i in range(4)]
+    monkeypatch.setenv("ZEPHYR_SKEW_MAX_PIECES", "1")
+    assert got == list(local_backend.execute(pipeline))
+    assert execution.stats[1].num_shards == 4
+    assert "(never cut into key ranges for skew: " in pipeline.plan().describe()  # the plan says why
+
+
+def test_a_skewed_group_by_written_out_is_still_cut_into_key_ranges(local_backend, monkeypatch, skew_on_small_data, tmp_path):
+    """Writers and per-item ops do not see shards whole: their stage is cut (one output per
+    key range, `{total}` counting them), and the groups are those of the uncut run."""
+    pipeline = skewed_group_by().map(lambda g: {"k": g[0], "n": g[1]})
+    execution = local_backend.execute(pipeline.write_jsonl(str(tmp_path / "part-{shard}-of-{total}.jsonl")))
+    paths = list(execution)
+    pieces = execution.stats[1].num_shards
+    assert pieces > 4 and sorted(os.path.basename(p) for p in paths) == sorted(f"part-{i}-of-{pieces}.jsonl" for i in range(pieces))
+    written = sorted(line for p in paths for line in Path(p).read_text().splitlines())
+    monkeypatch.setenv("ZEPHYR_SKEW_MAX_PIECES", "1")
+    assert written == sorted(line for g in local_backend.execute(pipeline) for line in [json.dumps(g, separators=(",", ":"))])
+
+
+def as_record(group):
+    return {"k": group[0], "n": group[1]}
+
+
+def written_lines(paths) -> list[str]:
+    return sorted(line for p in paths for line in Path(p).read_text().splitlines())
+
+
+@pytest.mark.parametrize("pattern", ["part-{shard:03d}.jsonl", "part-{shard:03d}-of-{total:03d}.jsonl"])
+def test_a_rerun_of_a_finished_skewed_write_runs_nothing_upstream(local_backend, skew_on_small_data, tmp_path, pattern):
+    """Regression (issue 38): skip_existing judged a cut stage's outputs at its planned 4 shards
+    (by name, and by the input each records, "shard i of 19"), so a rerun of a finished run
+    ran the map stage and the shuffle again to find every output there."""
+    ds = skewed_group_by().map(as_record).write_jsonl(str(tmp_path / "out" / pattern), skip_existing=True)
+    first = local_backend.execute(ds)
+    paths = list(first)
+    assert first.stats[1].num_shards == len(paths) > 4
+    written = {p: os.stat(p).st_mtime_ns for p in paths}
+    again = local_backend.execute(ds)
+    assert list(again) == paths
+    assert again.counters["zephyr/stages_skipped_outputs_exist"] == 1  # nothing upstream ran
+    assert {p: os.stat(p).st_mtime_ns for p in paths} == written
+
+
+def test_a_skewed_write_rerun_after_its_input_changed_rewrites_or_refuses_by_its_shard_count(
+        local_backend, skew_on_small_data, monkeypatch, tmp_path):
+    """Regression (issue 38): after an input change, outputs of the key ranges past the planned 4
+    shards stopped the run (StaleOutputsError) though the rerun cut as many ranges and rewrote
+    them all. Now they are judged once the shard count is known: rewritten when this run writes
+    them; refused, before the stage writes anything, when it cuts fewer ranges."""
+    out = str(tmp_path / "out" / "part-{shard:03d}.jsonl")
+    paths = list(local_backend.execute(skewed_group_by().map(as_record).write_jsonl(out, skip_existing=True)))
+    grown = skewed_group_by(records=3_300).map(as_record)
+    rerun = local_backend.execute(grown.write_jsonl(out, skip_existing=True))
+    assert list(rerun) == paths and "zephyr/shards_skipped_existing" not in rerun.counters
+    expected = written_lines(paths)
+    with monkeypatch.context() as uncut:
+        uncut.setenv("ZEPHYR_SKEW_MAX_PIECES", "1")
+        assert expected == sorted(json.dumps(r, separators=(",", ":")) for r in local_backend.execute(grown))
+    monkeypatch.setenv("ZEPHYR_SKEW_MAX_PIECES", "8")  # the next run cuts fewer ranges
+    fewer = skewed_group_by(records=3_600).map(as_record).write_jsonl(out, skip_existing=True)
+    with pytest.raises(StaleOutputsError, match=r"would not be written .*part-018.jsonl \(made from shard 18 of 19"):
+        list(local_backend.execute(fewer))
+    assert written_lines(paths) == expected  # nothing rewritten
+
+
+def four_files(shard, total):
+    return f"part-{shard % 4}.jsonl"
+
+
+def test_a_path_function_that_gives_two_key_ranges_one_path_fails_before_the_stage_writes(local_backend, skew_on_small_data, tmp_path):
+    """Regression (issue 38): a path function was checked for the planned 4 shards only; cut
+    into 19, shards 0 and 4 wrote one path and the later one silently replaced the other."""
+    out = tmp_path / "out"
+    ds = skewed_group_by().map(as_record).write_jsonl(lambda shard, total: str(out / four_files(shard, total)))
+    with pytest.raises(PlanError, match="gives shards 0 and 4 the same path"):
+        list(local_backend.execute(ds))
+    assert not list(out.glob("part-*"))
 
 
 class KeyedIterator:
@@ -303,7 +445,7 @@ def test_same_output_bytes_twice_and_scratch_is_removed(tmp_path):
     outputs = []
     for run in range(2):
         backend = create_backend("threadpool", progress=False, scratch_dir=str(tmp_path / "scratch"))
-        ds = words_dataset().group_by(lambda w: w, count_group, num_output_shards=3)
+        ds = words_dataset().group_by(lambda w: w, count_group, num_output_shards=3).map(lambda g: {"word": g[0], "n": g[1]})
         paths = list(backend.execute(ds.write_jsonl(str(tmp_path / f"run{run}" / "part-{shard}.jsonl"))))
         outputs.append([Path(p).read_bytes() for p in paths])
         assert list((tmp_path / "scratch").iterdir()) == []
@@ -440,7 +582,7 @@ SET_KEY_SCRIPT = textwrap.dedent(
         return Tags(frozenset(["alpha", "beta", "gamma", "delta", "epsilon"]), r["i"])
 
     backend = create_backend("sync", progress=False, scratch_dir=sys.argv[2])
-    ds = Dataset.from_list([0, 1]).flat_map(records).group_by(key, lambda k, items: [k.n, sorted(r["shard"] for r in items)], num_output_shards=1)
+    ds = Dataset.from_list([0, 1]).flat_map(records).group_by(key, lambda k, items: {"n": k.n, "shards": sorted(r["shard"] for r in items)}, num_output_shards=1)
     try:
         list(backend.execute(ds.write_jsonl(sys.argv[1] + "/part-{shard}.jsonl")))
     except Exception:
@@ -461,7 +603,7 @@ def test_namedtuple_keys_holding_sets_group_alike_in_every_process(tmp_path):
     rerun = subprocess.run(args, env={**os.environ, "PYTHONHASHSEED": "2"}, capture_output=True, text=True)
     assert rerun.returncode == 0, rerun.stderr
     lines = (tmp_path / "out" / "part-0.jsonl").read_text().splitlines()
-    assert sorted(lines) == [f"[{i},[0,1]]" for i in range(3)]
+    assert sorted(lines) == [f'{{"n":{i},"shards":[0,1]}}' for i in range(3)]
 
 
 def test_deduplicate_drops_in_shard_duplicates_before_the_shuffle(local_backend):

@@ -21,7 +21,10 @@ Recorded by other code, same input: kept (rerunning after a fix is what skip_exi
 for), counted and logged once. No sidecar (an older zephyr, or written by hand): kept, as
 before, with a warning. Outputs this writer made that no shard of the current plan writes (an
 input was removed, the shard count changed) stop the run before anything runs
-(`StaleOutputsError`), naming them and the inputs they were made from.
+(`StaleOutputsError`), naming them and the inputs they were made from; after a shuffle that skew
+may cut into more shards than planned, before that stage runs, once its shard count is known.
+A rerun of such a stage whose outputs are all there finds its shard count in their sidecars
+(`recorded_shard_count`), so it runs nothing upstream, as any other.
 
 Order of writing, safe against a kill at any moment: remove the old output, write the
 sidecar, write the output (atomically). An output therefore never sits beside provenance
@@ -55,6 +58,7 @@ __all__ = [
     "existing_output_kept",
     "outputs_current",
     "record_output_sizes",
+    "recorded_shard_count",
     "refuse_stale_outputs",
     "report_kept",
     "shard_source",
@@ -248,26 +252,31 @@ def _planned(stage, record) -> tuple:
     return fs, {fs._strip_protocol(p): i for i, p in enumerate(paths)}
 
 
-def refuse_stale_outputs(stages) -> None:
+def refuse_stale_outputs(stages, cut=None) -> None:
     """Raise StaleOutputsError when a skip_existing writer's directory holds outputs it made
     earlier that no shard of this plan writes (their output present: keeping them would leave
     data of removed or regrouped inputs among the outputs). Sidecars whose output is gone are
-    removed (litter, e.g. after the user deleted such outputs)."""
-    for stage in stages:
+    removed (litter, e.g. after the user deleted such outputs).
+
+    Before the run (`cut` None), a stage that skew may cut into more shards than planned
+    (`ShuffleReader.may_cut`) does not know yet which outputs it writes: its writers' outputs
+    made after a shuffle are judged once its shards are known, before it runs (`cut`: that
+    stage, at its shard count then)."""
+    for stage in stages if cut is None else [cut]:
+        later = cut is None and getattr(stage.input, "may_cut", False)
         for index, _ in writer_codes(stage):
             record = stage.ops[index]
             if stage.num_shards == 0:
                 continue
             fs, planned = _planned(stage, record)
-            upstream = "" if isinstance(stage.input, tuple) else stages[stage.index - 1].fingerprint
             surveys = _survey(_written_directories(record, planned, fs), fs)
             stale = []
             for survey in surveys.values():
                 for output, sidecar in sorted(survey.sidecars.items()):
                     if output in planned or sidecar.get("writer") != writer_id(record):
                         continue
-                    if upstream and sidecar.get("upstream") == upstream:
-                        continue  # the same shuffle cut into more key ranges (skew): this plan's
+                    if later and sidecar.get("upstream"):
+                        continue  # made after a shuffle: judged once this run's shard count is known
                     if output not in survey.files:
                         fs.rm_file(sidecar_path(output))
                         continue
@@ -296,10 +305,29 @@ def _stale_message(record, stale: list[tuple[str, str]], fs) -> str:
     more = f"; and {len(stale) - 10} more" if len(stale) > 10 else ""
     return (
         f"{record.describe()}: {len(stale)} output(s) of an earlier run would not be written by this run, whose inputs "
-        f"changed (an input was removed, or the number of shards changed): {shown}{more}. Keeping them would leave "
+        f"changed (an input was removed, the number of shards changed, or skew cut a partition into fewer key ranges): "
+        f"{shown}{more}. Keeping them would leave "
         "data of inputs that are gone, or are now in other shards, among the outputs. Delete those outputs (the run "
         "removes their hidden .zephyr-source.json records itself) or write to another directory, then rerun."
     )
+
+
+def recorded_shard_count(stages, stage) -> int | None:
+    """The shard count recorded by the outputs of `stage`'s last skip_existing writer made from
+    the same shuffle as now, when it is more than planned: skew cut that shuffle's partitions
+    into key ranges (`ShuffleReader.may_cut`), the same ones every run. None otherwise."""
+    codes = writer_codes(stage)
+    if not codes or not getattr(stage.input, "may_cut", False) or stage.num_shards == 0:
+        return None
+    record = stage.ops[codes[-1][0]]
+    fs, planned = _planned(stage, record)
+    upstream = stages[stage.index - 1].fingerprint
+    counts = {sidecar.get("input", "").rpartition("/")[2]
+              for survey in _survey(_written_directories(record, planned, fs), fs).values()
+              for sidecar in survey.sidecars.values()
+              if sidecar.get("writer") == writer_id(record) and sidecar.get("upstream") == upstream}
+    count = int(counts.pop()) if len(counts) == 1 and next(iter(counts)).isdigit() else 0
+    return count if count > stage.num_shards else None
 
 
 def outputs_current(stages, stage) -> bool:

@@ -23,7 +23,8 @@ from zephyr.execution.memory import MemorySizer
 from zephyr.execution.observe import ObservedBackend
 from zephyr.execution.pool import ExecutionBackend, InlinePool
 from zephyr.execution.progress import make_progress
-from zephyr.execution.provenance import outputs_current, refuse_stale_outputs, report_kept, shard_source, sidecar_path
+from zephyr.execution.provenance import (outputs_current, recorded_shard_count, refuse_stale_outputs, report_kept, shard_source,
+                                         sidecar_path, writer_codes)
 from zephyr.execution.quarantine import Quarantine, without_missing
 from zephyr.execution.report import RunReport
 from zephyr.execution.run_lock import OutputBusyError, RunLocks
@@ -34,7 +35,7 @@ from zephyr.execution.uncalled_main import note_pipeline_started
 from zephyr.status.crashes import describe_crash
 from zephyr.io.files import remove_temporaries_for
 from zephyr.io.temporaries import sweep_dead_temporaries
-from zephyr.plan.compile import Plan, Stage, stage_output_paths
+from zephyr.plan.compile import Plan, Stage, check_writers, stage_output_paths
 from zephyr.plan.ops import WRITE_OPS, written_files
 from zephyr.shuffle.scatter import ScatterSink
 from zephyr.status.record import final_output_dir
@@ -114,7 +115,7 @@ class Execution:
         previous: list[ShardResult] | None = None
         handed: list = []  # the final stage's results, kept only when quarantining
         first = 0
-        current = _final_outputs_exist(self.plan) and not self.scratch.left_by_earlier_run(self.plan)
+        current = not self.scratch.left_by_earlier_run(self.plan) and self._final_outputs_current()
         if current and len(self.plan.stages) > 1:
             # every output of a skip_existing writer is there: nothing upstream needs to run
             first = len(self.plan.stages) - 1
@@ -125,6 +126,8 @@ class Execution:
             previous = None  # the map summaries are in the reduce tasks now; free them
             if len(tasks) != stage.num_shards:  # a skewed partition was cut into key ranges
                 stage = self._resize(stage, len(tasks))
+            if getattr(stage.input, "may_cut", False) and writer_codes(stage):
+                refuse_stale_outputs(self.plan.stages, cut=stage)  # now that its outputs are known
             if self.quarantine:  # its input lacks the quarantined shards: keep its work apart
                 stage, tasks = without_missing(stage, tasks, self.quarantine.before(stage.index))
                 stage, program = self._replace_stage(stage), replace(program, sink=stage.sink)
@@ -152,7 +155,22 @@ class Execution:
             raise error
 
     def _resize(self, stage: Stage, num_shards: int) -> Stage:
-        return self._replace_stage(replace(stage, num_shards=num_shards))
+        stage = replace(stage, num_shards=num_shards)
+        check_writers(stage)  # a path function may give two of the extra shards one path
+        return self._replace_stage(stage)
+
+    def _final_outputs_current(self) -> bool:
+        """Every output of the final stage's skip_existing writer is there, made from its input now
+        (`_final_outputs_exist`); a final stage that skew cut into more shards than planned is
+        judged at the count its outputs record, and then runs at that count."""
+        if _final_outputs_exist(self.plan):
+            return True
+        last = self.plan.stages[-1]
+        count = recorded_shard_count(self.plan.stages, last)
+        if count is None or not outputs_current(self.plan.stages, replace(last, num_shards=count)):
+            return False
+        self._replace_stage(replace(last, num_shards=count))
+        return True
 
     def _replace_stage(self, stage: Stage) -> Stage:
         self.plan = replace(self.plan, stages=tuple(stage if s.index == stage.index else s for s in self.plan.stages))

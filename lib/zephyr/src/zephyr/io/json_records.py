@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-__all__ = ["JsonLines", "json_exact", "line_bytes"]
+__all__ = ["JsonLines", "first_non_object", "json_exact", "line_bytes"]
 
 _JSON_TYPES = frozenset({dict, list, str, int, float, bool, type(None)})
 _CONTAINERS = frozenset({dict, list})
@@ -44,14 +44,15 @@ class JsonLines:
             self._iterator = itertools.chain.from_iterable(map(_decode, self._arrays))
         return self._iterator
 
-    def blocks(self) -> Iterator[tuple[memoryview, int]]:
-        """(the lines' bytes, how many lines) per slice of rows; the records are not decoded."""
+    def blocks(self) -> Iterator[Any]:
+        """The slices of rows, as large_binary arrays of lines (`line_bytes` gives their bytes);
+        the records are not decoded."""
         if self._iterator is not None:
             raise RuntimeError("JsonLines.blocks() after iterating its records")
         for array in self._arrays:
             if len(array):
                 self._copied += len(array)
-                yield line_bytes(array), len(array)
+                yield array
 
     def copied(self) -> Iterator[int]:
         """An iterator whose next value is how many records `blocks()` has copied so far."""
@@ -67,6 +68,15 @@ def line_bytes(array) -> memoryview:
     _, offsets, data = array.buffers()
     bounds = np.frombuffer(offsets, dtype=np.int64, count=array.offset + len(array) + 1)
     return memoryview(data)[int(bounds[array.offset]) : int(bounds[array.offset + len(array)])]
+
+
+def first_non_object(array) -> int | None:
+    """The row of a large_binary array of JSON lines whose value is not an object (its line
+    does not start with `{`: orjson writes no whitespace before a value), or None."""
+    _, offsets, data = array.buffers()
+    starts = np.frombuffer(offsets, dtype=np.int64, count=array.offset + len(array))[array.offset :]
+    wrong = np.flatnonzero(np.frombuffer(data, dtype=np.uint8)[starts] != ord("{"))
+    return int(wrong[0]) if len(wrong) else None
 
 
 def json_exact(items: Sequence[Any], check_keys: bool = True) -> bool:

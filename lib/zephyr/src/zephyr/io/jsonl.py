@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from zephyr.io.json_records import JsonLines, json_exact
+from zephyr.io.json_records import JsonLines, first_non_object, json_exact, line_bytes
 from zephyr.io.compression import CorruptInputError, TruncatedInputError
 from zephyr.io.files import open_counted_input, open_output
 from zephyr.io.records import UnwritableRecordError, field_path
@@ -189,8 +189,9 @@ def read_jsonl_numbered(path: str, on_bad_record: str = "raise") -> Iterator[tup
 def write_jsonl_file(items: Iterable[Any], path: str, *, remove_stale: bool = True) -> int:
     """Write items as JSON lines to `path` atomically; returns the number written.
 
-    Each item must read back unchanged, but for what JSON implies: a tuple reads back as a
-    list, a dataclass as the dict of its fields, a str or dict subclass as a plain str or dict.
+    Each item must be a JSON object (a dict or a dataclass: `read_jsonl` reads only objects)
+    and read back unchanged, but for what JSON implies: a tuple reads back as a list, a
+    dataclass as the dict of its fields, a str or dict subclass as a plain str or dict.
     Anything else JSON would change (NaN and infinities, which orjson writes as null; bytes;
     non-str dict keys; lone surrogates; datetimes, enums and other objects) raises
     UnwritableRecordError naming the record, the field and the value, and no file appears.
@@ -200,9 +201,11 @@ def write_jsonl_file(items: Iterable[Any], path: str, *, remove_stale: bool = Tr
     count = 0
     with open_output(path, remove_stale=remove_stale) as out:
         if isinstance(items, JsonLines):
-            for block, n in items.blocks():
-                out.write(block)
-                count += n
+            for lines in items.blocks():
+                if (row := first_non_object(lines)) is not None:
+                    raise UnwritableRecordError(path, count + row, "", _not_an_object(orjson.loads(lines[row].as_py())))
+                out.write(line_bytes(lines))
+                count += len(lines)
             return count
         iterator = iter(items)
         while chunk := list(itertools.islice(iterator, _CHUNK)):
@@ -217,13 +220,13 @@ def encode_records(chunk: list, path: str, offset: int) -> bytearray:
     buffer = bytearray()
     try:
         collections.deque(map(buffer.extend, map(orjson.dumps, chunk, _NO_DEFAULT, _LINE_OPTION)), maxlen=0)
-        if json_exact(chunk, check_keys=False):
+        if json_exact(chunk, check_keys=False) and set(map(type, chunk)) <= _DICT:
             return buffer
     except orjson.JSONEncodeError:
         pass
     buffer = bytearray()
     for i, item in enumerate(chunk):
-        problem = _changed_by_json(item, "")
+        problem = ("", _not_an_object(item)) if not _is_object(item) else _changed_by_json(item, "")
         if problem is not None:
             raise UnwritableRecordError(path, offset + i, *problem)
         try:
@@ -234,6 +237,20 @@ def encode_records(chunk: list, path: str, offset: int) -> bytearray:
             # integers beyond 64 bits: the stdlib writes them exactly (and `read_jsonl` reads them so)
             buffer += json.dumps(item, ensure_ascii=False, separators=(",", ":"), default=_fields_of).encode() + b"\n"
     return buffer
+
+
+_DICT = frozenset({dict})
+
+
+def _is_object(item: Any) -> bool:
+    """Whether JSON writes `item` as an object: a dict, or a dataclass (as the dict of its fields)."""
+    return isinstance(item, dict) or (dataclasses.is_dataclass(item) and not isinstance(item, type))
+
+
+def _not_an_object(item: Any) -> str:
+    kind = "None" if item is None else type(item).__name__
+    return (f"the item is {kind} {item!r:.40}, not a dict: load_jsonl reads back only JSON objects, one per line "
+            "(make each item a dict, e.g. .map(lambda x: {\"value\": x}))")
 
 
 def _fields_of(value: Any) -> dict:

@@ -28,7 +28,7 @@ from zephyr.shuffle.join import BoundJoin
 from zephyr.plan.join_shuffled import join_shuffled
 from zephyr.plan.overlap import check_overlap, input_patterns
 
-__all__ = ["Plan", "Stage", "compile_plan", "shard_input_paths", "stage_output_path", "stage_output_paths"]
+__all__ = ["Plan", "Stage", "check_writers", "compile_plan", "shard_input_paths", "stage_output_path", "stage_output_paths"]
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,10 @@ class Stage:
     not_resumable: str = ""
 
     def describe(self) -> str:
-        chain = " -> ".join([self.input_label] + plan_labels(self.ops, self.sink, [o.describe() for o in self.ops]))
+        label = self.input_label
+        if getattr(self.input, "kept_whole", ""):
+            label += f" (never cut into key ranges for skew: {self.input.kept_whole})"
+        chain = " -> ".join([label] + plan_labels(self.ops, self.sink, [o.describe() for o in self.ops]))
         sink = f" => {self.sink.describe()}" if self.sink is not None else ""
         return f"stage {self.index} [{self.num_shards} shards]: {chain}{sink}"
 
@@ -97,6 +100,7 @@ def compile_plan(dataset) -> Plan:
         if isinstance(record, (sop.GroupBy, sop.Deduplicate, sop.Reshard)):
             sink, reader = _shuffle_for(record, num_shards)
             chain = push_down(tuple(current))
+            stage_input = _kept_whole(stage_input, chain)
             before, shuffle = ident, record
             ident = _identify_stage(ident, stage_input, chain, sink)
             if isinstance(stage_input, tuple) and chain and all(_parsed_json(o) for o in chain):
@@ -104,7 +108,7 @@ def compile_plan(dataset) -> Plan:
             stages.append(Stage(len(stages), chain, num_shards, stage_input, sink, label, ident.digest, ident.reason))
             current, num_shards, stage_input, label = [], sink.num_partitions, reader, reader.label
         elif isinstance(record, sop.SortedMergeJoin) and (joint := _joint_shuffle(record, stages, shuffle, current)):
-            _check_writers(stages[-1])
+            check_writers(stages[-1])
             _check_load_file_extensions(stages[-1])
             chain, stage_input, sink, reader = joint
             ident = _identify_stage(before, stage_input, chain, sink)
@@ -114,15 +118,14 @@ def compile_plan(dataset) -> Plan:
             shuffle = record  # its output is a join's, not a group_by's: no second joint shuffle
         elif isinstance(record, sop.SortedMergeJoin):
             current.append(_bind_join(record, num_shards))
-            if isinstance(stage_input, ShuffleReader):  # shard i meets the right's shard i: keep one shard per partition
-                stage_input = replace(stage_input, splittable=False)
         else:
             current.append(record)
     chain = push_down(tuple(current))
+    stage_input = _kept_whole(stage_input, chain)
     ident = _identify_stage(ident, stage_input, chain, None)
     stages.append(Stage(len(stages), chain, num_shards, stage_input, None, label, ident.digest, ident.reason))
     for s in stages:
-        _check_writers(s)
+        check_writers(s)
         _check_load_file_extensions(s)
     check_overlap(input_patterns(dataset), _outputs(stages))
     return Plan(tuple(stages), ident.digest)
@@ -135,6 +138,26 @@ def _outputs(stages: list[Stage]):
             if isinstance(record, op.WRITE_OPS):
                 for path in stage_output_paths(stage, record):
                     yield from ((record, written) for written in op.written_files(record, path))
+
+
+# Ops that see a shard as a whole (its items together, or its index and count). A skewed
+# partition cut into key ranges runs as several shards (`zephyr.shuffle.run_index`): each of
+# these would see every range as a shard of its own, so their stage is never cut.
+_WHOLE_SHARD_OPS = (op.MapShard, op.Window, op.WindowBy, op.TakePerShard, BoundJoin)
+
+
+def _kept_whole(stage_input: Any, chain: tuple) -> Any:
+    """A stage's shuffle reader, told to keep each partition one shard when an op of `chain`
+    sees shards whole (a per-shard function, window or take, or an inline sorted_merge_join,
+    which pairs shard i with the right side's shard i); the input as it is otherwise."""
+    if not isinstance(stage_input, ShuffleReader) or stage_input.kept_whole:
+        return stage_input
+    seeing = next((o for o in chain if isinstance(o, _WHOLE_SHARD_OPS)), None)
+    if seeing is None:
+        return stage_input
+    why = "sorted_merge_join pairs its shard i with the right side's shard i" if isinstance(seeing, BoundJoin) \
+        else f"{seeing.describe()} sees each shard whole"
+    return replace(stage_input, kept_whole=why)
 
 
 def _identify_stage(previous: Identity, stage_input: Any, chain: tuple, sink: Any) -> Identity:
@@ -231,7 +254,7 @@ def _bind_join(record: sop.SortedMergeJoin, num_shards: int):
     )
 
 
-def _check_writers(stage: Stage) -> None:
+def check_writers(stage: Stage) -> None:
     """Writers of a stage must give each shard its own path, checked before anything runs:
     {shard} (or {basename} of distinct input files) in a string pattern, distinct answers
     from a callable one; {basename} needs one `from_files` input file per shard."""

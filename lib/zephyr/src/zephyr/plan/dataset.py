@@ -310,10 +310,12 @@ class Dataset:
         Compression follows the extension (.gz, .zst/.zstd, .bz2, .xz). With `skip_existing`, a shard
         whose output exists is not recomputed at all (none of its upstream work runs).
 
-        Items read back unchanged: a tuple reads back as a list, a dataclass as a dict, a str
-        or dict subclass as str or dict; anything else JSON would change (NaN, infinities,
-        bytes, non-str keys, lone surrogates, other objects) fails the shard with
-        UnwritableRecordError naming the record, the field and the value, and no file appears.
+        Items are dicts (or dataclasses) and read back unchanged: a tuple in one reads back as a
+        list, a dataclass as a dict, a str or dict subclass as str or dict. An item that is not a
+        dict or dataclass (`load_jsonl` reads only JSON objects) or anything else JSON would
+        change (NaN, infinities, bytes, non-str keys, lone surrogates, other objects) fails the
+        shard with UnwritableRecordError naming the record, the field and the value, and no
+        file appears.
         """
         return self._then(op.WriteJsonl(op.validate_output_pattern(pattern), bool(skip_existing)))
 

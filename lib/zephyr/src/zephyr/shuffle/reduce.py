@@ -121,17 +121,24 @@ class ShuffleReader:
     mode: GroupMode
     label: str
     sorted_by_value: bool = False
-    # False where the stage pairs its shard i with shard i of something else (an inline
-    # sorted_merge_join): a partition cut into key ranges would shift every later shard
-    splittable: bool = True
+    # why the stage's partitions are never cut into key ranges for skew ('' when they may be):
+    # one of its ops sees its shards whole, or an inline sorted_merge_join pairs its shard i
+    # with the right side's shard i (`zephyr.plan.compile._kept_whole`)
+    kept_whole: str = ""
 
     def describe(self) -> str:
         return self.label
 
-    def tasks(self, stage, previous) -> ReduceTasks:
+    @property
+    def may_cut(self) -> bool:
+        """Whether skew may cut a partition into key ranges, giving the stage more shards than planned."""
+        return self.mode.splittable and not self.kept_whole
 
-        summaries = [r.summary for r in previous or ()]  # None: upstream skipped, every output exists
-        inputs = RunIndex(summaries, self.num_partitions).plan(split=self.mode.splittable and self.splittable)
+    def tasks(self, stage, previous) -> ReduceTasks:
+        if previous is None:  # upstream skipped, every output exists: the tasks only find their outputs
+            return ReduceTasks(ShardTask(stage.index, i, stage.num_shards, f"{self.label} shard {i}", ())
+                               for i in range(stage.num_shards))
+        inputs = RunIndex([r.summary for r in previous], self.num_partitions).plan(split=self.may_cut)
         tasks = ReduceTasks(
             ShardTask(stage.index, i, len(inputs), f"{self.label} shard {i} ({inp.describe()})", (inp,))
             for i, inp in enumerate(inputs)
@@ -140,6 +147,8 @@ class ShuffleReader:
         return tasks
 
     def read(self, task) -> Iterator[Any]:
+        if not task.items:  # see `tasks`: nothing upstream ran
+            return iter(())
         (inp,) = task.items
         ranges = inp.ranges()
         counters.increment("zephyr/shuffle_bytes_read", sum(r[5] - r[4] for r in ranges))

@@ -10,7 +10,8 @@ Skew: a partition whose bytes exceed `SKEW_FACTOR` x the median non-empty partit
 16) key ranges of about equal rows, at hash boundaries taken from the runs' batch index
 (so a key is never split); each range is one reduce task, which reads only the batches of
 each run that can hold its keys. Pieces are extra reduce shards: the stage then has more
-shards (and outputs) than partitions, always the same for the same input.
+shards (and outputs) than partitions, always the same for the same input; a stage whose ops see
+its shards whole is never cut (`ShuffleReader.kept_whole`, set by `zephyr.plan.compile`).
 """
 
 from __future__ import annotations
