@@ -216,3 +216,21 @@ def test_the_page_shows_each_stages_cost(chromium, tmp_path):
     assert dom.find(data_field="cost") == [f"{cost['cost']:.4f}"]
     assert dom.find(data_field="retries") == ["1 user, 2 lost, 3 storage, 4 memory"]
     assert dom.find(data_field="peak_rss") == ["123.5 MB (shared)"]
+
+
+def test_the_page_shows_each_dedups_documents_in_out_and_removed(chromium, tmp_path):
+    """Issue 38: the page gives each dedup its counts, as the record's `dedups` section says."""
+    from zephyr.status.server import FileSource
+
+    recs = [{"t": f"doc {i % 3}"} for i in range(10)]
+    out = tmp_path / "out"
+    list(create_backend("sync", progress=False).execute(
+        Dataset.from_list(recs).deduplicate(lambda r: r["t"]).write_jsonl(str(out / "{shard}.jsonl"))))
+    record = read_run_record(str(out))
+    assert record["dedups"][0]["documents_in"] == 10 and record["dedups"][0]["documents_out"] == 3
+    with start_dashboard(source=FileSource(record)) as page:
+        dom = Elements(browse(chromium, page.url, tmp_path / "profile", "--dump-dom", "--virtual-time-budget=5000"))
+    [section] = [a for _, a, _ in dom.all if a.get("id") == "dedup-section"]
+    assert "hidden" not in section and dom.find(data_dedup=0)[0].startswith("deduplicate(")
+    for field, value in (("documents_in", "10"), ("documents_out", "3"), ("removed", "7")):
+        assert dom.find(data_field=field) == [value], field
