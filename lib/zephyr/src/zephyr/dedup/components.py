@@ -133,8 +133,9 @@ def _ids_of(keys: bytes, ids: bytes) -> list[int] | np.ndarray:
 
 
 def node_of(item: tuple) -> Any:
-    """The group key: a node, a block or a bucket group."""
-    return item[1]
+    """The group key: a node (its local part: unique, and a 64-bit key that hashes fast where
+    ids are wide), a block or a bucket group."""
+    return item[1] & _LOCAL if item[0] == EDGE else item[1]
 
 
 def sort_key(item: tuple) -> int:
@@ -212,13 +213,13 @@ def _neighbours(items: Iterator[tuple]) -> Iterator[int]:
             yield v
 
 
-def large_star(u: Any, items: Iterator[tuple]) -> Iterator[tuple]:
+def large_star(key: Any, items: Iterator[tuple]) -> Iterator[tuple]:
     """Link every larger neighbour of u to the smallest of u and its neighbours."""
     first = next(items)
     if first[0] == DOCS:
         yield first
         return
-    m = None
+    u, m = first[1], None
     for v in _neighbours(_chain(first, items)):
         if m is None:
             m = min(u, v)
@@ -226,13 +227,13 @@ def large_star(u: Any, items: Iterator[tuple]) -> Iterator[tuple]:
             yield from _edges(v, m)
 
 
-def small_star(u: Any, items: Iterator[tuple]) -> Iterator[tuple]:
+def small_star(key: Any, items: Iterator[tuple]) -> Iterator[tuple]:
     """Link u and its smaller neighbours to the smallest of them (larger neighbours do it from their side)."""
     first = next(items)
     if first[0] == DOCS:
         yield first
         return
-    m = u
+    u = m = first[1]
     for v in _neighbours(_chain(first, items)):
         if v >= u:
             break  # ascending: the rest are larger neighbours, emitted from their own groups
@@ -264,9 +265,10 @@ def _labels(edges: Iterator[tuple], rounds: int) -> Iterator[tuple[int, int]]:
     from the edges after the rounds (adjacent per node, any order within). Raises
     NotConvergedError where they are not yet a star forest: a node has two distinct smaller
     neighbours, or a smaller and a larger one. O(1) state per node."""
-    for u, group in itertools.groupby(edges, key=node_of):
-        smaller, larger = None, False
-        for item in group:
+    for _, group in itertools.groupby(edges, key=node_of):
+        first = next(group)
+        u, smaller, larger = first[1], None, False
+        for item in _chain(first, group):
             v = item[2]
             if v > u:
                 larger = True
@@ -311,7 +313,10 @@ def apply_labels(key: Any, items: Iterator[tuple], *, rounds: int, annotate: boo
         report.count("duplicates", seen - kept)
 
 
-apply_labels.publishes_origins = True  # type: ignore[attr-defined]  # see ReduceGroups
+# where their outputs' origins come from (`zephyr.shuffle.reduce.origin_rule`): the rounds' items
+# need none (no dedup or group order sees them), the documents of a block each their own
+apply_labels.origins = "own"  # type: ignore[attr-defined]
+link_buckets.origins = large_star.origins = small_star.origins = "none"  # type: ignore[attr-defined]
 
 
 def check_annotatable(record: Any, ident: int, fields: tuple[str, str]) -> None:

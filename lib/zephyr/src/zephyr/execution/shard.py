@@ -68,7 +68,8 @@ def _run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
     ctx = _Context(task.shard, task.num_shards, task.input_path if program.reader is None else None, task.source, dict(program.codes))
     counted, split = None, False
     # a stage between two shuffles carries its items' origins from one to the next
-    origin = origins.Origin() if program.reader is not None and program.sink is not None else None
+    tracked = program.reader is not None and program.sink is not None and program.reader.carries_origins
+    origin = origins.Origin() if tracked else None
     with counters.collecting(f"stage{task.stage}") as counts, origins.tracking(origin):
         try:
             start_at, stream = _resume_point(program.ops, ctx)

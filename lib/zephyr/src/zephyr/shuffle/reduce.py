@@ -91,19 +91,21 @@ class ReduceGroups(GroupMode):
             items = itertools.chain([item0], (pickle.loads(r[5])[1] for r in group))
             result = self.reducer(key, items)
             outputs = result if yields_many else (result,)
-            if origin is None or _publishes_origins(self.reducer):
+            if origin is None or origin_rule(self.reducer) != "group":
                 yield from outputs
             else:  # every output of a group comes from its first item
                 yield from published(outputs, origin, _origin_of(first))
 
     def apply_columnar(self, chunks: Iterator[columnar_merge.Chunk], origin: Origin | None = None) -> Iterator[Any]:
-        return columnar_merge.reduce_groups(chunks, self.reducer, None if _publishes_origins(self.reducer) else origin)
+        return columnar_merge.reduce_groups(chunks, self.reducer, origin if origin_rule(self.reducer) == "group" else None)
 
 
-def _publishes_origins(reducer: Callable[..., Any]) -> bool:
-    """Whether a reducer publishes its outputs' origins itself (`deduplicate_fuzzy`'s last one,
-    whose group holds a block of documents from many origins)."""
-    return getattr(getattr(reducer, "func", reducer), "publishes_origins", False)
+def origin_rule(reducer: Callable[..., Any]) -> str:
+    """Where a reducer's outputs get their origins: "group" (its group's first item: any user
+    reducer), "own" (it publishes them itself: `deduplicate_fuzzy`'s last, whose group holds a
+    block of documents of many origins) or "none" (nothing after it depends on them:
+    `deduplicate_fuzzy`'s bucket and component rounds), as its `origins` attribute says."""
+    return getattr(getattr(reducer, "func", reducer), "origins", "group")
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,11 @@ class ShuffleReader:
 
     def describe(self) -> str:
         return self.label
+
+    @property
+    def carries_origins(self) -> bool:
+        """Whether the items it hands on go on with their origins (`zephyr.shuffle.origin`)."""
+        return not isinstance(self.mode, ReduceGroups) or origin_rule(self.mode.reducer) != "none"
 
     def tasks(self, stage, previous) -> ReduceTasks:
 
