@@ -2,12 +2,14 @@
 
 Each source is a sorted stream of record batches (one partition, or one key range of it, from
 one run). A round takes, from every source's current batch, the rows whose full sort key
-`(h, kb, sort value, map shard, position)` is at most the *frontier*: the smallest last key of
+`(h, kb, sort value, s, pos)` (`s, pos`: the origin, `zephyr.shuffle.origin`) is at most the *frontier*: the smallest last key of
 any current batch. No later row of any source can sort before the frontier, so those rows
 are final; they are concatenated and ordered with one NumPy `lexsort` (Arrow's multi-column
 sort when hashes collide or a sort value is involved) and handed on as one sorted chunk.
-Memory is one batch per source plus one chunk. Full sort keys are unique (shard, position),
-so the source whose batch ends at the frontier always empties it: every round progresses.
+Memory is one batch per source plus one chunk. Rows up to the frontier are all taken, equal
+keys too, so the source whose batch ends at the frontier always empties it: every round
+progresses (rows of equal full keys, items made from one item after a shuffle, keep their
+sources' order: map shard, run, position).
 
 The modes (keep the first row per key, reduce groups, concatenate) read chunks and convert
 only the rows they hand on (`columnar.records_of`). Rows whose payload is JSON lines are handed

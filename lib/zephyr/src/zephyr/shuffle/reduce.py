@@ -13,9 +13,9 @@ Reduce side (`ShuffleReader.read`): a task reads its byte range of every run. Wh
 is columnar with one schema, runs are merged a batch at a time with NumPy/Arrow
 (`merge.merge_sorted`) and only the rows handed on are turned back into Python; otherwise
 records are merged one at a time (`heapq.merge`). Either way the order is (hash, key bytes,
-sort value, map shard, position): deduplicate keeps the first item by (input shard,
-position), `sort_by` orders items within a group, and columnar and pickled runs give the same
-output. When there are more runs than half the task's memory allows open at once, groups of
+sort value, origin): deduplicate keeps the first item in the pipeline's input (by input
+shard, position: `zephyr.shuffle.origin`), `sort_by` orders items within a group, and
+columnar and pickled runs give the same output. When there are more runs than half the task's memory allows open at once, groups of
 them are merged into task-local intermediate runs first (`zephyr-merge-<pid>@<host>-*` in the
 temp dir, swept by a later run if the task is killed), as many passes as needed. Everything
 lives under `<scratch>/<stage fingerprint>/` and is removed after a successful run.

@@ -8,7 +8,8 @@ chunk becomes an Arrow record batch when its records convert exactly (`columnar`
 lines, or a column per field), else a list of pickled records. A buffer of a quarter of the
 task's `memory` (256 MiB without a budget; an eighth for Arrow data, which the sort holds
 twice) holds chunks; when full it is sorted by (partition, hash, key bytes, sort value,
-position) with NumPy/Arrow, combined (deduplicate's keep-first is vectorized), and spilled as
+origin) with NumPy/Arrow (the origin is the item's position in a source stage, else the one
+its stage's reader published: `zephyr.shuffle.origin`), combined (deduplicate's keep-first is vectorized), and spilled as
 one run (`runs.py`). A buffer is columnar while every chunk converts with one schema (a buffer
 holding fields takes later chunks as fields); the first chunk that does not turns it (and
 what it holds) into pickles, so mixed data always shuffles exactly.
@@ -59,7 +60,7 @@ def _columnar_enabled() -> bool:
 
 
 def keep_first(key: Any, items: Iterator[Any]) -> Any:
-    """The combiner behind `deduplicate`: the first item of a group (they arrive in position order)."""
+    """The combiner behind `deduplicate`: the first item of a group (they arrive in origin order)."""
     return next(items)
 
 
