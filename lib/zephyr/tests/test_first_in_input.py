@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import random
 
 import pytest
@@ -214,3 +215,18 @@ def test_reruns_after_two_shuffles_write_the_same_bytes(tmp_path):
         list(create_backend(name, progress=False, max_parallelism=3).execute(ds))
         outputs.append({p.name: p.read_bytes() for p in sorted(out.glob("part-*"))})
     assert outputs[0] == outputs[1] == outputs[2] and sum(map(len, outputs[0].values())) > 0
+
+
+def test_records_of_files_loaded_after_a_shuffle_on_the_batch_path_keep_the_files_order(local_backend, tmp_path):
+    """Paths shuffled, then read on the Arrow batch path (`load_jsonl` and a column filter):
+    each record's origin is its path's, and records of one file keep their line order."""
+    from zephyr import col
+
+    shards = keyed_shards(10, num_shards=6, keys=300)  # most keys twice: their first copies in any file
+    paths = []
+    for s, records in enumerate(shards):
+        paths.append(str(tmp_path / f"part-{s}.jsonl"))
+        pathlib.Path(paths[-1]).write_text("".join(json.dumps(r) + "\n" for r in records))
+    # a shuffle of the paths (one shard, in hash order), then the batch path, then the dedup
+    ds = Dataset.from_list(paths).deduplicate(str, num_output_shards=1).load_jsonl().filter(col("k") >= 0).deduplicate(col("k"))
+    assert ids(local_backend.execute(ds)) == ids(first_per_key(shards, _key))
