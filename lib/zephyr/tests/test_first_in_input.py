@@ -230,3 +230,28 @@ def test_records_of_files_loaded_after_a_shuffle_on_the_batch_path_keep_the_file
     # a shuffle of the paths (one shard, in hash order), then the batch path, then the dedup
     ds = Dataset.from_list(paths).deduplicate(str, num_output_shards=1).load_jsonl().filter(col("k") >= 0).deduplicate(col("k"))
     assert ids(local_backend.execute(ds)) == ids(first_per_key(shards, _key))
+
+
+def _halves(record):
+    words = record["text"].split()
+    return [{"id": f"{record['id']}-{h}", "text": " ".join(words[h * 60 : (h + 1) * 60])} for h in (0, 1)]
+
+
+def test_annotated_clusters_of_items_made_from_one_item_after_a_shuffle_keep_distinct_ids(local_backend):
+    """Two halves of one document, split after a shuffle, share that document's origin; in
+    different clusters they still get different cluster ids (and its place as the kept one's)."""
+    shards = near_copy_corpus(14, num_shards=3, docs=150)
+    halves = [[h for r in shard for h in _halves(r)] for shard in shards]  # siblings in order, as made
+    _, rep = oracle_keep(halves)
+    want = {}
+    for (s, p), first in rep.items():
+        want.setdefault(first, set()).add(halves[s][p]["id"])
+    ds = Dataset.from_list(shards).flat_map(_identity).reshard(2).flat_map(_halves).deduplicate_fuzzy(_text, annotate=True)
+    got_records = list(local_backend.execute(ds))
+    got = {}
+    for r in got_records:
+        got.setdefault(r["fuzzy_cluster"], set()).add(r["id"])
+    assert sorted(map(sorted, got.values())) == sorted(map(sorted, want.values()))
+    for r in got_records:  # the kept one's document's place in the input: its shard, position // 2
+        first = next(f for f, members in want.items() if r["id"] in members)
+        assert r["fuzzy_kept"] == [first[0], first[1] // 2]

@@ -338,7 +338,9 @@ def _annotated(record: Any, ident: int, label: int, cluster_field: str, kept_fie
     """`record` with its cluster and kept document added; refuses to overwrite a field it has."""
     check_annotatable(record, ident, (cluster_field, kept_field))
     shard, pos = doc_position(label)
-    return {**record, cluster_field: origin_of(label), kept_field: [shard, pos]}
+    # the cluster id: the kept document's id, or where ids are wide its 64-bit local part (unique,
+    # where two documents made from one item after a shuffle share their origin)
+    return {**record, cluster_field: label & _LOCAL, kept_field: [shard, pos]}
 
 
 def star_reducers(rounds: int) -> list[Callable]:

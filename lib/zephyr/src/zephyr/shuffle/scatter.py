@@ -111,9 +111,10 @@ class ScatterSink:
         records = 0
         rows = FIRST_CHUNK_ROWS  # until the first chunk has measured what a record takes
         # the batch path's pieces (Arrow rows or lists of records) are chunks as they come
-        chunks = stream.chunks() if isinstance(stream, Pieces) else iter(lambda: list(itertools.islice(stream, rows)), [])
-        if origin is not None:
-            chunks = _with_origins(stream, chunks, origin, lambda: rows)
+        if origin is not None:  # (chunk, its items' origins) pairs
+            chunks = _with_origins(stream, origin, lambda: rows)
+        else:
+            chunks = stream.chunks() if isinstance(stream, Pieces) else iter(lambda: list(itertools.islice(stream, rows)), [])
         for chunk in chunks:
             chunk, origins = chunk if origin is not None else (chunk, None)
             buffer.add(chunk, records, origins)
@@ -136,11 +137,11 @@ class ScatterSink:
         return summary
 
 
-def _with_origins(stream, chunks, origin: Origin, rows) -> Iterator[tuple[Any, list]]:
-    """(chunk, packed origins) pairs: each item's origin as published when it arrived (a batch
-    path's piece, all of whose rows come from the item last read, gets that one)."""
+def _with_origins(stream, origin: Origin, rows) -> Iterator[tuple[Any, list]]:
+    """(chunk of `rows()` items, their packed origins): each item's origin as published when it
+    arrived (a batch path's piece, all of whose rows come from the item last read, gets that one)."""
     if isinstance(stream, Pieces):
-        for chunk in chunks:
+        for chunk in stream.chunks():
             yield chunk, [origin.value] * len(chunk)
         return
     while True:
