@@ -51,13 +51,13 @@ def written_records(out: pathlib.Path) -> int:
     return sum(len(p.read_text().splitlines()) for p in out.glob("part-*.jsonl"))
 
 
-def test_summary_status_and_record_give_each_dedups_documents_in_out_and_removed(tmp_path, http_json):
+def test_summary_status_and_record_give_each_dedups_documents_in_out_and_removed(backend, tmp_path, http_json):
     source = write_shards(tmp_path, near_copy_corpus(11))
     n = independent_counts(tmp_path)
     assert n["lines"] > n["distinct"] > n["clusters"]  # both dedups remove something
     want = expected_section(n)
     out = tmp_path / "out"
-    execution = create_backend("sync", progress=False).execute(pipeline(source, out))
+    execution = backend.execute(pipeline(source, out))
     list(execution)
     assert written_records(out) == n["clusters"]
 
@@ -108,3 +108,7 @@ def test_a_resumed_run_counts_each_dedup_once(tmp_path):
     assert [st["shards"]["resumed"] for st in record["stages"]][:7] == [4, 4, 4, 4, 4, 4, 4]  # it did resume
     assert record["dedups"] == expected_section(n)
     assert written_records(out) == n["clusters"]
+    (tmp_path / "flag-set").touch()  # an uninterrupted run of the same pipeline writes the same bytes
+    clean = tmp_path / "clean"
+    list(create_backend("sync", progress=False).execute(pipeline(source, clean, then=FailOnce(tmp_path / "flag-set"))))
+    assert {p.name: p.read_bytes() for p in out.glob("part-*")} == {p.name: p.read_bytes() for p in clean.glob("part-*")}
