@@ -200,12 +200,16 @@ def _fork_per_task_backend(memory: str | None, scratch: str):
     return ForkPerTask(1, memory=memory, progress=False, scratch_dir=scratch)
 
 
-def run_zephyr(paths: list[str], out_dir: str, memory: str | None, scratch: str) -> dict:
+def run_zephyr(paths: list[str], out_dir: str, memory: str | None, scratch: str, reshard: bool = False) -> dict:
+    """`reshard`: the dedup reads a `reshard(shards)`'s output, so its scatter carries each
+    record's origin (input file, line) from the first shuffle rather than its own position."""
     from zephyr import Dataset
 
     backend = _fork_per_task_backend(memory, scratch)
-    pipeline = Dataset.from_files(list(paths)).load_jsonl().deduplicate(text_key).write_jsonl(
-        os.path.join(out_dir, "part-{shard:05d}.jsonl.zst"))
+    loaded = Dataset.from_files(list(paths)).load_jsonl()
+    if reshard:
+        loaded = loaded.reshard(len(paths))
+    pipeline = loaded.deduplicate(text_key).write_jsonl(os.path.join(out_dir, "part-{shard:05d}.jsonl.zst"))
     execution = backend.execute(pipeline)
     list(execution)
     stages = {}
@@ -316,9 +320,9 @@ def child_main(spec: dict) -> None:
 
         result = run_datatrove(spec["paths"], spec["out_dir"], spec["scratch"], spec["cores"])
     else:
-        result = run_zephyr(spec["paths"], spec["out_dir"], spec.get("memory"), spec["scratch"])
+        result = run_zephyr(spec["paths"], spec["out_dir"], spec.get("memory"), spec["scratch"], spec.get("reshard", False))
     result.setdefault("seconds", time.perf_counter() - start)
-    if spec["variant"] in ("baseline", "zephyr"):  # one process, or forked tasks it waited for
+    if spec["variant"] in ("baseline", "zephyr", "zephyr-resharded"):  # one process, or forked tasks it waited for
         result["cpu_s"] = cpu_s() - cpu_start
     result["idle_rss_mib"] = round(idle, 1)
     result["process_peak_rss_mib"] = round(_status_kib("VmHWM") / 1024, 1) if spec["variant"] == "baseline" else None
@@ -375,6 +379,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max-chars", type=int, default=400, help="longest text (default 400)")
     parser.add_argument("--memory", default="256MiB", help="task memory budget of the bounded zephyr run (default 256MiB)")
     parser.add_argument("--skip-unbounded", action="store_true", help="skip the zephyr run without a memory budget")
+    parser.add_argument("--after-reshard", action="store_true",
+                        help="also run the budgeted zephyr dedup after a reshard(shards) (a dedup of a shuffle's output)")
     parser.add_argument("--ray", action="store_true",
                         help="also run the budgeted zephyr dedup on a warm local Ray (throughput on all cores)")
     parser.add_argument("--ray-cores", type=int, default=os.cpu_count() or 1, help="num_cpus of that local Ray (default: all cores)")
@@ -455,18 +461,20 @@ def _round(args: argparse.Namespace, work: str, info) -> list[dict]:
     """Every variant once, in order; each result with its kept-ids check against the baseline."""
     paths = list(info.paths)
     variants = [("baseline", None)] + ([] if args.skip_unbounded else [("zephyr", None)]) + [("zephyr", args.memory)]
+    if args.after_reshard:
+        variants.append(("zephyr-resharded", args.memory))
     if args.ray:
         variants.append(("zephyr-ray", args.memory))
     if args.peers:
         variants += [("raydata", None), ("datatrove", None)]
     results = []
     for variant, memory in variants:
-        name = variant if variant != "zephyr" else f"zephyr-{memory or 'nobudget'}"
+        name = variant if variant not in ("zephyr", "zephyr-resharded") else f"{variant}-{memory or 'nobudget'}"
         out_dir = os.path.join(work, f"out-{name}")
         shutil.rmtree(out_dir, ignore_errors=True)
         spec = {"variant": variant, "paths": paths, "out_dir": out_dir, "memory": memory,
                 "scratch": os.path.join(work, "scratch"), "cores": args.ray_cores,
-                "niceness": args.niceness}
+                "niceness": args.niceness, "reshard": variant == "zephyr-resharded"}
         try:
             before = load_average()
             r = run_child(spec) | {"name": name, "memory": memory, "load_avg_before": before, "load_avg_after": load_average()}
@@ -519,9 +527,11 @@ def print_table(r: dict) -> None:
         else:
             label = (f"zephyr, memory={v['memory']} (buffer {v['buffer_mib']:.0f} MiB)" if v["memory"]
                      else "zephyr, no budget (buffer 256 MiB)")
-            start_rss = f"{min(v['stages'][k]['min_rss_before_mib'] for k in ('0', '1')):,.0f}"
-            map_peak = f"{v['stages']['0']['max_peak_rss_mib']:,.0f}"
-            reduce_peak = f"{v['stages']['1']['max_peak_rss_mib']:,.0f}"
+            label += ", after reshard" if v["name"].startswith("zephyr-resharded") else ""
+            stages = [v["stages"][k] for k in sorted(v["stages"], key=int)]  # the last reduces; the others scatter
+            start_rss = f"{min(s['min_rss_before_mib'] for s in stages):,.0f}"
+            map_peak = f"{max(s['max_peak_rss_mib'] for s in stages[:-1]):,.0f}"
+            reduce_peak = f"{stages[-1]['max_peak_rss_mib']:,.0f}"
         print(f"| {label} | {v['seconds']:.1f} | {v['docs_per_s']:,} | {v['docs_per_s'] / base['docs_per_s']:.2f}x | "
               f"{v['kept']:,} | {v['same_ids_as_baseline']} | {start_rss} | {map_peak} | {reduce_peak} | "
               f"{v['cpu_s'] / r['corpus']['docs'] * 1e6:.2f} |")
@@ -534,9 +544,8 @@ def print_table(r: dict) -> None:
     for v in r["variants"][1:]:
         if v["name"] in PEERS or "failed" in v:
             continue
-        s0, s1 = v["stages"]["0"], v["stages"]["1"]
-        print(f"\n{v['name']}: map stage {s0['tasks']} tasks {s0['seconds']} s, reduce stage {s1['tasks']} tasks {s1['seconds']} s, "
-              f"{v['shuffle_runs']} spilled runs")
+        stages = ", ".join(f"stage {k} {s['tasks']} tasks {s['seconds']} s" for k, s in sorted(v["stages"].items(), key=lambda kv: int(kv[0])))
+        print(f"\n{v['name']}: {stages}, {v['shuffle_runs']} spilled runs")
 
 
 if __name__ == "__main__":

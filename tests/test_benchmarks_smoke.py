@@ -36,6 +36,20 @@ def test_dedup_benchmark_runs(tmp_path):
 
 
 @pytest.mark.slow
+def test_dedup_benchmark_after_a_reshard_runs_and_keeps_the_baselines_ids(tmp_path):
+    out = _run("bench_dedup.py", "--docs", "2000", "--shards", "4", "--skip-unbounded", "--after-reshard", tmp_path=tmp_path)
+    assert "| zephyr, memory=256MiB (buffer 64 MiB), after reshard |" in out  # it exits non-zero on other ids
+
+
+@pytest.mark.slow
+def test_fuzzy_after_dedup_benchmark_runs_and_both_keep_the_same_documents(tmp_path):
+    _run("bench_fuzzy_after_dedup.py", "--docs", "600", "--rounds", "1", tmp_path=tmp_path)
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert [r["variant"] for r in result["rounds"][0]] == ["after-exact", "source"]
+    assert result["rounds"][0][0]["same_kept_as_source"]
+
+
+@pytest.mark.slow
 def test_plan_rss_benchmark_runs(tmp_path):
     out = _run("bench_plan_rss.py", "--maps", "200", "--partitions", "50", "--legacy", tmp_path=tmp_path, work_dir=False)
     assert "| packed arrays (`RunIndex`) |" in out and "| per-run dicts, per-task tuples (before) |" in out

@@ -250,3 +250,21 @@ def test_the_page_shows_crashed_worker_processes(chromium, tmp_path):
     [crash] = dom.find(data_crash="10.0.0.7/4242")
     assert "Ray worker pid 4242 on 10.0.0.7" in crash and "Mutex corrupt: both reader and writer lock held" in crash
     assert "crashed, by the crash dump it logged" in crash
+
+
+def test_the_page_shows_each_dedups_documents_in_out_and_removed(chromium, tmp_path):
+    """Issue 38: the page gives each dedup its counts, as the record's `dedups` section says."""
+    from zephyr.status.server import FileSource
+
+    recs = [{"t": f"doc {i % 3}"} for i in range(10)]
+    out = tmp_path / "out"
+    list(create_backend("sync", progress=False).execute(
+        Dataset.from_list(recs).deduplicate(lambda r: r["t"]).write_jsonl(str(out / "{shard}.jsonl"))))
+    record = read_run_record(str(out))
+    assert record["dedups"][0]["documents_in"] == 10 and record["dedups"][0]["documents_out"] == 3
+    with start_dashboard(source=FileSource(record)) as page:
+        dom = Elements(browse(chromium, page.url, tmp_path / "profile", "--dump-dom", "--virtual-time-budget=5000"))
+    [section] = [a for _, a, _ in dom.all if a.get("id") == "dedup-section"]
+    assert "hidden" not in section and dom.find(data_dedup=0)[0].startswith("deduplicate(")
+    for field, value in (("documents_in", "10"), ("documents_out", "3"), ("removed", "7")):
+        assert dom.find(data_field=field) == [value], field

@@ -31,6 +31,7 @@ __all__ = [
     "collecting",
     "current",
     "current_stage",
+    "current_stage_name",
     "get_counters",
     "increment",
     "pipeline",
@@ -234,6 +235,12 @@ def current_stage() -> ScopedCounters:
     """Counters tagged with the stage running this shard (pipeline scope outside a shard)."""
     counts = _counts()
     return ScopedCounters(counts.stage_name if counts is not None else None)
+
+
+def current_stage_name() -> str | None:
+    """The stage name of the shard being run (`stage<i>`), None outside a shard."""
+    counts = _counts()
+    return counts.stage_name if counts is not None else None
 
 
 def _counts() -> _ShardCounts | None:

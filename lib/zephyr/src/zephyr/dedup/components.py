@@ -2,18 +2,24 @@
 the labels joined back to the documents.
 
 Items flowing between the shuffles are tagged tuples; the group key is always `item[1]`:
-- `(DOCS, ("d", shard, block), first_id, payload)`: a block of up to `BLOCK` consecutive
-  documents of one input shard, pickled and compressed once by the signature stage; every
-  later stage passes it on unopened (a few hundred bytes of header per block), until the last
-  opens it and meets its labels there;
+- `(DOCS, ("d", shard, block), first_id, payload, origins)`: a block of up to `BLOCK`
+  consecutive documents of one shard of the signature stage, pickled and compressed once there
+  (with their origins as int64 bytes where the stage reads a shuffle, else None); every later
+  stage passes it on unopened (a few hundred bytes of header per block), until the last opens
+  it and meets its labels there;
 - `(BANDS, ("b", group), keys, roots)`: a map shard's distinct bucket keys of one bucket group
-  (uint64 bytes) with the smallest document id of each within that map shard (int64 bytes);
+  (uint64 bytes) with the smallest document id of each within that map shard (int64 bytes, or
+  two int64 per id where ids are wide);
 - `(EDGE, node, other)`: one direction of an undirected candidate edge, grouped under `node`
   in the rounds, and under `node`'s block in the last stage.
 
-A document id is `shard << 40 | position` (input shard, then position), so the smallest id of a
-component is its first document by (input shard, position): the one kept. Only documents with
-a candidate edge appear in the component rounds, as small integer pairs.
+A document id is its origin (`zephyr.shuffle.origin`: `shard << 40 | position` in the
+pipeline's input) where the signature stage reads its source, and `(origin + 1) << 64 | local`
+where it reads a shuffle (`local` is `shard << 40 | position` in the signature stage, which
+places the document's block; ids stay unique if two documents share an origin). Either way the
+smallest id of a component is its first document in the input: the one kept. Only documents
+with a candidate edge appear in the component rounds, as integer pairs; the NumPy steps work on
+wide ids through their ranks.
 
 LSH buckets are computed in blocks, vectorised: the signature stage sorts its (bucket key, id)
 pairs, links each bucket's members in that map shard to the smallest (a star, deduplicated
@@ -41,45 +47,95 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from zephyr.dedup import report
 from zephyr.errors import NotConvergedError  # re-exported: raised here, defined with the run's errors
+from zephyr.shuffle import origin as origins
 from zephyr.shuffle.columnar import dumps
 
 __all__ = [
     "BANDS", "BLOCK", "DOCS", "EDGE", "NotConvergedError", "apply_labels", "block_key", "block_of", "check_annotatable", "doc_id", "docs_block",
-    "large_star", "link_buckets", "local_stars", "node_of", "node_order", "small_star", "sort_key", "star_reducers",
+    "large_star", "link_buckets", "local_stars", "node_of", "node_order", "origin_of", "small_star", "sort_key", "star_reducers", "wide_id",
 ]
 
 DOCS, EDGE, BANDS = 0, 1, 2
-_SHARD_SHIFT = 40
+_SHARD_SHIFT = origins.SHIFT
+_LOCAL_BITS = 64  # of a wide id (see the module doc)
+_LOCAL = (1 << _LOCAL_BITS) - 1
 BLOCK = 512  # documents per block: a block is pickled, compressed and opened as one
-
-
 
 
 def doc_id(shard: int, position: int) -> int:
     return shard << _SHARD_SHIFT | position
 
 
+def wide_id(origin: int, local: int) -> int:
+    """The id of a document of origin `origin` at `local` (`doc_id`) in a signature stage that
+    reads a shuffle: ordered by origin, and by `local` among equal origins."""
+    return (origin + 1) << _LOCAL_BITS | local
+
+
+def origin_of(ident: int) -> int:
+    """The (packed) origin of a document id."""
+    return (ident >> _LOCAL_BITS) - 1 if ident >> _LOCAL_BITS else ident
+
+
 def doc_position(ident: int) -> tuple[int, int]:
-    """(input shard, position) of a document id."""
-    return ident >> _SHARD_SHIFT, ident & ((1 << _SHARD_SHIFT) - 1)
+    """(input shard, position) of a document id: where it is in the pipeline's input."""
+    origin = origin_of(ident)
+    return origin >> _SHARD_SHIFT, origin & ((1 << _SHARD_SHIFT) - 1)
 
 
 def block_key(ident: int) -> tuple:
     """The group key of the block holding document `ident`."""
-    shard, position = doc_position(ident)
-    return ("d", shard, position // BLOCK)
+    local = ident & _LOCAL
+    return ("d", local >> _SHARD_SHIFT, (local & ((1 << _SHARD_SHIFT) - 1)) // BLOCK)
 
 
-def docs_block(shard: int, start: int, records: list) -> tuple:
-    """The DOCS item of `records`, positions `start`.. of input `shard` (start % BLOCK == 0)."""
+def docs_block(shard: int, start: int, records: list, origins_of: list | None = None) -> tuple:
+    """The DOCS item of `records`, positions `start`.. of the signature stage's `shard` (start %
+    BLOCK == 0), with their packed origins where that stage reads a shuffle."""
     payload = zstandard.ZstdCompressor(level=1).compress(dumps(records))
-    return (DOCS, ("d", shard, start // BLOCK), doc_id(shard, start), payload)
+    packed = None if origins_of is None else np.asarray(origins_of, dtype=np.int64).tobytes()
+    return (DOCS, ("d", shard, start // BLOCK), doc_id(shard, start), payload, packed)
+
+
+def _block_ids(block: tuple, count: int) -> list[int]:
+    """The ids of the `count` documents of a DOCS item, in order."""
+    local = range(block[2], block[2] + count)
+    if block[4] is None:
+        return list(local)
+    return [wide_id(origin, at) for origin, at in zip(np.frombuffer(block[4], dtype=np.int64).tolist(), local)]
+
+
+def ranked(ids: list[int]) -> tuple[np.ndarray, list[int] | None]:
+    """Document ids as int64 for the NumPy steps: themselves where they fit (narrow ids), else
+    their ranks among themselves and the sorted distinct ids the ranks stand for."""
+    if not ids or max(ids) >> 63 == 0:
+        return np.asarray(ids, dtype=np.int64), None
+    distinct = sorted(set(ids))
+    rank = {ident: i for i, ident in enumerate(distinct)}
+    return np.fromiter(map(rank.__getitem__, ids), dtype=np.int64, count=len(ids)), distinct
+
+
+def _id_bytes(ids: np.ndarray, lookup: list[int] | None) -> bytes:
+    """Ids (or ranks standing for the wide ids in `lookup`) as bytes: int64 each, or two per wide id."""
+    if lookup is None:
+        return ids.tobytes()
+    wide = [lookup[r] for r in ids.tolist()]
+    return np.array([(w >> _LOCAL_BITS, w & _LOCAL) for w in wide], dtype=np.int64).reshape(-1, 2).tobytes()
+
+
+def _ids_of(keys: bytes, ids: bytes) -> list[int] | np.ndarray:
+    """The ids `_id_bytes` wrote beside bucket keys: an int64 array, or wide ids (a list)."""
+    if len(ids) == len(keys):
+        return np.frombuffer(ids, dtype=np.int64)
+    return [hi << _LOCAL_BITS | lo for hi, lo in np.frombuffer(ids, dtype=np.int64).reshape(-1, 2).tolist()]
 
 
 def node_of(item: tuple) -> Any:
-    """The group key: a node, a block or a bucket group."""
-    return item[1]
+    """The group key: a node (its local part: unique, and a 64-bit key that hashes fast where
+    ids are wide), a block or a bucket group."""
+    return item[1] & _LOCAL if item[0] == EDGE else item[1]
 
 
 def sort_key(item: tuple) -> int:
@@ -109,19 +165,24 @@ def _star_pairs(keys: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return keys[first], ids[first], np.stack([a[distinct], b[distinct]], axis=1)
 
 
-def local_stars(keys: np.ndarray, ids: np.ndarray, groups: int) -> Iterator[tuple]:
+def local_stars(keys: np.ndarray, ids: np.ndarray, groups: int, lookup: list[int] | None = None) -> Iterator[tuple]:
     """The signature stage's bucket output for (bucket key, id) pairs: edges within the map
-    shard, then one BANDS item per bucket group holding each bucket's smallest id."""
+    shard, then one BANDS item per bucket group holding each bucket's smallest id. With
+    `lookup`, `ids` are ranks standing for the wide ids `lookup` holds (`ranked`)."""
     keys, roots, pairs = _star_pairs(keys, ids)
-    for root, member in pairs.tolist():
-        yield from _edges(root, member)
+    yield from _star_edges(pairs, lookup)
     group = keys % np.uint64(groups)
     order = np.argsort(group, kind="stable")
     group, keys, roots = group[order], keys[order], roots[order]
     cuts = np.flatnonzero(group[1:] != group[:-1]) + 1
     for start, end in zip([0, *cuts.tolist()], [*cuts.tolist(), len(group)]):
         if end > start:
-            yield (BANDS, ("b", int(group[start])), keys[start:end].tobytes(), roots[start:end].tobytes())
+            yield (BANDS, ("b", int(group[start])), keys[start:end].tobytes(), _id_bytes(roots[start:end], lookup))
+
+
+def _star_edges(pairs: np.ndarray, lookup: list[int] | None) -> Iterator[tuple]:
+    for root, member in pairs.tolist():
+        yield from _edges(root, member) if lookup is None else _edges(lookup[root], lookup[member])
 
 
 def link_buckets(key: Any, items: Iterator[tuple]) -> Iterator[tuple]:
@@ -134,9 +195,12 @@ def link_buckets(key: Any, items: Iterator[tuple]) -> Iterator[tuple]:
         return
     batches = [first, *items]
     keys = np.concatenate([np.frombuffer(b[2], dtype=np.uint64) for b in batches])
-    ids = np.concatenate([np.frombuffer(b[3], dtype=np.int64) for b in batches])
-    for root, member in _star_pairs(keys, ids)[2].tolist():
-        yield from _edges(root, member)
+    ids = [_ids_of(b[2], b[3]) for b in batches]
+    if all(isinstance(i, np.ndarray) for i in ids):
+        ranks, lookup = np.concatenate(ids), None
+    else:
+        ranks, lookup = ranked([ident for part in ids for ident in part])
+    yield from _star_edges(_star_pairs(keys, ranks)[2], lookup)
 
 
 def _neighbours(items: Iterator[tuple]) -> Iterator[int]:
@@ -149,13 +213,13 @@ def _neighbours(items: Iterator[tuple]) -> Iterator[int]:
             yield v
 
 
-def large_star(u: Any, items: Iterator[tuple]) -> Iterator[tuple]:
+def large_star(key: Any, items: Iterator[tuple]) -> Iterator[tuple]:
     """Link every larger neighbour of u to the smallest of u and its neighbours."""
     first = next(items)
     if first[0] == DOCS:
         yield first
         return
-    m = None
+    u, m = first[1], None
     for v in _neighbours(_chain(first, items)):
         if m is None:
             m = min(u, v)
@@ -163,13 +227,13 @@ def large_star(u: Any, items: Iterator[tuple]) -> Iterator[tuple]:
             yield from _edges(v, m)
 
 
-def small_star(u: Any, items: Iterator[tuple]) -> Iterator[tuple]:
+def small_star(key: Any, items: Iterator[tuple]) -> Iterator[tuple]:
     """Link u and its smaller neighbours to the smallest of them (larger neighbours do it from their side)."""
     first = next(items)
     if first[0] == DOCS:
         yield first
         return
-    m = u
+    u = m = first[1]
     for v in _neighbours(_chain(first, items)):
         if v >= u:
             break  # ascending: the rest are larger neighbours, emitted from their own groups
@@ -201,9 +265,10 @@ def _labels(edges: Iterator[tuple], rounds: int) -> Iterator[tuple[int, int]]:
     from the edges after the rounds (adjacent per node, any order within). Raises
     NotConvergedError where they are not yet a star forest: a node has two distinct smaller
     neighbours, or a smaller and a larger one. O(1) state per node."""
-    for u, group in itertools.groupby(edges, key=node_of):
-        smaller, larger = None, False
-        for item in group:
+    for _, group in itertools.groupby(edges, key=node_of):
+        first = next(group)
+        u, smaller, larger = first[1], None, False
+        for item in _chain(first, group):
             v = item[2]
             if v > u:
                 larger = True
@@ -229,12 +294,29 @@ def apply_labels(key: Any, items: Iterator[tuple], *, rounds: int, annotate: boo
     block = next(items)
     labels = dict(_labels(items, rounds))
     records = pickle.loads(zstandard.ZstdDecompressor().decompress(block[3]))
-    for ident, record in enumerate(records, start=block[2]):
-        label = labels.get(ident, ident)
-        if annotate:
-            yield _annotated(record, ident, label, cluster_field, kept_field)
-        elif label == ident:
-            yield record
+    origin = origins.current()  # a shuffle follows: each document goes on with its own origin
+    seen = kept = 0
+    try:
+        for ident, record in zip(_block_ids(block, len(records)), records):
+            label = labels.get(ident, ident)
+            if origin is not None:
+                origin.value = origin_of(ident)
+            seen += 1
+            if annotate:
+                kept += label == ident
+                yield _annotated(record, ident, label, cluster_field, kept_field)
+            elif label == ident:
+                kept += 1
+                yield record
+    finally:  # what was handed on (a consumer may stop early)
+        report.count("documents_out", seen if annotate else kept)
+        report.count("duplicates", seen - kept)
+
+
+# where their outputs' origins come from (`zephyr.shuffle.reduce.origin_rule`): the rounds' items
+# need none (no dedup or group order sees them), the documents of a block each their own
+apply_labels.origins = "own"  # type: ignore[attr-defined]
+link_buckets.origins = large_star.origins = small_star.origins = "none"  # type: ignore[attr-defined]
 
 
 def check_annotatable(record: Any, ident: int, fields: tuple[str, str]) -> None:
@@ -256,7 +338,9 @@ def _annotated(record: Any, ident: int, label: int, cluster_field: str, kept_fie
     """`record` with its cluster and kept document added; refuses to overwrite a field it has."""
     check_annotatable(record, ident, (cluster_field, kept_field))
     shard, pos = doc_position(label)
-    return {**record, cluster_field: label, kept_field: [shard, pos]}
+    # the cluster id: the kept document's id, or where ids are wide its 64-bit local part (unique,
+    # where two documents made from one item after a shuffle share their origin)
+    return {**record, cluster_field: label & _LOCAL, kept_field: [shard, pos]}
 
 
 def star_reducers(rounds: int) -> list[Callable]:

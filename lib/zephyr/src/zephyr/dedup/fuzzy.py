@@ -24,8 +24,10 @@ from typing import Any
 import numpy as np
 
 from zephyr.dedup import components as cc
+from zephyr.dedup import report
 from zephyr.dedup.minhash import MinHasher
 from zephyr.naming import callable_name
+from zephyr.shuffle import origin as origins
 from zephyr.tasks import ShardInfo
 
 __all__ = ["DEFAULT_CC_ROUNDS", "DEFAULT_NUM_PERMS", "FuzzyParams", "apply"]
@@ -63,18 +65,25 @@ class Signatures:
     def __call__(self, items: Iterable[Any], info: ShardInfo) -> Iterator[tuple]:
         shard = info.shard_idx
         groups = BUCKET_GROUPS_PER_SHARD * (self.bucket_shards or info.total_shards)
+        origin = origins.current()  # where the stage reads a shuffle: each record's origin (wide ids)
         block: list = []
+        block_origins: list | None = None if origin is None else []
         signatures: list = []
         ids: list = []
+        position = -1
         for position, record in enumerate(items):
             if len(block) == cc.BLOCK:
-                yield cc.docs_block(shard, position - cc.BLOCK, block)
-                block = []
+                yield cc.docs_block(shard, position - cc.BLOCK, block, block_origins)
+                block, block_origins = [], None if origin is None else []
                 if len(ids) >= _SIGNATURE_BATCH:
                     yield from self._buckets(signatures, ids, groups)
                     signatures, ids = [], []
+            ident = cc.doc_id(shard, position)
+            if origin is not None:
+                block_origins.append(origin.value)
+                ident = cc.wide_id(origin.value, ident)
             if self.annotate_fields is not None:
-                cc.check_annotatable(record, cc.doc_id(shard, position), self.annotate_fields)
+                cc.check_annotatable(record, ident, self.annotate_fields)
             block.append(record)
             text = self.text(record)
             if not isinstance(text, str):
@@ -85,17 +94,19 @@ class Signatures:
             signature = self.hasher.signature(text)
             if signature is not None:
                 signatures.append(signature)
-                ids.append(cc.doc_id(shard, position))
+                ids.append(ident)
+        report.count("documents_in", position + 1)
         if block:
-            yield cc.docs_block(shard, position + 1 - len(block), block)
+            yield cc.docs_block(shard, position + 1 - len(block), block, block_origins)
         yield from self._buckets(signatures, ids, groups)
 
     def _buckets(self, signatures: list, ids: list, groups: int) -> Iterator[tuple]:
         if not ids:
             return
         keys = self.hasher.band_key_matrix(np.stack(signatures))
-        doc_ids = np.repeat(np.asarray(ids, dtype=np.int64), self.hasher.bands)
-        yield from cc.local_stars(keys.reshape(-1), doc_ids, groups)
+        ranks, lookup = cc.ranked(ids)
+        doc_ids = np.repeat(ranks, self.hasher.bands)
+        yield from cc.local_stars(keys.reshape(-1), doc_ids, groups, lookup)
 
     def name_for_plan(self) -> str:
         h = self.hasher

@@ -32,6 +32,7 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -41,13 +42,30 @@ from zephyr import counters
 from zephyr.execution import usage
 from zephyr.execution.chunk_worker import FRAME_ITEMS, dump_frame, read_frames
 from zephyr.plan.ops import PER_ITEM_OPS, TakePerShard
+from zephyr.shuffle.origin import Origin, paired, unpaired
 
-__all__ = ["CHUNK_BYTES", "MAX_CHUNK_ITEMS", "ChunkPool", "run_split", "split_end"]
+__all__ = ["CHUNK_BYTES", "MAX_CHUNK_ITEMS", "ChunkPool", "OriginatedOps", "run_split", "split_end"]
 
 MAX_CHUNK_ITEMS = 4096
 CHUNK_BYTES = 16 * 1024 * 1024
 _END = object()
 _WORKER = "import sys; from zephyr.execution.chunk_worker import main; main(int(sys.argv[1]), int(sys.argv[2]))"
+
+
+@dataclass(frozen=True)
+class OriginatedOps:
+    """Per-item `ops` over (origin, item) pairs: each output paired with the origin of the item
+    it was made from (they pull one item and make its outputs before the next), so a split
+    stage between two shuffles keeps its items' origins (`zephyr.shuffle.origin`)."""
+
+    ops: tuple
+
+    def apply(self, pairs: Iterator[tuple[int, Any]]) -> Iterator[tuple[int, Any]]:
+        origin = Origin()
+        stream = unpaired(pairs, origin)
+        for record in self.ops:
+            stream = record.apply(stream)
+        return paired(stream, origin)
 
 
 def split_end(ops: tuple, start: int) -> int:

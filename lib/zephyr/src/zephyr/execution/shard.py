@@ -23,7 +23,7 @@ from zephyr.execution.engine_ops import load_batches, map_batches_items, write_j
 from zephyr.errors import ShardError, is_transient_storage_error
 from zephyr.execution.failed_record import failed_record
 from zephyr.execution.replay import numbered
-from zephyr.execution.intra_shard import run_split, split_end
+from zephyr.execution.intra_shard import OriginatedOps, run_split, split_end
 from zephyr.expr.presence import watched
 from zephyr.io.files import exists, file_size
 from zephyr.io.binary import write_binary_file
@@ -37,6 +37,7 @@ from zephyr.shuffle.join import BoundJoin, merge_join
 from zephyr.execution.loaders import read_path
 from zephyr.execution.memory import task_budget
 from zephyr.execution.usage import measuring
+from zephyr.shuffle import origin as origins
 from zephyr.plan.join_shuffled import TwoSided
 from zephyr.plan.ops import watch_points
 from zephyr.tasks import ShardResult, ShardTask, StageProgram
@@ -70,11 +71,14 @@ def _run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
     start = time.perf_counter()
     ctx = _Context(task.shard, task.num_shards, task.input_path if program.reader is None else None, task.source, dict(program.codes))
     counted, split = None, False
-    with counters.collecting(f"stage{task.stage}") as counts:
+    # a stage between two shuffles carries its items' origins from one to the next
+    tracked = program.reader is not None and program.sink is not None and program.reader.carries_origins
+    origin = origins.Origin() if tracked else None
+    with counters.collecting(f"stage{task.stage}") as counts, origins.tracking(origin):
         try:
             start_at, stream = _resume_point(program.ops, ctx)
             if stream is None:
-                stream = program.reader.read(task) if program.reader is not None else iter(task.items)
+                stream = program.reader.read(task, origin) if program.reader is not None else iter(task.items)
                 start_at, stream = _load(program.ops, stream, ctx, program.sink, task.memory)
                 writes_jsonl = start_at < len(program.ops) and isinstance(program.ops[start_at], op.WriteJsonl)
                 stream, counted = _counted(stream, writes_jsonl)
@@ -84,7 +88,7 @@ def _run_shard(program: StageProgram, task: ShardTask) -> ShardResult:
                 summary = None
             else:
                 items = None
-                summary = program.sink.write(stream, task)
+                summary = program.sink.write(stream, task, origins.current())
         except Exception as e:
             transient = _judged(e, lambda: is_transient_storage_error(e), False)  # here: the traceback does not survive pickling
             record = None
@@ -121,11 +125,20 @@ def _judged(error: Exception, judge, default) -> Any:
 
 def _apply_ops(ops: tuple, start_at: int, stream: Iterator, ctx: _Context, task: ShardTask) -> tuple[Iterator, bool]:
     """The ops from `start_at` on, chained; with `task.split > 1` the per-item ones that come
-    first run in that many processes (`zephyr.execution.intra_shard`). Also says whether they did."""
+    first run in that many processes (`zephyr.execution.intra_shard`). Also says whether they did.
+    A split stage between two shuffles pairs its items with their origins (the reading runs
+    ahead in a thread of its own) and publishes its outputs' in an `Origin` of their own."""
     end = split_end(ops, start_at) if task.split > 1 and not isinstance(stream, Pieces) else start_at
     watches = watch_points(ops[start_at:])  # columns no record had: counted (`zephyr.expr.presence`)
+    feed = origins.current()
     if end > start_at:  # the chunks' processes see parts of the shard: the run that starts it is watched here
-        stream = run_split(ops[start_at:end], watched(stream, watches.get(0, ())), task.split, f"stage{task.stage}")
+        stream = watched(stream, watches.get(0, ()))
+    if end > start_at and feed is not None:
+        chunks = run_split((OriginatedOps(ops[start_at:end]),), origins.paired(stream, feed), task.split, f"stage{task.stage}")
+        origins.use(published := origins.Origin())
+        stream = origins.unpaired(chunks, published)
+    elif end > start_at:
+        stream = run_split(ops[start_at:end], stream, task.split, f"stage{task.stage}")
     for index in range(end, len(ops)):
         if index in ctx.codes and ctx.source is not None:
             path = _output_path(ops[index], ctx)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from zephyr.counters import public
+from zephyr.dedup.report import dedup_section, format_dedups
 from zephyr.execution.progress import format_largest
 from zephyr.execution.runner import Execution
 from zephyr.status.costs import cost_line
@@ -28,6 +29,7 @@ def format_summary(execution: Execution) -> str:
             lines.append(f"    {cost}")
         if s.largest_partitions:
             lines.append(f"    largest partitions: {format_largest(s.largest_partitions)}")
+    lines.extend(format_dedups(dedup_section(execution.plan.dedups, execution.counters)))
     for item in execution.plan.not_resumable():
         lines.append(f"  not resumable: stage {item['stage']} (a failed run would redo it): {item['reason']}")
     shown = public(execution.counters)  # without the aggregation companions, as the status and the record show them

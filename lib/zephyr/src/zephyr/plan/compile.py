@@ -27,6 +27,9 @@ from zephyr.io.formats import format_for
 from zephyr.shuffle.join import BoundJoin
 from zephyr.plan.join_shuffled import join_shuffled
 from zephyr.plan.overlap import check_overlap, input_patterns
+from zephyr.dedup import components, fuzzy
+from zephyr.dedup.report import DedupStages
+from zephyr.naming import callable_name
 
 __all__ = ["Plan", "Stage", "check_writers", "compile_plan", "shard_input_paths", "stage_output_path", "stage_output_paths"]
 
@@ -58,6 +61,7 @@ class Stage:
 class Plan:
     stages: tuple[Stage, ...]
     fingerprint: str = field(default="")
+    dedups: tuple[DedupStages, ...] = ()  # where each dedup counts its documents (`zephyr.dedup.report`)
 
     @property
     def num_shards(self) -> int:
@@ -75,8 +79,9 @@ class Plan:
 # The layout and encodings of scatter output (runs, manifests, key bytes). Part of every
 # fingerprint: a zephyr that writes or hashes them differently never resumes another's scratch
 # (2: keys told apart by type, issue 21; 3: namedtuple keys by their fields, other objects' keys
-# pickled without the memo).
-SCRATCH_FORMAT = 3
+# pickled without the memo; 4: runs of stages that read a shuffle hold each record's origin,
+# `zephyr.shuffle.origin`, and fuzzy dedup's ids and blocks carry it).
+SCRATCH_FORMAT = 4
 
 
 def compile_plan(dataset) -> Plan:
@@ -128,7 +133,27 @@ def compile_plan(dataset) -> Plan:
         check_writers(s)
         _check_load_file_extensions(s)
     check_overlap(input_patterns(dataset), _outputs(stages))
-    return Plan(tuple(stages), ident.digest)
+    return Plan(tuple(stages), ident.digest, _dedups(stages))
+
+
+def _dedups(stages: list[Stage]) -> tuple[DedupStages, ...]:
+    """Each deduplicate (a keep-first scatter and the stage that reads it) and deduplicate_fuzzy
+    (its signature stage and the stage that applies its labels), in plan order."""
+    found = []
+    for stage in stages:
+        partitioner = getattr(stage.sink, "partitioner", None)
+        if getattr(partitioner, "combiner", None) is keep_first:
+            found.append(DedupStages("exact", stages[stage.index + 1].input.label, stage.index, stage.index + 1))
+        for record in stage.ops:
+            if isinstance(record, op.MapShard) and isinstance(record.fn, fuzzy.Signatures):
+                applied = next(s.index for s in stages[stage.index + 1 :] if _applies_labels(s))
+                found.append(DedupStages("fuzzy", f"deduplicate_fuzzy({callable_name(record.fn.text)})", stage.index, applied))
+    return tuple(found)
+
+
+def _applies_labels(stage: Stage) -> bool:
+    mode = getattr(stage.input, "mode", None)
+    return getattr(getattr(mode, "reducer", None), "func", None) is components.apply_labels
 
 
 def _outputs(stages: list[Stage]):

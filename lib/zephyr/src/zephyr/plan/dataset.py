@@ -378,7 +378,8 @@ class Dataset:
         A reducer that is a generator function may yield several items; otherwise its return
         value is the one item of the group. Keys are equal when their types and values are
         (`1`, `1.0` and `True` are three groups; NaN is one). Items reach the reducer ordered by `sort_by(item)`
-        (if given), then by input shard and position. `combiner(key, items)` (associative,
+        (if given), then by input shard and position (their place in the pipeline's input, after
+        earlier shuffles too). `combiner(key, items)` (associative,
         returning one item like those it combines, or a generator yielding several, as in the
         reference project) pre-aggregates on the map side. Output has
         `num_output_shards` shards (default: as many as the input). Memory: neither side holds a
@@ -411,7 +412,8 @@ class Dataset:
         return self._then(sop.GroupBy(key, reducer, sort_by, num_output_shards, combiner))
 
     def deduplicate(self, key: Callable[[Any], Any] | str | Expr, num_output_shards: int | None = None) -> Dataset:
-        """Keep the first item per `key(item)`; "first" is by input shard, then position.
+        """Keep the first item per `key(item)`; "first" is in the pipeline's input (by input
+        shard, then position), also where earlier shuffles reordered the items.
 
         Keys are equal when their types and values are, as in `group_by`: `1`, `1.0` and `True`
         are three keys, a tuple is not a list, NaN equals NaN (see docs/zephyr.md, Keys).
@@ -451,7 +453,7 @@ class Dataset:
         0.5 -> 0.01); at low thresholds, where 220 permutations cannot do that, the banding
         that errs least at those two points (see docs/zephyr.md for the S-curve).
         Clusters are transitive (A~B and B~C: one cluster) and the item kept is the first by
-        (input shard, position). Items whose text has no words never match. With
+        (input shard, position) in the pipeline's input. Items whose text has no words never match. With
         `annotate=True` nothing is dropped: each dict item gets `cluster_field` (the cluster's
         id) and `kept_field` ([input shard, position] of the item kept); an item that already
         has either field raises ValueError rather than lose it.

@@ -255,9 +255,12 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 
 
 def batch_rows(batch: pa.RecordBatch, keyed: bool) -> Iterator[tuple]:
-    """`(h, kb, sort value, pos, key, item)` per row of a shuffle batch (key None unless keyed)."""
+    """`(h, kb, sort value, origin shard, pos, key, item)` per row of a shuffle batch (key None
+    unless keyed; the shard None unless the batch has a column of them, `zephyr.shuffle.origin`)."""
     items = records_of(*payload_columns(batch))
     kbs = batch.column("kb").to_pylist()
-    values = batch.column("sv").to_pylist() if "sv" in batch.schema.names else itertools.repeat(None)
+    names = batch.schema.names
+    values = batch.column("sv").to_pylist() if "sv" in names else itertools.repeat(None)
+    shards = batch.column("s").to_pylist() if "s" in names else itertools.repeat(None)
     keys = map(key_of, kbs) if keyed else itertools.repeat(None)
-    return zip(batch.column("h").to_pylist(), kbs, values, batch.column("pos").to_pylist(), keys, items)
+    return zip(batch.column("h").to_pylist(), kbs, values, shards, batch.column("pos").to_pylist(), keys, items)

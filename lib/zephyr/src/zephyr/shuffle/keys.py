@@ -2,7 +2,7 @@
 
 Every shuffled record carries `kb`, the canonical bytes of its key (equal keys, equal bytes, in
 any process), and `h`, a 64-bit hash of `kb`. The partition is `h % num_partitions`; inside a
-partition records are ordered by `(h, kb, sort value, map shard, position)`, so equal keys are
+partition records are ordered by `(h, kb, sort value, origin)`, so equal keys are
 adjacent and a partition can be cut into key ranges at any `h` boundary without splitting a key.
 `h` only spreads and orders records: equality is always decided on `kb`.
 

@@ -2,12 +2,14 @@
 
 Each source is a sorted stream of record batches (one partition, or one key range of it, from
 one run). A round takes, from every source's current batch, the rows whose full sort key
-`(h, kb, sort value, map shard, position)` is at most the *frontier*: the smallest last key of
+`(h, kb, sort value, s, pos)` (`s, pos`: the origin, `zephyr.shuffle.origin`) is at most the *frontier*: the smallest last key of
 any current batch. No later row of any source can sort before the frontier, so those rows
 are final; they are concatenated and ordered with one NumPy `lexsort` (Arrow's multi-column
 sort when hashes collide or a sort value is involved) and handed on as one sorted chunk.
-Memory is one batch per source plus one chunk. Full sort keys are unique (shard, position),
-so the source whose batch ends at the frontier always empties it: every round progresses.
+Memory is one batch per source plus one chunk. Rows up to the frontier are all taken, equal
+keys too, so the source whose batch ends at the frontier always empties it: every round
+progresses (rows of equal full keys, items made from one item after a shuffle, keep their
+sources' order: map shard, run, position).
 
 The modes (keep the first row per key, reduce groups, concatenate) read chunks and convert
 only the rows they hand on (`columnar.records_of`). Rows whose payload is JSON lines are handed
@@ -28,6 +30,8 @@ import pyarrow.compute as pc
 
 from zephyr.shuffle.columnar import JSON_COLUMN, is_json, key_of, payload_columns, payload_names, records_of
 from zephyr.io.json_records import JsonLines
+from zephyr.dedup import report
+from zephyr.shuffle.origin import SHIFT, Origin, published
 from zephyr.shuffle.runs import rows_per_batch
 
 _RECORD_SLICE = 4096
@@ -44,20 +48,26 @@ def with_shard(batch: pa.RecordBatch, shard: int) -> pa.RecordBatch:
 
 
 def sort_order(table: pa.Table, leading: str | None = None) -> np.ndarray:
-    """Row order by ([leading,] h, kb, sv, s, pos) of rows already in (s, pos) order.
+    """Row order by ([leading,] h, kb, sv, s, pos).
 
-    Rows arrive in (map shard, position) order: a spill buffer in position order, a merge
-    round's pieces concatenated in run order (runs are listed by map shard, then run number,
-    and each piece is sorted). So without a sort value a *stable* sort on ([leading,] h) is
-    the full order, as long as equal hashes only ever mean equal key bytes (checked; Arrow's
-    multi-column sort handles a collision, and any sort value).
+    Rows mostly arrive in (s, pos) order: a source stage's spill buffer in position order, a
+    merge round's pieces concatenated in run order (runs are listed by map shard, then run
+    number, and each piece is sorted). Then, without a sort value, a *stable* sort on
+    ([leading,] h) is the full order, as long as equal hashes only ever mean equal key bytes
+    and rows of equal hashes are in (s, pos) order (both checked, on those rows only). Rows
+    whose origins (`zephyr.shuffle.origin`) arrive in another order are sorted by them with
+    one more `lexsort`; Arrow's multi-column sort handles a collision, and any sort value.
     """
     names = table.schema.names
     h = _numpy(table, "h")
     if "sv" not in names:
-        order = np.lexsort((h, _numpy(table, leading))) if leading else np.argsort(h, kind="stable")
-        if not _has_collisions(table, h, order):
-            return order
+        lead = (_numpy(table, leading),) if leading else ()
+        order = np.lexsort((h, *lead)) if leading else np.argsort(h, kind="stable")
+        same = _equal_neighbours(h, order)
+        if not _has_collisions(table, order, same):
+            if "s" not in names or _origin_ordered(table, order, same):
+                return order
+            return np.lexsort((_numpy(table, "pos"), _numpy(table, "s"), h, *lead))
     keys = [(c, "ascending") for c in ((leading,) if leading else ()) + ("h", "kb", "sv", "s", "pos") if c in names]
     return pc.sort_indices(table, sort_keys=keys).to_numpy()
 
@@ -66,16 +76,29 @@ def _numpy(table, name: str) -> np.ndarray:
     return _one_chunk(table.column(name)).to_numpy()
 
 
-def _has_collisions(table, h: np.ndarray, order: np.ndarray) -> bool:
-    """Whether two different key bytes share a hash among these rows (then h alone cannot order)."""
+def _equal_neighbours(h: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """The sorted positions i whose row has the same hash as row i + 1."""
     hs = h[order]
-    same = np.flatnonzero(hs[1:] == hs[:-1])
+    return np.flatnonzero(hs[1:] == hs[:-1])
+
+
+def _has_collisions(table, order: np.ndarray, same: np.ndarray) -> bool:
+    """Whether two different key bytes share a hash among these rows (then h alone cannot order)."""
     if not len(same):
         return False
     kb = table.column("kb")
     left = kb.take(pa.array(order[same]))
     right = kb.take(pa.array(order[same + 1]))
     return not pc.all(pc.equal(left, right)).as_py()
+
+
+def _origin_ordered(table, order: np.ndarray, same: np.ndarray) -> bool:
+    """Whether each row of equal hash as the next is not after it by (s, pos)."""
+    if not len(same):
+        return True
+    s, pos = _numpy(table, "s"), _numpy(table, "pos")
+    a, b = order[same], order[same + 1]
+    return bool(np.all((s[a] < s[b]) | ((s[a] == s[b]) & (pos[a] <= pos[b]))))
 
 
 class _Cursor:
@@ -152,11 +175,15 @@ class Chunk:
         row = int(self.order[-1])
         return int(self.table.column("h")[row].as_py()), self.table.column("kb")[row].as_py()
 
-    def sorted_slices(self, rows: np.ndarray | None = None, payload_only: bool = False, size: int = 0) -> Iterator[pa.Table]:
+    def sorted_slices(self, rows: np.ndarray | None = None, payload_only: bool = False, size: int = 0,
+                      origins: bool = False) -> Iterator[pa.Table]:
         """The sorted rows (or the sorted positions `rows`) a slice at a time, so a big round
         never holds all its rows as Python objects at once. `payload_only`: just the payload
-        columns (the key bytes, often most of a row's bytes, are not copied)."""
-        table = self.table.select(payload_names(self.table.schema)) if payload_only else self.table
+        columns (the key bytes, often most of a row's bytes, are not copied), and the origin
+        columns `s`, `pos` with `origins`."""
+        table = self.table
+        if payload_only:
+            table = table.select(payload_names(table.schema) + (["s", "pos"] if origins else []))
         order = self.order if rows is None else self.order[rows]
         contiguous = len(order) and order[0] == 0 and (np.diff(order) == 1).all()
         size = size or _RECORD_SLICE
@@ -173,6 +200,14 @@ class Chunk:
     def record_lists(self) -> Iterator[list]:
         """Python records of the sorted rows, a list per slice."""
         return map(payload_records, self.sorted_slices())
+
+    def origins(self) -> list[int]:
+        """The packed origin (`zephyr.shuffle.origin`) of each sorted row."""
+        return _packed_origins(self.table)[self.order].tolist()
+
+
+def _packed_origins(table: pa.Table) -> np.ndarray:
+    return _numpy(table, "s").astype(np.int64) << SHIFT | _numpy(table, "pos")
 
 
 def group_starts(h: np.ndarray, kb, order: np.ndarray, previous: tuple | None) -> np.ndarray:
@@ -195,8 +230,11 @@ def payload_records(table: pa.Table) -> list:
     return records_of(list(map(_one_chunk, columns)), description)
 
 
-def _handed_on(tables: Iterator[pa.Table]) -> Iterator[Any] | JsonLines:
-    """The records of sorted slices: a `JsonLines` when the payload is JSON lines."""
+def _handed_on(tables: Iterator[pa.Table], origin: Origin | None = None) -> Iterator[Any] | JsonLines:
+    """The records of sorted slices: a `JsonLines` when the payload is JSON lines; one at a time,
+    each origin published in `origin` as its record is handed on, with `origin`."""
+    if origin is not None:
+        return _originated(tables, origin)
     first = next(tables, None)
     if first is None:
         return iter(())
@@ -206,6 +244,13 @@ def _handed_on(tables: Iterator[pa.Table]) -> Iterator[Any] | JsonLines:
     return itertools.chain.from_iterable(map(payload_records, tables))
 
 
+def _originated(tables: Iterator[pa.Table], origin: Origin) -> Iterator[Any]:
+    for table in tables:
+        for record, value in zip(payload_records(table), _packed_origins(table).tolist()):
+            origin.value = value
+            yield record
+
+
 def _one_chunk(column):
     """An array for a column; `combine_chunks` copies even a single chunk, so that is taken as is."""
     if isinstance(column, pa.ChunkedArray):
@@ -213,46 +258,53 @@ def _one_chunk(column):
     return column
 
 
-def first_per_key(chunks: Iterator[Chunk]) -> Iterator[Any] | JsonLines:
-    """Deduplicate: the first row of each key (rows arrive by shard and position within a key).
-    Records are handed on through `chain` (no Python frame per record)."""
-    return _handed_on(_first_slices(chunks))
+def first_per_key(chunks: Iterator[Chunk], origin: Origin | None = None) -> Iterator[Any] | JsonLines:
+    """Deduplicate: the first row of each key (rows arrive by origin within a key). Records are
+    handed on through `chain` (no Python frame per record), or one at a time with their origins
+    published in `origin`."""
+    return _handed_on(_first_slices(chunks, origin is not None), origin)
 
 
-def _first_slices(chunks: Iterator[Chunk]) -> Iterator[pa.Table]:
+def _first_slices(chunks: Iterator[Chunk], origins: bool) -> Iterator[pa.Table]:
     previous = None
     for chunk in chunks:
         starts = chunk.starts(previous)
         previous = chunk.last_key()
-        yield from chunk.sorted_slices(None if starts.all() else np.flatnonzero(starts), payload_only=True)
+        report.count("documents_out", int(starts.sum()))  # the deduplicate's documents out (`zephyr.dedup.report`)
+        yield from chunk.sorted_slices(None if starts.all() else np.flatnonzero(starts), payload_only=True, origins=origins)
 
 
-def concatenate(chunks: Iterator[Chunk]) -> Iterator[Any] | JsonLines:
-    return _handed_on(table for chunk in chunks for table in chunk.sorted_slices(payload_only=True))
+def concatenate(chunks: Iterator[Chunk], origin: Origin | None = None) -> Iterator[Any] | JsonLines:
+    tables = (table for chunk in chunks for table in chunk.sorted_slices(payload_only=True, origins=origin is not None))
+    return _handed_on(tables, origin)
 
 
-def reduce_groups(chunks: Iterator[Chunk], reducer: Callable[..., Any]) -> Iterator[Any]:
-    """`reducer(key, items)` per key; a key's items stream across chunks, never held whole."""
+def reduce_groups(chunks: Iterator[Chunk], reducer: Callable[..., Any], origin: Origin | None = None) -> Iterator[Any]:
+    """`reducer(key, items)` per key; a key's items stream across chunks, never held whole. With
+    `origin`, each output is handed on with its group's first item's origin published there."""
     yields_many = inspect.isgeneratorfunction(reducer)
 
-    def rows() -> Iterator[tuple[int, Any, Any]]:
-        previous, group = None, 0
+    def rows() -> Iterator[tuple[int, Any, Any, int]]:
+        previous, group, first = None, 0, 0
         for chunk in chunks:
             starts = chunk.starts(previous)
             previous = chunk.last_key()
             kb = chunk.table.column("kb")
+            origins = chunk.origins() if origin is not None else None
             records = itertools.chain.from_iterable(chunk.record_lists())
             for i, (start, item) in enumerate(zip(starts.tolist(), records)):
                 if start:
                     group += 1
                     key = key_of(kb[int(chunk.order[i])].as_py())
-                yield group, key, item
+                    first = origins[i] if origins is not None else 0
+                yield group, key, item, first
 
     for _, members in itertools.groupby(rows(), key=lambda r: r[0]):
         first = next(members)
         items = itertools.chain([first[2]], (r[2] for r in members))
         result = reducer(first[1], items)
-        if yields_many:
-            yield from result
+        outputs = result if yields_many else (result,)
+        if origin is None:
+            yield from outputs
         else:
-            yield result
+            yield from published(outputs, origin, first[3])

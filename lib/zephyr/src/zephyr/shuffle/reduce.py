@@ -13,9 +13,9 @@ Reduce side (`ShuffleReader.read`): a task reads its byte range of every run. Wh
 is columnar with one schema, runs are merged a batch at a time with NumPy/Arrow
 (`merge.merge_sorted`) and only the rows handed on are turned back into Python; otherwise
 records are merged one at a time (`heapq.merge`). Either way the order is (hash, key bytes,
-sort value, map shard, position): deduplicate keeps the first item by (input shard,
-position), `sort_by` orders items within a group, and columnar and pickled runs give the same
-output. When there are more runs than half the task's memory allows open at once, groups of
+sort value, origin): deduplicate keeps the first item in the pipeline's input (by input
+shard, position: `zephyr.shuffle.origin`), `sort_by` orders items within a group, and
+columnar and pickled runs give the same output. When there are more runs than half the task's memory allows open at once, groups of
 them are merged into task-local intermediate runs first (`zephyr-merge-<pid>@<host>-*` in the
 temp dir, swept by a later run if the task is killed), as many passes as needed. Everything
 lives under `<scratch>/<stage fingerprint>/` and is removed after a successful run.
@@ -44,6 +44,8 @@ from zephyr.shuffle.run_index import ReduceInput, ReduceTasks, RunIndex
 from zephyr.shuffle.runs import compression_for, read_arrow_range, read_pickle_range, write_pickle_frames
 from zephyr.shuffle.scatter import DEFAULT_BUFFER, HashPartition, RoundRobin, ScatterSink, keep_first, unorderable_sort_by
 from zephyr.shuffle.keys import key_bytes, partition_of
+from zephyr.dedup import report
+from zephyr.shuffle.origin import SHIFT, Origin, published
 from zephyr.tasks import ShardTask
 
 __all__ = [
@@ -66,51 +68,76 @@ MIN_FAN_IN = 4
 
 class GroupMode:
     """How the reduce side turns merged records into items: `apply` on pickled records
-    `(h, kb, sort value, shard, pos, pickle((key, item)))`, `apply_columnar` on sorted tables."""
+    `(h, kb, sort value, origin shard, origin pos, pickle((key, item)))`, `apply_columnar` on
+    sorted tables. With an `origin`, each item is handed on with its origin published there
+    (`zephyr.shuffle.origin`)."""
 
     splittable = True  # may a partition be cut into key ranges?
+
+
+def _origin_of(record: tuple) -> int:
+    return record[3] << SHIFT | record[4]
 
 
 @dataclass(frozen=True)
 class ReduceGroups(GroupMode):
     reducer: Callable[..., Any]
 
-    def apply(self, merged: Iterator[tuple]) -> Iterator[Any]:
+    def apply(self, merged: Iterator[tuple], origin: Origin | None = None) -> Iterator[Any]:
         yields_many = inspect.isgeneratorfunction(self.reducer)
         for _, group in itertools.groupby(merged, key=lambda r: r[1]):
             first = next(group)
             key, item0 = pickle.loads(first[5])
             items = itertools.chain([item0], (pickle.loads(r[5])[1] for r in group))
             result = self.reducer(key, items)
-            if yields_many:
-                yield from result
-            else:
-                yield result
+            outputs = result if yields_many else (result,)
+            if origin is None or origin_rule(self.reducer) != "group":
+                yield from outputs
+            else:  # every output of a group comes from its first item
+                yield from published(outputs, origin, _origin_of(first))
 
-    def apply_columnar(self, chunks: Iterator[columnar_merge.Chunk]) -> Iterator[Any]:
-        return columnar_merge.reduce_groups(chunks, self.reducer)
+    def apply_columnar(self, chunks: Iterator[columnar_merge.Chunk], origin: Origin | None = None) -> Iterator[Any]:
+        return columnar_merge.reduce_groups(chunks, self.reducer, origin if origin_rule(self.reducer) == "group" else None)
+
+
+def origin_rule(reducer: Callable[..., Any]) -> str:
+    """Where a reducer's outputs get their origins: "group" (its group's first item: any user
+    reducer), "own" (it publishes them itself: `deduplicate_fuzzy`'s last, whose group holds a
+    block of documents of many origins) or "none" (nothing after it depends on them:
+    `deduplicate_fuzzy`'s bucket and component rounds), as its `origins` attribute says."""
+    return getattr(getattr(reducer, "func", reducer), "origins", "group")
 
 
 @dataclass(frozen=True)
 class FirstPerKey(GroupMode):
-    def apply(self, merged: Iterator[tuple]) -> Iterator[Any]:
-        for _, group in itertools.groupby(merged, key=lambda r: r[1]):
-            yield pickle.loads(next(group)[5])[1]
+    def apply(self, merged: Iterator[tuple], origin: Origin | None = None) -> Iterator[Any]:
+        out = 0
+        try:
+            for _, group in itertools.groupby(merged, key=lambda r: r[1]):
+                first = next(group)
+                if origin is not None:
+                    origin.value = _origin_of(first)
+                out += 1
+                yield pickle.loads(first[5])[1]
+        finally:  # the deduplicate's documents out (`zephyr.dedup.report`)
+            report.count("documents_out", out)
 
-    def apply_columnar(self, chunks: Iterator[columnar_merge.Chunk]) -> Iterator[Any]:
-        return columnar_merge.first_per_key(chunks)
+    def apply_columnar(self, chunks: Iterator[columnar_merge.Chunk], origin: Origin | None = None) -> Iterator[Any]:
+        return columnar_merge.first_per_key(chunks, origin)
 
 
 @dataclass(frozen=True)
 class Concatenate(GroupMode):
     splittable = False  # reshard(n) promises n shards
 
-    def apply(self, merged: Iterator[tuple]) -> Iterator[Any]:
+    def apply(self, merged: Iterator[tuple], origin: Origin | None = None) -> Iterator[Any]:
         for record in merged:
+            if origin is not None:
+                origin.value = _origin_of(record)
             yield pickle.loads(record[5])[1]
 
-    def apply_columnar(self, chunks: Iterator[columnar_merge.Chunk]) -> Iterator[Any]:
-        return columnar_merge.concatenate(chunks)
+    def apply_columnar(self, chunks: Iterator[columnar_merge.Chunk], origin: Origin | None = None) -> Iterator[Any]:
+        return columnar_merge.concatenate(chunks, origin)
 
 
 @dataclass(frozen=True)
@@ -134,6 +161,10 @@ class ShuffleReader:
         """Whether skew may cut a partition into key ranges, giving the stage more shards than planned."""
         return self.mode.splittable and not self.kept_whole
 
+    def carries_origins(self) -> bool:
+        """Whether the items it hands on go on with their origins (`zephyr.shuffle.origin`)."""
+        return not isinstance(self.mode, ReduceGroups) or origin_rule(self.mode.reducer) != "none"
+
     def tasks(self, stage, previous) -> ReduceTasks:
         if previous is None:  # upstream skipped, every output exists: the tasks only find their outputs
             return ReduceTasks(ShardTask(stage.index, i, stage.num_shards, f"{self.label} shard {i}", ())
@@ -146,7 +177,9 @@ class ShuffleReader:
         tasks.largest = inputs.largest
         return tasks
 
-    def read(self, task) -> Iterator[Any]:
+    def read(self, task, origin: Origin | None = None) -> Iterator[Any]:
+        """The task's items, merged from every run; with `origin`, each one's origin is published
+        there as it is handed on (for the scatter that follows, `zephyr.shuffle.origin`)."""
         if not task.items:  # see `tasks`: nothing upstream ran
             return iter(())
         (inp,) = task.items
@@ -156,22 +189,22 @@ class ShuffleReader:
         if all(r[2] == "arrow" for r in ranges):
             chunks = _ColumnarMerge(inp, fan_in).chunks(ranges)
             if chunks is not None:
-                return self.mode.apply_columnar(chunks)
-        return self._read_pickled(inp, ranges, fan_in)
+                return self.mode.apply_columnar(chunks, origin)
+        return self._read_pickled(inp, ranges, fan_in, origin)
 
-    def _read_pickled(self, inp: ReduceInput, ranges: list, fan_in: int) -> Iterator[Any]:
+    def _read_pickled(self, inp: ReduceInput, ranges: list, fan_in: int, origin: Origin | None) -> Iterator[Any]:
         keyed = not isinstance(self.mode, Concatenate)
         sources = [lambda r=r: _pickled_records(r, inp, keyed) for r in ranges]
         if len(sources) <= fan_in:
-            return self.mode.apply(self._merge([s() for s in sources]))
-        return self._read_in_passes(sources, fan_in)
+            return self.mode.apply(self._merge([s() for s in sources]), origin)
+        return self._read_in_passes(sources, fan_in, origin)
 
     def _merge(self, streams: list[Iterator[tuple]]) -> Iterator[tuple]:
         if self.sorted_by_value:
             return _naming_sort_by(heapq.merge(*streams, key=lambda r: (r[0], r[1], r[2], r[3], r[4])))
         return heapq.merge(*streams, key=lambda r: (r[0], r[1], r[3], r[4]))
 
-    def _read_in_passes(self, sources: list[Callable[[], Iterator[tuple]]], fan_in: int) -> Iterator[Any]:
+    def _read_in_passes(self, sources: list[Callable[[], Iterator[tuple]]], fan_in: int, origin: Origin | None) -> Iterator[Any]:
         """Merge `fan_in` runs at a time into local intermediate runs until few enough remain."""
         workdir = make_temp_dir("merge")  # named for this process: a later run sweeps it if we are killed
         try:
@@ -186,7 +219,7 @@ class ShuffleReader:
                 sources = merged
                 passes += 1
             counters.increment("zephyr/merge_passes", passes)
-            yield from self.mode.apply(self._merge([s() for s in sources]))
+            yield from self.mode.apply(self._merge([s() for s in sources]), origin)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
@@ -225,9 +258,9 @@ def _pickled_records(rng: tuple, inp: ReduceInput, keyed: bool) -> Iterator[tupl
         records = read_pickle_range(path, start, end - start)
     else:
         records = (
-            (h, kb, sv, shard, pos, dumps((key, item)))
+            (h, kb, sv, shard if s is None else s, pos, dumps((key, item)))
             for batch in read_arrow_range(path, head, start, end, schema_len)
-            for h, kb, sv, pos, key, item in batch_rows(batch, keyed=keyed)
+            for h, kb, sv, s, pos, key, item in batch_rows(batch, keyed=keyed)
         )
     return records if keep is None else (r for r in records if keep(r[0]))
 

@@ -15,7 +15,7 @@ runs never hold thousands of descriptors). Two formats:
   writer reports each batch's first hash, rows and offset, so a reduce task that owns only a
   key range of a skewed partition reads only the batches that can hold it.
 - **Pickle** (`.bin`, anything else): zstd frames of pickled record lists
-  `(h, kb, sort value, map shard, position, pickle((key, item)))`.
+  `(h, kb, sort value, origin shard, origin position, pickle((key, item)))`.
 """
 
 from __future__ import annotations

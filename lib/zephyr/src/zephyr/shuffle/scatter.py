@@ -8,7 +8,8 @@ chunk becomes an Arrow record batch when its records convert exactly (`columnar`
 lines, or a column per field), else a list of pickled records. A buffer of a quarter of the
 task's `memory` (256 MiB without a budget; an eighth for Arrow data, which the sort holds
 twice) holds chunks; when full it is sorted by (partition, hash, key bytes, sort value,
-position) with NumPy/Arrow, combined (deduplicate's keep-first is vectorized), and spilled as
+origin) with NumPy/Arrow (the origin is the item's position in a source stage, else the one
+its stage's reader published: `zephyr.shuffle.origin`), combined (deduplicate's keep-first is vectorized), and spilled as
 one run (`runs.py`). A buffer is columnar while every chunk converts with one schema (a buffer
 holding fields takes later chunks as fields); the first chunk that does not turns it (and
 what it holds) into pickles, so mixed data always shuffles exactly.
@@ -29,6 +30,7 @@ import orjson
 import pyarrow as pa
 
 from zephyr import counters
+from zephyr.dedup import report
 from zephyr.switches import switched_on
 from zephyr.engine.frame import Frame, Pieces
 from zephyr.shuffle.frame_keys import frame_keys
@@ -40,6 +42,7 @@ from zephyr.naming import callable_name
 from zephyr.shuffle.run_index import BATCH_DTYPE, pack
 from zephyr.shuffle.runs import ArrowRunWriter, write_pickle_frames
 from zephyr.shuffle.keys import hash_key_bytes, key_bytes
+from zephyr.shuffle.origin import Origin, split
 import pickle
 
 __all__ = ["HashPartition", "RoundRobin", "ScatterSink", "keep_first", "unorderable_sort_by"]
@@ -58,7 +61,7 @@ def _columnar_enabled() -> bool:
 
 
 def keep_first(key: Any, items: Iterator[Any]) -> Any:
-    """The combiner behind `deduplicate`: the first item of a group (they arrive in position order)."""
+    """The combiner behind `deduplicate`: the first item of a group (they arrive in origin order)."""
     return next(items)
 
 
@@ -97,7 +100,9 @@ class ScatterSink:
     def manifest_path(self, shard: int) -> str:
         return f"{self.root}/map-{shard:05d}.json"
 
-    def write(self, stream: Iterator[Any], task) -> dict:
+    def write(self, stream: Iterator[Any], task, origin: Origin | None = None) -> dict:
+        """Scatter the stage's `stream`; with `origin` (a stage that reads a shuffle), each item's
+        origin is the one published when it arrives (`zephyr.shuffle.origin`), else its position."""
         budget = max(MIN_BUFFER, task.memory // 4) if task.memory else DEFAULT_BUFFER
         # sorting an Arrow buffer holds it twice (the buffer, then its sorted copy): budget half
         arrow_budget = budget // 2
@@ -107,9 +112,13 @@ class ScatterSink:
         records = 0
         rows = FIRST_CHUNK_ROWS  # until the first chunk has measured what a record takes
         # the engine's pieces (frames or lists of records) are chunks as they come
-        chunks = stream.chunks() if isinstance(stream, Pieces) else iter(lambda: list(itertools.islice(stream, rows)), [])
+        if origin is not None:  # (chunk, its items' origins) pairs
+            chunks = _with_origins(stream, origin, lambda: rows)
+        else:
+            chunks = stream.chunks() if isinstance(stream, Pieces) else iter(lambda: list(itertools.islice(stream, rows)), [])
         for chunk in chunks:
-            buffer.add(chunk, records)
+            chunk, origins = chunk if origin is not None else (chunk, None)
+            buffer.add(chunk, records, origins)
             records += len(chunk)
             rows = buffer.chunk_rows()
             if buffer.used >= (budget if buffer.pickled is not None else arrow_budget):
@@ -118,6 +127,8 @@ class ScatterSink:
         if buffer.rows:
             runs.append(buffer.spill(f"{self.root}/map-{task.shard:05d}-run-{attempt}-{len(runs):03d}"))
         counters.increment("zephyr/shuffle_records", records)
+        if getattr(self.partitioner, "combiner", None) is keep_first:  # a deduplicate's documents in (`zephyr.dedup.report`)
+            report.count("documents_in", records)
         counters.increment("zephyr/shuffle_runs", len(runs))
         counters.increment("zephyr/shuffle_runs_columnar", sum(r["format"] == "arrow" for r in runs))
         # the shard's counters travel with its manifest, so a resumed run still counts it once
@@ -125,6 +136,24 @@ class ScatterSink:
         with atomic_write(self.manifest_path(task.shard), remove_stale=False) as f:
             f.write(orjson.dumps(summary))
         return summary
+
+
+def _with_origins(stream, origin: Origin, rows) -> Iterator[tuple[Any, list]]:
+    """(chunk of `rows()` items, their packed origins): each item's origin as published when it
+    arrived (a batch path's piece, all of whose rows come from the item last read, gets that one)."""
+    if isinstance(stream, Pieces):
+        for chunk in stream.chunks():
+            yield chunk, [origin.value] * len(chunk)
+        return
+    while True:
+        items: list = []
+        origins: list = []
+        for item in itertools.islice(stream, rows()):
+            items.append(item)
+            origins.append(origin.value)
+        if not items:
+            return
+        yield items, origins
 
 
 class _Buffer:
@@ -141,7 +170,7 @@ class _Buffer:
         self.hashed = isinstance(self.part, HashPartition)
         self.batches: list[pa.RecordBatch] = []
         self.schema: pa.Schema | None = None
-        # (p, h, kb, sort value, pos, payload) once the buffer holds pickles
+        # (p, h, kb, sort value, origin shard, origin pos, payload) once the buffer holds pickles
         self.pickled: list[tuple] | None = None if _columnar_enabled() else []
         self.used = 0
         self.rows = 0
@@ -150,11 +179,13 @@ class _Buffer:
     def chunk_rows(self) -> int:
         return int(min(16384, max(MIN_CHUNK_ROWS, CHUNK_BYTES / max(self._bytes_per_row, 1.0))))
 
-    def add(self, items: list | Frame, first_pos: int) -> None:
+    def add(self, items: list | Frame, first_pos: int, origins: list | None = None) -> None:
+        """Add a chunk whose first item is the stream's `first_pos`-th; `origins`: the items'
+        packed origins (None: their positions in this shard are)."""
         if isinstance(items, Frame):
-            batch = None if self.pickled is not None else self._rows_batch(items, first_pos)
+            batch = None if self.pickled is not None else self._rows_batch(items, first_pos, origins)
             if batch is None:
-                return self.add(items.records(), first_pos)
+                return self.add(items.records(), first_pos, origins)
             self.batches.append(batch)
             self.used += batch.nbytes
             self.rows += len(items)
@@ -164,17 +195,17 @@ class _Buffer:
         sort_by = self.part.sort_by if self.hashed else None
         values = list(map(sort_by, items)) if sort_by is not None else None
         before = self.used
-        batch = None if self.pickled is not None else self._columnar(items, keys, values, first_pos)
+        batch = None if self.pickled is not None else self._columnar(items, keys, values, first_pos, origins)
         if batch is None:
             self._to_pickles()
-            self._add_pickled(items, keys, values, first_pos)
+            self._add_pickled(items, keys, values, first_pos, origins)
         else:
             self.batches.append(batch)
             self.used += batch.nbytes
         self.rows += len(items)
         self._bytes_per_row = (self.used - before) / len(items)
 
-    def _columnar(self, items, keys, values, first_pos: int) -> pa.RecordBatch | None:
+    def _columnar(self, items, keys, values, first_pos: int, origins) -> pa.RecordBatch | None:
         fields_only = self.schema is not None and not is_json(self.schema)  # keep one form per buffer
         payload = payload_of(items, parsed_json=self.sink.parsed_json, fields_only=fields_only)
         if payload is None:
@@ -182,9 +213,9 @@ class _Buffer:
         key = key_column(keys) if self.hashed else None
         if self.hashed and key is None:
             return None
-        return self._assembled(key, len(items), values, first_pos, payload)
+        return self._assembled(key, len(items), values, first_pos, payload, origins)
 
-    def _rows_batch(self, rows: Frame, first_pos: int) -> pa.RecordBatch | None:
+    def _rows_batch(self, rows: Frame, first_pos: int, origins) -> pa.RecordBatch | None:
         """A frame's rows as they are: their JSON lines, keys from their key column (None
         where records are needed: a `sort_by` function, or a buffer that holds fields)."""
         if (self.hashed and self.part.sort_by is not None) or (self.schema is not None and not is_json(self.schema)) or not json_enabled():
@@ -195,9 +226,9 @@ class _Buffer:
         lines = json_lines(rows)
         if lines is None or (self.hashed and key is None):
             return None
-        return self._assembled(key, len(rows), None, first_pos, ([lines], [JSON_COLUMN], JSON_DESCRIPTION))
+        return self._assembled(key, len(rows), None, first_pos, ([lines], [JSON_COLUMN], JSON_DESCRIPTION), origins)
 
-    def _assembled(self, key, n: int, values, first_pos: int, payload) -> pa.RecordBatch | None:
+    def _assembled(self, key, n: int, values, first_pos: int, payload, origins) -> pa.RecordBatch | None:
         if key is not None:
             kb, h = key
             p = (h % np.uint64(self.sink.num_partitions)).astype(np.uint32)
@@ -212,8 +243,13 @@ class _Buffer:
                 return None
             columns.append(sv)
             names.append("sv")
-        columns.append(pa.array(np.arange(first_pos, first_pos + n, dtype=np.int64)))
-        names.append("pos")
+        if origins is None:
+            columns.append(pa.array(np.arange(first_pos, first_pos + n, dtype=np.int64)))
+            names.append("pos")
+        else:  # the origin's shard differs from row to row: a column of its own (else added when read)
+            shards, positions = split(origins)
+            columns += [pa.array(shards), pa.array(positions)]
+            names += ["s", "pos"]
         data, data_names, description = payload
         columns += data
         names += data_names
@@ -224,7 +260,7 @@ class _Buffer:
         self.schema = schema
         return batch
 
-    def _add_pickled(self, items, keys, values, first_pos: int) -> None:
+    def _add_pickled(self, items, keys, values, first_pos: int, origins) -> None:
         n = len(items)
         positions = range(first_pos, first_pos + n)
         if self.hashed:
@@ -236,7 +272,11 @@ class _Buffer:
             kbs, h = [b""] * n, np.zeros(n, dtype=np.uint64)
             p = [(self.start + pos) % self.sink.num_partitions for pos in positions]
             payloads = [dumps((None, item)) for item in items]
-        self.pickled.extend(zip(p, h.tolist(), kbs, values or itertools.repeat(None), positions, payloads))
+        if origins is None:
+            shards, at = itertools.repeat(self.shard), positions
+        else:
+            shards, at = (column.tolist() for column in split(origins))
+        self.pickled.extend(zip(p, h.tolist(), kbs, values or itertools.repeat(None), shards, at, payloads))
         self.used += sum(map(len, payloads)) + sum(map(len, kbs)) + n * _RECORD_OVERHEAD
 
     def _to_pickles(self) -> None:
@@ -247,7 +287,8 @@ class _Buffer:
         for batch in self.batches:
             rows = batch_rows(conform(batch, self.schema), keyed=self.hashed)
             partitions = batch.column("p").to_pylist()
-            self.pickled.extend((p, h, kb, sv, pos, dumps((key, item))) for p, (h, kb, sv, pos, key, item) in zip(partitions, rows))
+            self.pickled.extend((p, h, kb, sv, self.shard if s is None else s, pos, dumps((key, item)))
+                                for p, (h, kb, sv, s, pos, key, item) in zip(partitions, rows))
         self.batches, self.schema = [], None
 
     def spill(self, stem: str) -> dict:
@@ -285,7 +326,7 @@ class _Buffer:
         records = self.pickled
         by_value = self.hashed and self.part.sort_by is not None
         try:
-            records.sort(key=(lambda r: (r[0], r[1], r[2], r[3], r[4])) if by_value else (lambda r: (r[0], r[1], r[2], r[4])))
+            records.sort(key=(lambda r: r[:6]) if by_value else (lambda r: (r[0], r[1], r[2], r[4], r[5])))
         except TypeError as e:  # only sort_by values can fail to compare: the rest are ints and bytes
             raise unorderable_sort_by(e) from e
         if combiner is not None:
@@ -299,7 +340,7 @@ class _Buffer:
             for p, group in itertools.groupby(records, key=lambda r: r[0]):
                 offsets[p] = length
                 frames: list[tuple] = []
-                length += write_pickle_frames(f, ((h, kb, sv, self.shard, pos, pl) for _, h, kb, sv, pos, pl in group), frames)
+                length += write_pickle_frames(f, (r[1:] for r in group), frames)
                 if len(frames) > 1:
                     index += [(p, h, n, offsets[p] + at) for h, n, at in frames]
                 offsets[p + 1 :] = length
@@ -311,8 +352,8 @@ class _Buffer:
         sort_by = self.part.sort_by
         for _, group in itertools.groupby(records, key=lambda r: (r[0], r[1], r[2])):
             first = next(group)
-            key, item0 = pickle.loads(first[5])
-            items = itertools.chain([item0], (pickle.loads(r[5])[1] for r in group))
+            key, item0 = pickle.loads(first[6])
+            items = itertools.chain([item0], (pickle.loads(r[6])[1] for r in group))
             combined = combiner(key, items)
             # a generator combiner (the reference project's form) yields the group's partial items
             outputs = list(combined) if isinstance(combined, Iterator) else [combined]
@@ -323,7 +364,7 @@ class _Buffer:
                     raise unorderable_sort_by(e) from e
             for item in outputs:
                 sv = sort_by(item) if sort_by is not None else None
-                yield (first[0], first[1], first[2], sv, first[4], dumps((key, item)))
+                yield (first[0], first[1], first[2], sv, first[4], first[5], dumps((key, item)))
 
 
 def unorderable_sort_by(error: TypeError) -> TypeError:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from zephyr.counters import Totals, public
 from zephyr.cost import StageCost
+from zephyr.dedup.report import dedup_section
 from zephyr.errors import ShardError
 from zephyr.out_of_memory import is_out_of_memory
 from zephyr.status.labels import current_label
@@ -131,6 +132,7 @@ class RunStatus:
         self._ended: float | None = None
         self._counters = counters
         self._stages = [_stage_of(s) for s in plan.stages]
+        self._dedups = getattr(plan, "dedups", ())  # where each dedup counts its documents
         # scatter stages whose output a rerun cannot reuse, and why (`Plan.not_resumable`)
         self.not_resumable: list[dict] = plan.not_resumable()
         self._failures: list[_Failure] = []  # the first MAX_FAILURES // 2
@@ -331,6 +333,7 @@ class RunStatus:
                 "stages": stages,
                 # a C-level copy under the GIL: the runner only ever adds str keys to it
                 "counters": dict(sorted(public(dict(self._counters)).items())),
+                "dedups": dedup_section(self._dedups, self._counters),
                 "failures": [f.to_dict() for f in failures],
                 "failures_total": self._failures_total,
                 "not_resumable": [dict(item) for item in self.not_resumable],

@@ -9,6 +9,7 @@ import urllib.request
 
 import orjson
 
+from zephyr.dedup.report import format_dedups
 from zephyr.status.costs import cost_line
 from zephyr.status.crashes import describe_crash
 from zephyr.resources import format_bytes as _bytes
@@ -57,6 +58,7 @@ def format_snapshot(s: dict, width: int = 100) -> str:
         lines.append(f"  not resumable: stage {item['stage']}: {item['reason'][:width]}")
     for st in s["stages"]:
         lines.extend(_stage_lines(st, width))
+    lines.extend(format_dedups(s.get("dedups") or []))
     stragglers = sorted(((st["name"], g) for st in s["stages"] for g in st["stragglers"]), key=lambda x: -x[1]["elapsed_s"])
     if stragglers:
         lines.append("stragglers (slowest in flight):")
