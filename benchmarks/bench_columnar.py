@@ -22,7 +22,6 @@ run (libraries loaded and warmed by it) and the fastest later one ("warm").
 from __future__ import annotations
 
 import argparse
-import filecmp
 import json
 import os
 import shutil
@@ -54,6 +53,9 @@ def zephyr_pipeline(job: str, paths: list[str], out_dir: str, min_chars: int, pl
     ds = Dataset.from_files(list(paths)).load_jsonl()
     if job == "dedup":
         ds = ds.deduplicate(col("text"))
+    elif job == "count":
+        return ds.group_by("domain", num_output_shards=1).count().write_jsonl(
+            os.path.join(out_dir, "part-{shard:05d}.jsonl" + ("" if plain else ".zst")))
     else:
         ds = ds.with_columns(num_chars=col("text").str_len()).filter(col("num_chars") >= min_chars)
     if job == "parquet":
@@ -90,8 +92,8 @@ def run_zephyr(spec: dict) -> dict:
         ray.shutdown()
     return runs_result(runs) | {
         "peak_rss_mib": round(max(peaks.values()), 1) if peaks else None,
-        "rss_note": "per Ray worker", "blocks_as_batches": execution.counters.get("zephyr/blocks_as_batches", 0),
-        "blocks_as_records": execution.counters.get("zephyr/blocks_as_records", 0),
+        "rss_note": "per Ray worker", "engine_blocks": execution.counters.get("zephyr/engine_blocks", 0),
+        "python_expressions": execution.counters.get("zephyr/python_expressions", 0),
         "parquet_batches_as_records": execution.counters.get("zephyr/parquet_batches_as_records", 0)}
 
 
@@ -137,10 +139,56 @@ def output_rows(out_dir: str) -> int:
     return rows
 
 
-def same_files(a: str, b: str) -> bool:
-    names = sorted(n for n in os.listdir(a) if not n.startswith("."))
-    return names == sorted(n for n in os.listdir(b) if not n.startswith(".")) and all(
-        filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False) for n in names)
+def derived_corpus(info, directory: str, job: str):
+    """The corpus rewritten for a job: `w1dumps`, each line as Python's `json.dumps` writes it
+    (spaces after ':' and ',', `\\uXXXX` escapes); `count`, each record with its url's host as
+    `domain` (a few thousand distinct)."""
+    import dataclasses
+
+    import orjson
+    import zstandard
+
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for path in info.paths:
+        out = os.path.join(directory, os.path.basename(path))
+        paths.append(out)
+        if os.path.exists(out):
+            continue
+        with open(path, "rb") as f:
+            lines = zstandard.ZstdDecompressor().stream_reader(f).read().splitlines()
+        if job == "w1dumps":
+            data = "".join(json.dumps(orjson.loads(line)) + "\n" for line in lines).encode()
+        else:
+            records = map(orjson.loads, lines)
+            data = b"".join(orjson.dumps({**r, "domain": r["url"].split("/")[2]}) + b"\n" for r in records)
+        with open(out + ".tmp", "wb") as f:
+            f.write(zstandard.ZstdCompressor(level=3).compress(data))
+        os.replace(out + ".tmp", out)
+    return dataclasses.replace(info, paths=tuple(paths))
+
+
+def same_records(a: str, b: str) -> bool:
+    """Whether two output folders hold the same records (as exact JSON text, key order included;
+    Parquet rows as read), whatever their files' bytes: the engine writes a row no op changed
+    as the line it read, the record path writes orjson's form."""
+    return _records_of(a) == _records_of(b)
+
+
+def _records_of(out_dir: str) -> list[str]:
+    import pyarrow.parquet as pq
+    import zstandard
+
+    rows = []
+    for name in sorted(n for n in os.listdir(out_dir) if not n.startswith(".")):
+        path = os.path.join(out_dir, name)
+        if name.endswith(".parquet"):
+            rows += [json.dumps(r, sort_keys=False) for r in pq.read_table(path).to_pylist()]
+            continue
+        with open(path, "rb") as f:
+            data = zstandard.ZstdDecompressor().stream_reader(f).read() if name.endswith(".zst") else f.read()
+        rows += [json.dumps(json.loads(line), ensure_ascii=False, separators=(",", ":")) for line in data.splitlines()]
+    return sorted(rows)
 
 
 def _total_memory(memory: str, cores: int) -> str:
@@ -177,7 +225,7 @@ def run_job(args, work: str, job: str, paths: list[str], variants: list[str]) ->
             r["same_ids_as_records"] = r.pop("kept_ids") == reference
     names = [r["name"] for r in ok]
     if set(ZEPHYR) <= set(names):
-        ok[names.index("zephyr-batches")]["same_bytes_as_records"] = same_files(
+        ok[names.index("zephyr-batches")]["same_records_as_records"] = same_records(
             os.path.join(work, f"out-{job}-zephyr-batches"), os.path.join(work, f"out-{job}-zephyr-records"))
     return results
 
@@ -191,7 +239,7 @@ def print_table(job: str, results: list[dict], corpus: dict) -> None:
         if "failed" in r:
             print(f"| {r['name']} | failed | | | | | | | | | |")
             continue
-        same = r.get("same_bytes_as_records", r.get("same_ids_as_records", ""))
+        same = r.get("same_records_as_records", r.get("same_ids_as_records", ""))
         ratio = f"{base['seconds'] / r['seconds']:.2f}x" if base else ""
         print(f"| {r['name']} | {r['seconds']:.2f} | {corpus['docs'] / r['seconds']:,.0f} | {ratio} | {r['rows_out']:,} | {same} "
               f"| {r['peak_rss_mib']} ({r['rss_note']}) | {r['cpu_s']:.1f} | {r.get('warm_seconds', 0):.2f} | {r.get('warm_cpu_s', 0):.1f} "
@@ -206,7 +254,8 @@ def main(argv=None) -> None:
     parser.add_argument("--min-chars", type=int, default=1000, help="W1's filter: num_chars >= this (default 1000)")
     parser.add_argument("--memory", default="256MiB", help="zephyr's task memory budget (default 256MiB)")
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="cores for every variant (default: all)")
-    parser.add_argument("--jobs", default="dedup,w1,parquet", help="which jobs (default dedup,w1,parquet)")
+    parser.add_argument("--jobs", default="dedup,w1,parquet", help="which jobs (default dedup,w1,parquet; also w1dumps: W1 on "
+                        "json.dumps-formatted input, count: rows per domain)")
     parser.add_argument("--parquet-min-chars", type=int, default=200, help="the parquet job's filter (default 200)")
     parser.add_argument("--runs", type=int, default=3, help="runs of each variant in its one process (default 3): the first, and the best later one")
     parser.add_argument("--plain", action="store_true", help="write JSON lines uncompressed, every tool (Daft's only form)")
@@ -225,11 +274,13 @@ def main(argv=None) -> None:
     out = {"benchmark": "columnar", "machine": machine(), "load_before": load_average(), "params": vars(args) | {"child": None}}
     with work_dir(args.work_dir, "zephyr-bench-columnar-") as work:
         for job in args.jobs.split(","):
-            if job in ("dedup", "parquet"):
+            if job in ("dedup", "parquet", "count"):
                 info = ensure_corpus(os.path.join(work, "corpus"), num_shards=args.shards, docs_per_shard=args.docs // args.shards,
                                      dup_fraction=0.1, min_chars=50, max_chars=400, seed=4)
             else:
                 info = w1_corpus(os.path.join(work, "w1"), args.shards, args.w1_docs // args.shards)
+            if job in ("w1dumps", "count"):
+                info = derived_corpus(info, os.path.join(work, job), job)
             corpus = {"docs": info.num_docs, "mb_jsonl": round(info.bytes_uncompressed / 1e6, 1), "shards": args.shards}
             results = run_job(args, work, job, list(info.paths), variants)
             out[job] = {"corpus": corpus, "variants": results}

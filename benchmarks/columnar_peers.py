@@ -98,6 +98,8 @@ def _polars(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int
     del frames
     if job == "dedup":
         df = df.unique(subset=["text"], keep="first", maintain_order=True)
+    elif job == "count":
+        df = df.group_by("domain").len("count")
     else:
         df = df.with_columns(num_chars=pl.col("text").str.len_chars()).filter(pl.col("num_chars") >= min_chars)
     if job == "parquet":
@@ -121,6 +123,8 @@ def _polars_streaming(job: str, paths: list[str], out_dir: str, cores: int, min_
     lf = pl.scan_ndjson(list(paths))
     if job == "dedup":
         lf = lf.unique(subset=["text"], keep="first", maintain_order=True)
+    elif job == "count":
+        lf = lf.group_by("domain").len("count")
     else:
         lf = lf.with_columns(num_chars=pl.col("text").str.len_chars()).filter(pl.col("num_chars") >= min_chars)
     if job == "parquet":
@@ -146,9 +150,13 @@ def _duckdb(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int
     scan = (f"read_json({files}, format='newline_delimited', "
             "columns={'id': 'VARCHAR', 'url': 'VARCHAR', 'text': 'VARCHAR'})")
     out = os.path.join(out_dir, "part-0.parquet" if job == "parquet" else "part-0.jsonl" if plain else "part-0.jsonl.zst")
+    if job == "count":
+        scan = scan.replace("'text': 'VARCHAR'}", "'text': 'VARCHAR', 'domain': 'VARCHAR'}")
     if job == "dedup":
         query = (f"SELECT id, url, text FROM (SELECT *, row_number() OVER () AS rn FROM {scan}) "
                  "QUALIFY row_number() OVER (PARTITION BY text ORDER BY rn) = 1")
+    elif job == "count":
+        query = f"SELECT domain, count(*) AS count FROM {scan} GROUP BY domain"
     else:
         query = f"SELECT *, length(text) AS num_chars FROM {scan} WHERE length(text) >= {min_chars}"
     options = "FORMAT parquet, COMPRESSION snappy" if job == "parquet" else "FORMAT json, COMPRESSION " + ("none" if plain else "zstd")
@@ -166,6 +174,8 @@ def _daft(job: str, paths: list[str], out_dir: str, cores: int, min_chars: int, 
     df = daft.read_json(list(paths))
     if job == "dedup":
         df = df.distinct("text")
+    elif job == "count":
+        df = df.groupby("domain").agg(col("url").count().alias("count"))
     else:
         df = df.with_column("num_chars", col("text").length()).where(col("num_chars") >= min_chars)
     if job == "parquet":

@@ -10,7 +10,7 @@ from, byte for byte, and a field no op reads is never converted.
 
 A column whose values in the block are not all of one kind (an int beside a str, a bool beside
 an int, an int beyond 64 bits, a nested value) is kept as Python values (`untyped`): every
-expression reading it runs in Python, and the counter `zephyr/python_columns` says so.
+expression reading it runs in Python, and the counter `zephyr/python_columns/<name>` says so.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ import pyarrow as pa
 
 from zephyr import counters
 
-__all__ = ["Frame", "Pieces", "typed_series", "records_of"]
+__all__ = ["PYTHON_COLUMN", "Frame", "Pieces", "typed_series", "records_of"]
+
+PYTHON_COLUMN = "zephyr/python_columns/"  # + a column's name: blocks where it held values of several kinds
 
 _INT64 = 2**63
 _DTYPES = {str: pl.String, float: pl.Float64, bool: pl.Boolean}
@@ -116,7 +118,7 @@ class Frame:
         for name, values in columns.items():
             series = values if isinstance(values, pl.Series) else typed_series(name, values)
             if series is None:
-                counters.increment("zephyr/python_columns")
+                counters.increment(PYTHON_COLUMN + name)
                 untyped[name] = values
                 df = df.drop(name, strict=False)
             else:

@@ -20,7 +20,7 @@ import polars as pl
 import pyarrow as pa
 
 from zephyr import counters
-from zephyr.engine.frame import Frame, typed_series
+from zephyr.engine.frame import PYTHON_COLUMN, Frame, typed_series
 from zephyr.io.jsonl import decode_block_lines, jsonl_blocks
 
 __all__ = ["ALL_COLUMNS", "block_bytes", "frame_of_table", "jsonl_frames"]
@@ -55,7 +55,7 @@ def _frame_of_records(records: list, lines: pa.Array, needed: frozenset | None) 
         values = [r.get(name) for r in records]
         series = typed_series(name, values)
         if series is None:
-            counters.increment("zephyr/python_columns")
+            counters.increment(PYTHON_COLUMN + name)
             untyped[name] = values
         else:
             typed.append(series)

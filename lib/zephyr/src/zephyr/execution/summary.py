@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from zephyr.counters import public
 from zephyr.dedup.report import dedup_section, format_dedups
+from zephyr.engine.frame import PYTHON_COLUMN
 from zephyr.execution.progress import format_largest
 from zephyr.execution.runner import Execution
 from zephyr.status.costs import cost_line
@@ -32,6 +33,7 @@ def format_summary(execution: Execution) -> str:
     lines.extend(format_dedups(dedup_section(execution.plan.dedups, execution.counters)))
     for item in execution.plan.not_resumable():
         lines.append(f"  not resumable: stage {item['stage']} (a failed run would redo it): {item['reason']}")
+    lines.extend(engine_lines(execution.counters))
     shown = public(execution.counters)  # without the aggregation companions, as the status and the record show them
     if shown:
         lines.append("  counters:")
@@ -44,6 +46,18 @@ def format_summary(execution: Execution) -> str:
     if getattr(execution, "run_record", None):
         lines.append(f"  run record: {execution.run_record} (zephyr status / zephyr dashboard DIR)")
     return "\n".join(lines)
+
+
+def engine_lines(counters: dict) -> list[str]:
+    """What ran in Python where the engine could not hold the data exactly, said in words."""
+    lines = []
+    for name in sorted(k for k in counters if k.startswith(PYTHON_COLUMN)):
+        lines.append(f"  in Python, not the engine: column {name[len(PYTHON_COLUMN):]!r} held values of several kinds "
+                     f"(an int beside a str or a bool, an integer beyond 64 bits, nested values) in {counters[name]:,} block(s)")
+    if counters.get("zephyr/python_expressions"):
+        lines.append(f"  in Python, not the engine: {counters['zephyr/python_expressions']:,} block(s) of an expression Polars "
+                     "could compute otherwise (types it cannot hold exactly, integer arithmetic, nested fields)")
+    return lines
 
 
 def quarantine_lines(quarantine) -> list[str]:
