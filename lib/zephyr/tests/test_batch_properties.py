@@ -347,7 +347,7 @@ def test_the_plan_shows_where_batches_become_records(tmp_path):
 
 def test_block_size_follows_the_memory_budget():
     assert block_bytes(2 * 2**30) == MAX_BLOCK
-    assert block_bytes(256 * 2**20) == 2**20
+    assert block_bytes(256 * 2**20) == 4 * 2**20
     assert block_bytes(16 * 2**20) == MIN_BLOCK
 
 
@@ -364,7 +364,7 @@ def py_tag(record):
 def test_an_error_in_a_batch_op_names_no_wrong_record(tmp_path):
     """Regression: a map_batches error in the second block was blamed on the last record of the
     first block (the rows counted so far), when a per-record op followed."""
-    path = _write(tmp_path / "in.jsonl", [orjson.dumps({"id": i, "text": "x" * 120}) for i in range(3000)])
+    path = _write(tmp_path / "in.jsonl", [orjson.dumps({"id": i, "text": "x" * 1000}) for i in range(3000)])
     assert os.path.getsize(path) > MIN_BLOCK  # two blocks with no memory budget's minimum
     for columnar in ("1", "0"):
         os.environ["ZEPHYR_COLUMNAR"] = columnar
@@ -458,13 +458,13 @@ def test_files_of_long_lines_run_in_the_engine(tmp_path):
 
 
 def test_parquet_from_batches_cuts_and_widens_row_groups_as_the_record_path(tmp_path):
-    """20,000 rows in ~256 KiB blocks, so the writer's 8,192-row batches straddle blocks; a
+    """20,000 rows in ~1 MiB blocks, so the writer's 8,192-row batches straddle blocks; a
     column that is null for the first 9,000 rows widens the schema in the second batch. The
     batch path writes the record path's bytes without turning a batch into records, and the
     file reads back as plain Python says."""
     import pyarrow.parquet as pq
 
-    rows = [{"id": i, "t": "é" * (i % 7), "b": i % 3 == 0, "n": None if i < 9000 else f"s{i}"} for i in range(20000)]
+    rows = [{"id": i, "t": "é" * (i % 7), "b": i % 3 == 0, "n": None if i < 9000 else f"s{i}", "pad": "p" * 120} for i in range(20000)]
     source = _write(tmp_path / "in.jsonl", [orjson.dumps(r) for r in rows])
     outputs = {}
     for columnar in (False, True):

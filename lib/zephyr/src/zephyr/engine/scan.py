@@ -25,16 +25,18 @@ from zephyr.io.jsonl import decode_block_lines, jsonl_blocks
 
 __all__ = ["ALL_COLUMNS", "block_bytes", "frame_of_table", "jsonl_frames"]
 
-MIN_BLOCK = 256 * 1024
-MAX_BLOCK = 4 * 1024 * 1024
-DEFAULT_BLOCK = 1024 * 1024
+MIN_BLOCK = 1024 * 1024
+MAX_BLOCK = 8 * 1024 * 1024
+DEFAULT_BLOCK = 4 * 1024 * 1024
 ALL_COLUMNS = None  # `needed` when every field must become a column
 
 
 def block_bytes(memory: int | None) -> int:
-    """Bytes of JSON lines per block: a 256th of the task's memory, within [256 KiB, 4 MiB].
-    A block is held a few times over (its bytes, its records, its columns, each op's output)."""
-    return DEFAULT_BLOCK if not memory else min(MAX_BLOCK, max(MIN_BLOCK, memory // 256))
+    """Bytes of JSON lines per block: a 64th of the task's memory, within [1 MiB, 8 MiB]. A block
+    is held a few times over (its bytes, its records as Python objects, its columns, each op's
+    output: about 5x); each Polars call costs ~0.1 ms however small its frame, which 1 MiB blocks
+    of short lines (3,400 rows) would pay five times per block."""
+    return DEFAULT_BLOCK if not memory else min(MAX_BLOCK, max(MIN_BLOCK, memory // 64))
 
 
 def jsonl_frames(path: str, on_bad_record: str, size: int, needed: frozenset | None) -> Iterator[Frame]:
