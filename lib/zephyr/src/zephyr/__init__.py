@@ -13,7 +13,7 @@ from zephyr.context import ZephyrContext
 from zephyr.plan.dataset import Dataset, ShardInfo
 from zephyr.errors import NotConvergedError
 from zephyr.errors import PlanError, ShardError
-from zephyr.expr import Expr, col, lit
+from zephyr.expr import Expr, col, lit, when
 from zephyr.io import BadRecordError, CorruptInputError, TruncatedInputError, UnwritableRecordError
 from zephyr.execution.provenance import StaleOutputsError
 from zephyr.execution.quarantine import QuarantineLimitError, QuarantinedShardsError
@@ -48,4 +48,5 @@ __all__ = [
     "lit",
     "set_flow_backend",
     "task_memory",
+    "when",
 ]

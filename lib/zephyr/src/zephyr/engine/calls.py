@@ -1,0 +1,161 @@
+"""Functions of one value (`zephyr.expr.functions`) as Polars expressions, where Polars agrees.
+
+Given the child's Polars expression and kind, each function is computed natively only where
+Polars gives Python's result for every value of that kind (else `Untranslatable`, and the
+engine runs it in Python on the records):
+
+- `str_contains`, `str_starts_with`, `str_ends_with` of a string (UTF-8 is self-synchronizing:
+  a substring of the bytes is a substring of the characters);
+- `str_matches` where the pattern reads alike in both (`zephyr.engine.patterns`);
+- `str_strip`, `word_count` with Python's own whitespace (`str.isspace`, which counts U+001C to
+  U+001F that Rust's `char::is_whitespace` does not) spelled out to Polars;
+- `str_lower`, `str_upper`: Polars and Python map case from different Unicode versions (they
+  differ on 221 code points, e.g. U+019B, U+A7CB), so Polars maps strings made only of blocks
+  where both agree (`CASE_ALIKE`, checked code point by code point by the tests) and Python
+  maps the other rows, inside the same Polars expression;
+- `is_in` of a value of the literals' own kind (str, int, bool; not float: Polars' float
+  equality is not Python's for -0.0 and NaN inside `is_in`);
+- `cast` where the conversion cannot fail and writes the same: to the same kind; int or bool to
+  "float" (both round to nearest even); int to "str" (decimal); bool to "str" ("True"), to
+  "int"; int or float to "bool" (`!= 0`, true for NaN in both). Not a float to "str" (Python's
+  repr is its own), nor a float or str to "int" or "float" (Python's parsing and errors);
+- `list_len` of a Polars list column (Parquet input; JSON lines hold lists in Python);
+- `hash` of a str, int or bool: the canonical key bytes made in Polars (`b"s"` + UTF-8, `b"j"`
+  + decimal or `true`/`false`) and hashed by xxHash64 natively (the `polars-hash` plugin, whose
+  xxhash64 is the published algorithm, so it gives what `xxhash.xxh64_intdigest` gives).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import polars as pl
+import polars_hash  # noqa: F401  (registers the `nchash` namespace on Polars expressions)
+
+from zephyr import counters
+from zephyr.engine.patterns import polars_reads_alike
+
+__all__ = ["CASE_ALIKE", "DTYPES", "Untranslatable", "call_to_polars"]
+
+DTYPES = {"str": pl.String, "int": pl.Int64, "float": pl.Float64, "bool": pl.Boolean, "uint64": pl.UInt64, "null": pl.Null}
+# code point ranges where Polars' and Python's case mappings, and the properties that decide a
+# final sigma (cased, case-ignorable), agree: Latin to Latin Extended-A, Greek, Cyrillic,
+# Hebrew, Arabic, Indic scripts, Thai, Latin Extended Additional, Greek Extended, punctuation,
+# currency, letterlike symbols, CJK, kana, Hangul, full-width forms, emoji
+CASE_ALIKE = ((0x0, 0x17F), (0x370, 0x3FF), (0x400, 0x52F), (0x590, 0x6FF), (0x900, 0xE7F), (0x1E00, 0x1FFF),
+              (0x2000, 0x214F), (0x3000, 0x30FF), (0x4E00, 0x9FFF), (0xAC00, 0xD7A3), (0xFF00, 0xFFEF), (0x1F300, 0x1FAFF))
+
+
+_OUTSIDE_CASE_ALIKE = "[^" + "".join(f"\\x{{{a:x}}}-\\x{{{b:x}}}" for a, b in CASE_ALIKE) + "]"
+
+
+class Untranslatable(Exception):
+    """Polars could give a different result (or error) than Python here."""
+
+
+def call_to_polars(name: str, args: tuple, child: pl.Expr, kind: str) -> tuple[pl.Expr, str]:
+    """(the Polars expression of `child.name(*args)`, its kind), or Untranslatable."""
+    if name == "cast":
+        return _cast(child, kind, args[0])
+    if name == "hash":
+        return _hash(child, kind)
+    if name == "is_in":
+        return _is_in(child, kind, args[0])
+    if name == "list_len":
+        raise Untranslatable  # only of a list column (`zephyr.engine.translate`)
+    if kind == "null":
+        return pl.lit(None, dtype=DTYPES[_STRING_RESULT[name]]), _STRING_RESULT[name]
+    if kind != "str":
+        raise Untranslatable  # Python raises a TypeError naming the record
+    return _string(name, args, child), _STRING_RESULT[name]
+
+
+_STRING_RESULT = {"str_contains": "bool", "str_matches": "bool", "str_starts_with": "bool", "str_ends_with": "bool",
+                  "str_lower": "str", "str_upper": "str", "str_strip": "str", "word_count": "int"}
+
+
+def _string(name: str, args: tuple, s: pl.Expr) -> pl.Expr:
+    if name == "str_contains":
+        return s.str.contains(args[0], literal=True)
+    if name == "str_starts_with":
+        return s.str.starts_with(args[0])
+    if name == "str_ends_with":
+        return s.str.ends_with(args[0])
+    if name == "str_matches":
+        if not polars_reads_alike(args[0]):
+            raise Untranslatable
+        return s.str.contains(args[0])
+    if name == "str_strip":
+        return s.str.strip_chars(python_whitespace())
+    if name == "word_count":
+        return s.str.count_matches(f"[^{_class_of(python_whitespace())}]+").cast(pl.Int64)
+    return _case_mapped(s, name == "str_lower")
+
+
+@functools.cache
+def python_whitespace() -> str:
+    """Every character `str.isspace` (and so `str.split`, `str.strip`) takes for whitespace."""
+    return "".join(c for c in map(chr, range(0x110000)) if c.isspace())
+
+
+def _class_of(chars: str) -> str:
+    return "".join(f"\\x{{{ord(c):x}}}" for c in chars)
+
+
+def _case_mapped(s: pl.Expr, lower: bool) -> pl.Expr:
+    """Polars' mapping where the string is made of CASE_ALIKE blocks, Python's elsewhere
+    (counted as `zephyr/python_case_mappings`)."""
+    outside = s.str.contains(_OUTSIDE_CASE_ALIKE)
+    python = pl.when(outside).then(s).map_batches(functools.partial(_python_case, str.lower if lower else str.upper),
+                                                  return_dtype=pl.String)
+    return pl.when(outside).then(python).otherwise(s.str.to_lowercase() if lower else s.str.to_uppercase())
+
+
+def _python_case(mapping, values: pl.Series) -> pl.Series:
+    """`mapping` of the strings Polars leaves to Python (the others are null here)."""
+    if values.null_count() == len(values):
+        return pl.Series([None] * len(values), dtype=pl.String)
+    counters.increment("zephyr/python_case_mappings", len(values) - values.null_count())
+    return pl.Series([None if v is None else mapping(v) for v in values.to_list()], dtype=pl.String)
+
+
+def _is_in(s: pl.Expr, kind: str, values: tuple) -> tuple[pl.Expr, str]:
+    if kind == "null":
+        return pl.lit(None, dtype=pl.Boolean), "bool"
+    kinds = {type(v) for v in values}
+    if kind not in ("str", "int", "bool") or not kinds <= {_PYTHON_TYPES[kind]}:
+        raise Untranslatable  # Python's `==` across kinds (1 == 1.0 == True) and float equality
+    if kind == "int" and any(not -(2**63) <= v < 2**63 for v in values):
+        raise Untranslatable
+    if not values:
+        return pl.when(s.is_null()).then(None).otherwise(False), "bool"
+    return s.is_in(pl.lit(pl.Series(values, dtype=DTYPES[kind])).implode()), "bool"
+
+
+_PYTHON_TYPES = {"str": str, "int": int, "bool": bool}
+
+
+def _cast(s: pl.Expr, kind: str, to: str) -> tuple[pl.Expr, str]:
+    if kind == "null":
+        return pl.lit(None, dtype=DTYPES[to]), to
+    if kind == to:
+        return s, to
+    if (kind, to) in (("int", "float"), ("bool", "float"), ("bool", "int"), ("int", "str")):
+        return s.cast(DTYPES[to]), to
+    if (kind, to) == ("bool", "str"):
+        return pl.when(s).then(pl.lit("True")).otherwise(pl.when(s.is_not_null()).then(pl.lit("False"))), "str"
+    if kind in ("int", "float") and to == "bool":
+        return s != pl.lit(0, dtype=DTYPES[kind]), "bool"
+    raise Untranslatable
+
+
+def _hash(s: pl.Expr, kind: str) -> tuple[pl.Expr, str]:
+    if kind == "null":
+        return pl.lit(None, dtype=pl.UInt64), "uint64"
+    if kind == "str":
+        key = pl.concat_str([pl.lit("s"), s])
+    elif kind in ("int", "bool"):
+        key = pl.concat_str([pl.lit("j"), s.cast(pl.String)])  # -12, true: what orjson writes
+    else:
+        raise Untranslatable  # a float's JSON text is orjson's own; other values run in Python
+    return key.nchash.xxhash64(), "uint64"
