@@ -13,8 +13,8 @@ engine runs it in Python on the records):
   differ on 221 code points, e.g. U+019B, U+A7CB), so Polars maps strings made only of blocks
   where both agree (`CASE_ALIKE`, checked code point by code point by the tests) and Python
   maps the other rows, inside the same Polars expression;
-- `is_in` of a value of the literals' own kind (str, int, bool; not float: Polars' float
-  equality is not Python's for -0.0 and NaN inside `is_in`);
+- `is_in` of a value of the literals' own kind (str, int, float, bool): for floats Polars
+  takes -0.0 for 0.0 as `==` does, and NaN, which only Polars finds in a NaN, is never a literal;
 - `cast` where the conversion cannot fail and writes the same: to the same kind; int or bool to
   "float" (both round to nearest even); int to "str" (decimal); bool to "str" ("True"), to
   "int"; int or float to "bool" (`!= 0`, true for NaN in both). Not a float to "str" (Python's
@@ -123,8 +123,8 @@ def _is_in(s: pl.Expr, kind: str, values: tuple) -> tuple[pl.Expr, str]:
     if kind == "null":
         return pl.lit(None, dtype=pl.Boolean), "bool"
     kinds = {type(v) for v in values}
-    if kind not in ("str", "int", "bool") or not kinds <= {_PYTHON_TYPES[kind]}:
-        raise Untranslatable  # Python's `==` across kinds (1 == 1.0 == True) and float equality
+    if kind not in _PYTHON_TYPES or not kinds <= {_PYTHON_TYPES[kind]}:
+        raise Untranslatable  # Python's `==` across kinds: 1 == 1.0 == True
     if kind == "int" and any(not -(2**63) <= v < 2**63 for v in values):
         raise Untranslatable
     if not values:
@@ -132,7 +132,7 @@ def _is_in(s: pl.Expr, kind: str, values: tuple) -> tuple[pl.Expr, str]:
     return s.is_in(pl.lit(pl.Series(values, dtype=DTYPES[kind])).implode()), "bool"
 
 
-_PYTHON_TYPES = {"str": str, "int": int, "bool": bool}
+_PYTHON_TYPES = {"str": str, "int": int, "float": float, "bool": bool}
 
 
 def _cast(s: pl.Expr, kind: str, to: str) -> tuple[pl.Expr, str]:
