@@ -105,7 +105,8 @@ def _class_of(chars: str) -> str:
 def _case_mapped(s: pl.Expr, lower: bool) -> pl.Expr:
     """Polars' mapping where the string is made of CASE_ALIKE blocks, Python's elsewhere
     (counted as `zephyr/python_case_mappings`)."""
-    outside = s.str.contains(_OUTSIDE_CASE_ALIKE)
+    non_ascii = s.str.len_bytes() != s.str.len_chars()  # cheap; the pattern then reads only those rows
+    outside = pl.when(non_ascii).then(s).str.contains(_OUTSIDE_CASE_ALIKE)
     python = pl.when(outside).then(s).map_batches(functools.partial(_python_case, str.lower if lower else str.upper),
                                                   return_dtype=pl.String)
     return pl.when(outside).then(python).otherwise(s.str.to_lowercase() if lower else s.str.to_uppercase())
