@@ -9,10 +9,11 @@ engine runs it in Python on the records):
 - `str_matches` where the pattern reads alike in both (`zephyr.engine.patterns`);
 - `str_strip`, `word_count` with Python's own whitespace (`str.isspace`, which counts U+001C to
   U+001F that Rust's `char::is_whitespace` does not) spelled out to Polars;
-- `str_lower`, `str_upper`: Polars and Python map case from different Unicode versions (they
-  differ on 221 code points, e.g. U+019B, U+A7CB), so Polars maps strings made only of blocks
-  where both agree (`CASE_ALIKE`, checked code point by code point by the tests) and Python
-  maps the other rows, inside the same Polars expression;
+- `str_lower`, `str_upper` of ASCII strings (A-Z and a-z map alike everywhere); Python maps the
+  other rows inside the same Polars expression (counted as `zephyr/python_case_mappings`):
+  Polars takes case from newer Unicode tables than Python's (Polars 2.1 and Python 3.11 differ on
+  221 code points, e.g. U+019B, U+A7CB), and on text in other scripts it is no faster than Python
+  (benchmarks/README.md, section 17);
 - `is_in` of a value of the literals' own kind (str, int, float, bool): for floats Polars
   takes -0.0 for 0.0 as `==` does, and NaN, which only Polars finds in a NaN, is never a literal;
 - `cast` where the conversion cannot fail and writes the same: to the same kind; int or bool to
@@ -35,20 +36,9 @@ import polars_hash  # noqa: F401  (registers the `nchash` namespace on Polars ex
 from zephyr import counters
 from zephyr.engine.patterns import polars_reads_alike
 
-__all__ = ["CASE_ALIKE", "DTYPES", "Untranslatable", "call_to_polars"]
+__all__ = ["DTYPES", "Untranslatable", "call_to_polars", "python_whitespace"]
 
 DTYPES = {"str": pl.String, "int": pl.Int64, "float": pl.Float64, "bool": pl.Boolean, "uint64": pl.UInt64, "null": pl.Null}
-# code point ranges where Polars' and Python's case mappings, and the properties that decide a
-# final sigma (cased, case-ignorable), agree: Latin to Latin Extended-A, Greek, Cyrillic,
-# Hebrew, Arabic, Indic scripts, Thai, Latin Extended Additional, Greek Extended, punctuation,
-# currency, letterlike symbols, CJK, kana, Hangul, full-width forms, emoji
-CASE_ALIKE = ((0x0, 0x17F), (0x370, 0x3FF), (0x400, 0x52F), (0x590, 0x6FF), (0x900, 0xE7F), (0x1E00, 0x1FFF),
-              (0x2000, 0x214F), (0x3000, 0x30FF), (0x4E00, 0x9FFF), (0xAC00, 0xD7A3), (0xFF00, 0xFFEF), (0x1F300, 0x1FAFF))
-
-
-_OUTSIDE_CASE_ALIKE = "[^" + "".join(f"\\x{{{a:x}}}-\\x{{{b:x}}}" for a, b in CASE_ALIKE) + "]"
-
-
 class Untranslatable(Exception):
     """Polars could give a different result (or error) than Python here."""
 
@@ -103,20 +93,18 @@ def _class_of(chars: str) -> str:
 
 
 def _case_mapped(s: pl.Expr, lower: bool) -> pl.Expr:
-    """Polars' mapping where the string is made of CASE_ALIKE blocks, Python's elsewhere
-    (counted as `zephyr/python_case_mappings`)."""
-    non_ascii = s.str.len_bytes() != s.str.len_chars()  # cheap; the pattern then reads only those rows
-    outside = pl.when(non_ascii).then(s).str.contains(_OUTSIDE_CASE_ALIKE)
-    python = pl.when(outside).then(s).map_batches(functools.partial(_python_case, str.lower if lower else str.upper),
-                                                  return_dtype=pl.String)
-    return pl.when(outside).then(python).otherwise(s.str.to_lowercase() if lower else s.str.to_uppercase())
+    """Polars' mapping of ASCII strings, Python's of the others."""
+    non_ascii = s.str.len_bytes() != s.str.len_chars()
+    python = functools.partial(_python_case, str.lower if lower else str.upper, counters.incrementer())
+    return pl.when(non_ascii).then(pl.when(non_ascii).then(s).map_batches(python, return_dtype=pl.String)).otherwise(
+        s.str.to_lowercase() if lower else s.str.to_uppercase())
 
 
-def _python_case(mapping, values: pl.Series) -> pl.Series:
+def _python_case(mapping, count, values: pl.Series) -> pl.Series:
     """`mapping` of the strings Polars leaves to Python (the others are null here)."""
     if values.null_count() == len(values):
-        return pl.Series([None] * len(values), dtype=pl.String)
-    counters.increment("zephyr/python_case_mappings", len(values) - values.null_count())
+        return values
+    count("zephyr/python_case_mappings", len(values) - values.null_count())
     return pl.Series([None if v is None else mapping(v) for v in values.to_list()], dtype=pl.String)
 
 
