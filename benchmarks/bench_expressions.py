@@ -8,7 +8,8 @@ h=hash, web=str_matches("^https?://[a-z0-9.]+/"))` -> `filter(is_in(lang) & word
 shard): zephyr in the engine, zephyr on records (`ZEPHYR_COLUMNAR=0`; both must write the same
 records), and Polars eager doing the same with its own functions (its lower-casing and `\\S+`
 differ from Python's on rare characters; its xxhash64 of the same key bytes). Then the cost
-per value of the stable hash options on the corpus's texts.
+per value of the stable hash options on the corpus's texts, and the CPU cost per row of each
+function in Polars (as translated) and in Python (the engine's fallback), same process.
 
     uv run python benchmarks/bench_expressions.py --json benchmarks/results/expressions.json
 """
@@ -100,6 +101,37 @@ def hash_options(corpus: str) -> dict:
     return out
 
 
+def per_function(corpus: str) -> dict:
+    """CPU ns per row of each function on the corpus's texts: in Polars as the engine translates
+    it, and in Python as the engine's fallback runs it (evaluate each record, make a column)."""
+    import polars as pl
+    from zephyr import col
+    from zephyr.engine.frame import typed_series
+    from zephyr.engine.translate import to_polars
+
+    records = [json.loads(line) for line in open(corpus, encoding="utf-8")]
+    df = pl.DataFrame({"text": [r["text"] for r in records], "url": [r["url"] for r in records]})
+    schema = dict(df.schema)
+    functions = {"str_lower": col("text").str_lower(), "str_upper": col("text").str_upper(), "str_strip": col("text").str_strip(),
+                 "word_count": col("text").word_count(), "str_contains": col("text").str_contains("model"),
+                 "str_matches": col("url").str_matches(PATTERN), "hash": col("text").hash(), "str_len": col("text").str_len(),
+                 "is_in": col("url").is_in(["https://example.org/1", "x"]), "cast": col("text").str_len().cast("str")}
+    out = {}
+    for name, expr in functions.items():
+        polars = to_polars(expr, schema)[0]
+        engine = min(_cpu(lambda: df.select(polars)) for _ in range(3))
+        python = min(_cpu(lambda: typed_series("v", [expr.evaluate(r) for r in records])) for _ in range(3))
+        out[name] = {"polars_ns": round(engine / len(records) * 1e9), "python_ns": round(python / len(records) * 1e9),
+                     "ratio": round(python / engine, 2)}
+    return out
+
+
+def _cpu(fn) -> float:
+    start = time.process_time()
+    fn()
+    return time.process_time() - start
+
+
 def _timed(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -143,6 +175,7 @@ def main() -> None:
         engine, records = records_of(os.path.join(work, "zephyr-engine")), records_of(os.path.join(work, "zephyr-records"))
         results["engine_equals_records"] = engine == records
         results["hash_ns_per_value"] = hash_options(corpus)
+        results["per_function"] = per_function(corpus)
         results["load_after"] = load_average()
     print(json.dumps(results, indent=2))
     if args.json:

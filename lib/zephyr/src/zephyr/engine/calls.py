@@ -93,11 +93,13 @@ def _class_of(chars: str) -> str:
 
 
 def _case_mapped(s: pl.Expr, lower: bool) -> pl.Expr:
-    """Polars' mapping of ASCII strings, Python's of the others."""
-    non_ascii = s.str.len_bytes() != s.str.len_chars()
+    """Polars' mapping of ASCII strings, Python's of the others (each branch sees only its rows:
+    the others are null there, which costs nothing)."""
+    ascii_only = s.str.len_bytes() == s.str.len_chars()
     python = functools.partial(_python_case, str.lower if lower else str.upper, counters.incrementer())
-    return pl.when(non_ascii).then(pl.when(non_ascii).then(s).map_batches(python, return_dtype=pl.String)).otherwise(
-        s.str.to_lowercase() if lower else s.str.to_uppercase())
+    polars = pl.when(ascii_only).then(s)
+    polars = polars.str.to_lowercase() if lower else polars.str.to_uppercase()
+    return pl.coalesce(polars, pl.when(~ascii_only).then(s).map_batches(python, return_dtype=pl.String))
 
 
 def _python_case(mapping, count, values: pl.Series) -> pl.Series:
