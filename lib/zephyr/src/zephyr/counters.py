@@ -25,7 +25,6 @@ from typing import Any
 
 __all__ = [
     "Aggregation",
-    "incrementer",
     "ScopedCounters",
     "Totals",
     "absorb",
@@ -250,21 +249,6 @@ def increment(name: str, n: int = 1) -> None:
         counts.update(None, name, n)
     else:  # nothing but pipeline sums in this shard: the hot path of per-record counting
         counts.flat[name] += n
-
-
-_OTHER_THREADS = threading.Lock()
-
-
-def incrementer() -> Any:
-    """`increment` for the shard being run in this thread, callable from other threads (the
-    Python functions inside a Polars expression run on Polars' threads)."""
-    counts = _counts()
-
-    def add(name: str, n: int = 1) -> None:
-        if counts is not None:
-            with _OTHER_THREADS:
-                counts.update(None, name, n) if counts.split else counts.flat.update({name: n})
-    return add
 
 
 def current() -> dict:

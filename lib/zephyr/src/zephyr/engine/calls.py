@@ -9,11 +9,10 @@ engine runs it in Python on the records):
 - `str_matches` where the pattern reads alike in both (`zephyr.engine.patterns`);
 - `str_strip`, `word_count` with Python's own whitespace (`str.isspace`, which counts U+001C to
   U+001F that Rust's `char::is_whitespace` does not) spelled out to Polars;
-- `str_lower`, `str_upper` of ASCII strings (A-Z and a-z map alike everywhere); Python maps the
-  other rows inside the same Polars expression (counted as `zephyr/python_case_mappings`):
-  Polars takes case from newer Unicode tables than Python's (Polars 2.1 and Python 3.11 differ on
-  221 code points, e.g. U+019B, U+A7CB), and on text in other scripts it is no faster than Python
-  (benchmarks/README.md, section 17);
+- not `str_lower`, `str_upper`: Polars takes case from newer Unicode tables than Python's (Polars
+  2.1 and Python 3.11 differ on 221 code points, e.g. U+019B, U+A7CB), and mapping only the
+  ASCII rows in Polars (6x faster there) cost twice Python's time on text in other scripts,
+  where each row crosses into Python and back (benchmarks/README.md, section 17);
 - `is_in` of a value of the literals' own kind (str, int, float, bool): for floats Polars
   takes -0.0 for 0.0 as `==` does, and NaN, which only Polars finds in a NaN, is never a literal;
 - `cast` where the conversion cannot fail and writes the same: to the same kind; int or bool to
@@ -33,7 +32,6 @@ import functools
 import polars as pl
 import polars_hash  # noqa: F401  (registers the `nchash` namespace on Polars expressions)
 
-from zephyr import counters
 from zephyr.engine.patterns import polars_reads_alike
 
 __all__ = ["DTYPES", "Untranslatable", "call_to_polars", "python_whitespace"]
@@ -61,7 +59,7 @@ def call_to_polars(name: str, args: tuple, child: pl.Expr, kind: str) -> tuple[p
 
 
 _STRING_RESULT = {"str_contains": "bool", "str_matches": "bool", "str_starts_with": "bool", "str_ends_with": "bool",
-                  "str_lower": "str", "str_upper": "str", "str_strip": "str", "word_count": "int"}
+                  "str_lower": "str", "str_upper": "str", "str_strip": "str", "word_count": "int"}  # of a string
 
 
 def _string(name: str, args: tuple, s: pl.Expr) -> pl.Expr:
@@ -79,7 +77,7 @@ def _string(name: str, args: tuple, s: pl.Expr) -> pl.Expr:
         return s.str.strip_chars(python_whitespace())
     if name == "word_count":
         return s.str.count_matches(f"[^{_class_of(python_whitespace())}]+").cast(pl.Int64)
-    return _case_mapped(s, name == "str_lower")
+    raise Untranslatable  # str_lower, str_upper (see the module doc)
 
 
 @functools.cache
@@ -90,24 +88,6 @@ def python_whitespace() -> str:
 
 def _class_of(chars: str) -> str:
     return "".join(f"\\x{{{ord(c):x}}}" for c in chars)
-
-
-def _case_mapped(s: pl.Expr, lower: bool) -> pl.Expr:
-    """Polars' mapping of ASCII strings, Python's of the others (each branch sees only its rows:
-    the others are null there, which costs nothing)."""
-    ascii_only = s.str.len_bytes() == s.str.len_chars()
-    python = functools.partial(_python_case, str.lower if lower else str.upper, counters.incrementer())
-    polars = pl.when(ascii_only).then(s)
-    polars = polars.str.to_lowercase() if lower else polars.str.to_uppercase()
-    return pl.coalesce(polars, pl.when(~ascii_only).then(s).map_batches(python, return_dtype=pl.String))
-
-
-def _python_case(mapping, count, values: pl.Series) -> pl.Series:
-    """`mapping` of the strings Polars leaves to Python (the others are null here)."""
-    if values.null_count() == len(values):
-        return values
-    count("zephyr/python_case_mappings", len(values) - values.null_count())
-    return pl.Series([None if v is None else mapping(v) for v in values.to_list()], dtype=pl.String)
 
 
 def _is_in(s: pl.Expr, kind: str, values: tuple) -> tuple[pl.Expr, str]:
