@@ -33,6 +33,7 @@ import polars as pl
 import polars_hash  # noqa: F401  (registers the `nchash` namespace on Polars expressions)
 
 from zephyr.engine.patterns import polars_reads_alike
+from zephyr.expr.functions import FUNCTIONS
 
 __all__ = ["DTYPES", "Untranslatable", "call_to_polars", "python_whitespace"]
 
@@ -51,15 +52,12 @@ def call_to_polars(name: str, args: tuple, child: pl.Expr, kind: str) -> tuple[p
         return _is_in(child, kind, args[0])
     if name == "list_len":
         raise Untranslatable  # only of a list column (`zephyr.engine.translate`)
+    result = FUNCTIONS[name][1]  # the functions of a string
     if kind == "null":
-        return pl.lit(None, dtype=DTYPES[_STRING_RESULT[name]]), _STRING_RESULT[name]
+        return pl.lit(None, dtype=DTYPES[result]), result
     if kind != "str":
         raise Untranslatable  # Python raises a TypeError naming the record
-    return _string(name, args, child), _STRING_RESULT[name]
-
-
-_STRING_RESULT = {"str_contains": "bool", "str_matches": "bool", "str_starts_with": "bool", "str_ends_with": "bool",
-                  "str_lower": "str", "str_upper": "str", "str_strip": "str", "word_count": "int"}  # of a string
+    return _string(name, args, child), result
 
 
 def _string(name: str, args: tuple, s: pl.Expr) -> pl.Expr:
