@@ -17,7 +17,7 @@ REPO = ROOT.parents[3]
 # bottom to top; a module may import its own layer and the layers below it
 LAYERS = [
     ("core", {"zephyr.errors", "zephyr.counters", "zephyr.resources", "zephyr.tasks", "zephyr.naming", "zephyr.cost",
-              "zephyr.out_of_memory", "zephyr.switches"}),
+              "zephyr.out_of_memory", "zephyr.switches", "zephyr.canonical"}),
     ("expr", {"zephyr.expr"}),
     ("io", {"zephyr.io"}),
     ("engine", {"zephyr.engine"}),

@@ -14,7 +14,7 @@ from zephyr.context import ZephyrContext
 from zephyr.plan.dataset import Dataset, ShardInfo
 from zephyr.errors import NotConvergedError
 from zephyr.errors import MissingColumnError, PlanError, ShardError
-from zephyr.expr import Expr, col, lit
+from zephyr.expr import Expr, col, lit, when
 from zephyr.io import BadRecordError, CorruptInputError, TruncatedInputError, UnwritableRecordError
 from zephyr.execution.provenance import StaleOutputsError
 from zephyr.execution.quarantine import QuarantineLimitError, QuarantinedShardsError
@@ -51,4 +51,5 @@ __all__ = [
     "lit",
     "set_flow_backend",
     "task_memory",
+    "when",
 ]

@@ -108,7 +108,14 @@ def _read(item: Any, load: op.LoadJsonl | op.LoadParquet, size: int, needed: fro
         return pieces
     row_groups = item.row_groups if isinstance(item, ParquetSlice) else None
     pieces = read_parquet_pieces(path, columns=load.columns, filter=load.filter, row_groups=row_groups)
-    return (piece if isinstance(piece, list) else valid_rows(pa.Table.from_batches([piece])) for piece in pieces)
+    return (_python_filtered(piece) if isinstance(piece, list) else valid_rows(pa.Table.from_batches([piece])) for piece in pieces)
+
+
+def _python_filtered(records: list) -> list:
+    """Rows the Parquet reader filtered in Python (a pushed-down filter pyarrow could compute
+    otherwise): records from here on, and the run says so."""
+    counters.increment("zephyr/python_expressions")
+    return records
 
 
 def valid_rows(table: pa.Table) -> Frame | list:
@@ -180,13 +187,20 @@ def _with_columns(record: WithColumns, piece: Frame | list) -> Frame | list:
     if not isinstance(piece, Frame):
         return [record.apply_one(r) for r in piece]
     schema = piece.schema()
-    made = [to_polars(expr, schema) for _, expr in record.columns]
-    if all(m is not None for m in made):
-        return piece.with_values({name: _column(piece, m[0]).alias(name) for (name, _), m in zip(record.columns, made)})
-    # a column Polars could compute otherwise: the whole op on the records, as the record path runs it
-    counters.increment("zephyr/python_expressions")
-    rows = [record.apply_one(r) for r in piece.records()]
-    return piece.with_values({name: [r[name] for r in rows] for name, _ in record.columns})
+    values: dict[str, pl.Series | list] = {}
+    python = []
+    for name, expr in record.columns:
+        made = to_polars(expr, schema)
+        if made is None:
+            python.append((name, expr))
+        else:
+            values[name] = _column(piece, made[0]).alias(name)
+    if python:  # the columns Polars could compute otherwise, on the records as they come in (as the record path does)
+        counters.increment("zephyr/python_expressions", len(python))
+        rest = WithColumns(tuple(python))
+        rows = [rest.apply_one(r) for r in piece.records()]
+        values.update((name, [r[name] for r in rows]) for name, _ in python)
+    return piece.with_values({name: values[name] for name, _ in record.columns})
 
 
 def _map_batches(record: MapBatches, piece: Frame | list) -> Frame | list:

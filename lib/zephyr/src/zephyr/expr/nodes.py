@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from zephyr.expr.functions import FUNCTIONS, checked_arguments, prepared
+
 __all__ = [
-    "ArithmeticExpr", "ColumnExpr", "CompareExpr", "Expr", "FieldAccessExpr", "IsNullExpr", "LiteralExpr", "LogicalExpr",
-    "NotExpr", "col", "lit", "referenced_columns", "referenced_fields",
+    "ArithmeticExpr", "Call", "Case", "ColumnExpr", "CompareExpr", "Expr", "FieldAccessExpr", "IsNullExpr", "LiteralExpr",
+    "LogicalExpr", "NotExpr", "When", "col", "lit", "referenced_columns", "referenced_fields", "when",
 ]
 
 
@@ -104,6 +106,51 @@ class Expr:
         """The length of a string value in characters (code points, as Python's `len`); null
         stays null, and any other value is a TypeError."""
         return StrLen(self)
+
+    # functions of one value, defined in `zephyr.expr.functions` (null in, null out)
+    def str_contains(self, substring: str) -> Expr:
+        """Whether a string holds `substring` (no pattern: the characters as they are)."""
+        return Call(self, "str_contains", (substring,))
+
+    def str_matches(self, pattern: str) -> Expr:
+        """Whether Python's `re.search(pattern, value)` finds a match in a string."""
+        return Call(self, "str_matches", (pattern,))
+
+    def str_starts_with(self, prefix: str) -> Expr:
+        return Call(self, "str_starts_with", (prefix,))
+
+    def str_ends_with(self, suffix: str) -> Expr:
+        return Call(self, "str_ends_with", (suffix,))
+
+    def str_lower(self) -> Expr:
+        return Call(self, "str_lower")
+
+    def str_upper(self) -> Expr:
+        return Call(self, "str_upper")
+
+    def str_strip(self) -> Expr:
+        """A string without leading and trailing whitespace (Python's `str.strip()`)."""
+        return Call(self, "str_strip")
+
+    def word_count(self) -> Expr:
+        """The number of words in a string: maximal runs of non-whitespace (`len(s.split())`)."""
+        return Call(self, "word_count")
+
+    def list_len(self) -> Expr:
+        return Call(self, "list_len")
+
+    def is_in(self, values: list | tuple | set | frozenset) -> Expr:
+        """Whether the value `==` one of `values`, literals of one kind (str, int, float, bool)."""
+        return Call(self, "is_in", (values,))
+
+    def cast(self, kind: str) -> Expr:
+        """The value as "str", "int", "float" or "bool", converted as Python's `str()`, `int()`,
+        `float()`, `bool()` do (see `zephyr.expr.functions`)."""
+        return Call(self, "cast", (kind,))
+
+    def hash(self) -> Expr:
+        """A stable 64-bit hash of the value (xxHash64 of its canonical bytes), an int in [0, 2**64)."""
+        return Call(self, "hash")
 
     # per-key aggregations of this value, for `group_by(key).agg(...)` (computed by `zephyr.aggregate`)
     def sum(self) -> Aggregation:
@@ -318,15 +365,97 @@ class StrLen(Expr):
         return f"{self.child!r}.str_len()"
 
 
+@dataclass(frozen=True, eq=False, repr=False)
+class Call(Expr):
+    """`child.name(*args)`: a function of one value (`zephyr.expr.functions`); null gives null."""
+
+    child: Expr
+    name: str
+    args: tuple = ()
+    _call: tuple = field(init=False, repr=False)  # (the Python function, its prepared arguments)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "args", checked_arguments(self.name, tuple(self.args)))
+        object.__setattr__(self, "_call", (FUNCTIONS[self.name][0], prepared(self.name, self.args)))
+
+    def evaluate(self, record: Any) -> Any:
+        value = self.child.evaluate(record)
+        if value is None:
+            return None
+        function, args = self._call
+        return function(value, self, *args)
+
+    def __reduce__(self) -> tuple:
+        return (Call, (self.child, self.name, self.args))  # a compiled pattern is made again
+
+    def __repr__(self) -> str:
+        return f"{self.child!r}.{self.name}({', '.join(repr(list(a)) if isinstance(a, tuple) else repr(a) for a in self.args)})"
+
+
+class When:
+    """`when(condition)` waiting for its `.then(value)`; not an expression yet."""
+
+    def __init__(self, branches: tuple, condition: Any):
+        self._branches, self._condition = branches, _wrap(condition)
+
+    def then(self, value: Any) -> Case:
+        return Case(self._branches + ((self._condition, _wrap(value)),))
+
+    def __repr__(self) -> str:
+        return f"{Case(self._branches)!r}.when({self._condition!r})" if self._branches else f"when({self._condition!r})"
+
+
+def when(condition: Any) -> When:
+    """SQL's CASE: `when(cond).then(a).when(cond2).then(b).otherwise(c)`.
+
+    The value of the first branch whose condition is true (a null condition counts as false;
+    a condition that is not true, false or null is a TypeError), else `otherwise`'s (null
+    without one). Only the branch taken is evaluated, as in Python."""
+    return When((), condition)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Case(Expr):
+    branches: tuple  # ((condition, value), ...)
+    default: Expr | None = None  # None: no otherwise (null)
+
+    def when(self, condition: Any) -> When:
+        if self.default is not None:
+            raise TypeError(f"{self!r} is complete: when() goes before otherwise()")
+        return When(self.branches, condition)
+
+    def otherwise(self, value: Any) -> Case:
+        if self.default is not None:
+            raise TypeError(f"{self!r} has its otherwise() already")
+        return Case(self.branches, _wrap(value))
+
+    def evaluate(self, record: Any) -> Any:
+        for condition, value in self.branches:
+            if _truth(condition.evaluate(record), condition, "when({!r})") is True:
+                return value.evaluate(record)
+        return None if self.default is None else self.default.evaluate(record)
+
+    def __repr__(self) -> str:
+        text = "".join(f"{'.' if i else ''}when({c!r}).then({v!r})" for i, (c, v) in enumerate(self.branches))
+        return text if self.default is None else f"{text}.otherwise({self.default!r})"
+
+
+def children(expr: Expr) -> tuple:
+    """The expressions `expr` is made of."""
+    if isinstance(expr, Case):
+        return tuple(e for branch in expr.branches for e in branch) + (() if expr.default is None else (expr.default,))
+    if isinstance(expr, Field):
+        return (expr.parent,)
+    if isinstance(expr, (Compare, Arithmetic, Logical)):
+        return (expr.left, expr.right)
+    return (expr.child,) if isinstance(expr, (Not, IsNull, StrLen, Call)) else ()
+
+
 def referenced_columns(expr: Expr) -> set[str]:
     """The top-level column names an expression reads."""
     if isinstance(expr, Column):
         return {expr.name}
-    if isinstance(expr, (Field, Not, IsNull, StrLen)):
-        return referenced_columns(expr.parent if isinstance(expr, Field) else expr.child)
-    if isinstance(expr, (Compare, Arithmetic, Logical)):
-        return referenced_columns(expr.left) | referenced_columns(expr.right)
-    return set()
+    return set().union(*map(referenced_columns, children(expr)))
 
 
 def referenced_fields(expr: Expr) -> set[tuple[str, ...]]:
