@@ -53,12 +53,26 @@ def step_inputs(warcs: list[str]) -> dict:
     return {"records": records, "html": [r["content"].decode("utf-8") for r in records], "texts": texts, "english": english}
 
 
-def step_variants(warcs: list[str], warc_dir: str, inputs: dict) -> dict:
-    """(step, implementation) -> a function of nothing that does that step over its inputs."""
-    import web_peers
-    from datatrove.pipeline.extractors import Trafilatura
-    from datatrove.pipeline.readers import WarcReader
+def _fastwarc_read(paths: list[str]) -> list:
     from fastwarc.warc import ArchiveIterator, WarcRecordType
+
+    out = []
+    for path in paths:
+        with open(path, "rb") as f:
+            out += [(r.headers.get("WARC-Target-URI"), r.reader.read())
+                    for r in ArchiveIterator(f, record_types=WarcRecordType.response, parse_http=True)]
+    return out
+
+
+def _datatrove_chain(steps: list, docs: list) -> list:
+    for step in steps:
+        docs = step.run(docs)
+    return list(docs)
+
+
+def step_variants(warcs: list[str], inputs: dict) -> dict:
+    """(step, implementation) -> a function of nothing that does that step over its inputs, by
+    marin.web's pipeline step and by the bare library call the hand-written loop makes."""
     from resiliparse.extract.html2text import extract_plain_text
 
     from marin.web import HtmlExtractor, LanguageIdentifier, QualityFilter
@@ -67,61 +81,62 @@ def step_variants(warcs: list[str], warc_dir: str, inputs: dict) -> dict:
     from marin.web.quality import first_broken_rule
     from zephyr.io.warc import read_warc
 
-    def fastwarc_read(paths):
-        out = []
-        for path in paths:
-            with open(path, "rb") as f:
-                out += [(r.headers.get("WARC-Target-URI"), r.reader.read())
-                        for r in ArchiveIterator(f, record_types=WarcRecordType.response, parse_http=True)]
-        return out
-
-    def datatrove_chain(steps, docs):
-        for step in steps:
-            docs = step.run(docs)
-        return list(docs)
-
-    rules, model = QualityFilter(), language_model()
-    language_filter, filters = web_peers.bundled_language_filter(), web_peers.datatrove_filters()
-    trafilatura, resiliparse = Trafilatura(), web_peers._resiliparse_extractor()
-    for block in (language_filter, *filters):  # warm: models loaded, tokenizers built
-        datatrove_chain([block], _documents([inputs["english"][0]]))
+    rules, model, extract = QualityFilter(), language_model(), HtmlExtractor()
+    language = LanguageIdentifier(("en",), 0.65)
     texts, english = [{"text": t} for t in inputs["texts"]], [{"text": t} for t in inputs["english"]]
     return {
         ("read", "marin.web"): lambda: [r for p in warcs for r in read_warc(p)],
-        ("read", "hand"): lambda: fastwarc_read(warcs),
-        ("read", "datatrove"): lambda: list(WarcReader(warc_dir, glob_pattern="*.warc.gz").run()),
-        ("extract", "marin.web"): lambda: [d for r in inputs["records"] for d in HtmlExtractor()(r)],
+        ("read", "hand"): lambda: _fastwarc_read(warcs),
+        ("extract", "marin.web"): lambda: [d for r in inputs["records"] for d in extract(r)],
         ("extract", "hand"): lambda: [extract_plain_text(decode_html(r["content"], r["charset"])[0], main_content=True, alt_texts=False)
                                       for r in inputs["records"]],
-        ("extract", "datatrove (resiliparse)"): lambda: datatrove_chain([resiliparse], _documents(inputs["html"])),
-        ("extract", "datatrove (trafilatura)"): lambda: datatrove_chain([trafilatura], _documents(inputs["html"])),
-        ("language", "marin.web"): lambda: [d for r in texts for d in LanguageIdentifier(("en",), 0.65)(r)],
+        ("language", "marin.web"): lambda: [d for r in texts for d in language(r)],
         ("language", "hand"): lambda: [model.predict(r["text"].replace("\n", " "), k=1) for r in texts],
-        ("language", "datatrove"): lambda: datatrove_chain([language_filter], _documents(inputs["texts"])),
         ("quality", "marin.web"): lambda: [d for r in english for d in rules(r)],
         ("quality", "hand"): lambda: [first_broken_rule(r["text"], rules) for r in english],
-        ("quality", "datatrove"): lambda: datatrove_chain(filters, _documents(inputs["english"])),
     }
 
 
-def measure_steps(warcs: list[str], warc_dir: str, rounds: int) -> list[dict]:
+def datatrove_step_variants(warc_dir: str, inputs: dict) -> dict:
+    """The same steps by datatrove's blocks (warmed: models loaded, tokenizers built)."""
+    import web_peers
+    from datatrove.pipeline.readers import WarcReader
+
+    web_peers.quiet_datatrove()
+    language_filter, filters = web_peers.bundled_language_filter(), web_peers.datatrove_filters()
+    trafilatura, resiliparse = web_peers.trafilatura_extractor(), web_peers.resiliparse_extractor()
+    for block in (language_filter, *filters):
+        _datatrove_chain([block], _documents([inputs["english"][0]]))
+    return {
+        ("read", "datatrove"): lambda: list(WarcReader(warc_dir, glob_pattern="*.warc.gz").run()),
+        ("extract", "datatrove (resiliparse)"): lambda: _datatrove_chain([resiliparse], _documents(inputs["html"])),
+        ("extract", "datatrove (trafilatura)"): lambda: _datatrove_chain([trafilatura], _documents(inputs["html"])),
+        ("language", "datatrove"): lambda: _datatrove_chain([language_filter], _documents(inputs["texts"])),
+        ("quality", "datatrove"): lambda: _datatrove_chain(filters, _documents(inputs["english"])),
+    }
+
+
+def measure_steps(warcs: list[str], warc_dir: str, rounds: int, datatrove: bool) -> list[dict]:
     """CPU seconds of each (step, implementation), this process's and its children's (datatrove
-    extracts in a sandbox process)."""
+    extracts in a sandbox process); each round runs a step's implementations in a rotated order.
+    datatrove's Trafilatura and rules take minutes a round: they run in the first only."""
     from web_peers import tree_usage
 
     inputs = step_inputs(warcs)
-    variants = step_variants(warcs, warc_dir, inputs)
+    variants = {**step_variants(warcs, inputs), **(datatrove_step_variants(warc_dir, inputs) if datatrove else {})}
     sizes = {"read": len(inputs["records"]), "extract": len(inputs["records"]), "language": len(inputs["texts"]),
              "quality": len(inputs["english"])}
     cpu: dict[tuple, list[float]] = {key: [] for key in variants}
     for r in range(rounds):
-        for key, fn in variants.items():
-            if key[1].startswith("datatrove") and r > 0 and key[0] in ("extract", "quality"):
-                continue  # minutes a round: once is enough to place them
-            start = tree_usage()[0]
-            fn()
-            cpu[key].append(tree_usage()[0] - start)
-            print(f"  step {key[0]:<9} {key[1]:<26} {cpu[key][-1]:7.2f} CPU s", flush=True)
+        for step in sizes:
+            impls = [key for key in variants if key[0] == step]
+            for key in impls[r % len(impls):] + impls[:r % len(impls)]:
+                if r > 0 and key in (("extract", "datatrove (trafilatura)"), ("quality", "datatrove")):
+                    continue
+                start = tree_usage()[0]
+                variants[key]()
+                cpu[key].append(tree_usage()[0] - start)
+                print(f"  step {key[0]:<9} {key[1]:<26} {cpu[key][-1]:7.2f} CPU s", flush=True)
     rows = []
     for (step, impl), values in cpu.items():
         best = min(values)
@@ -154,9 +169,9 @@ def measure_end_to_end(warcs: list[str], warc_dir: str, work: str, cores: int, r
     return runs
 
 
-def agreement(kept: dict[str, set], pages: int, reference: str = "zephyr-ray") -> dict:
-    """Per variant: how many it kept, how many of those zephyr kept too, and the share of pages
-    on which it and zephyr decided alike (both kept or both dropped)."""
+def agreement(kept: dict[str, set], pages: int, reference: str) -> dict:
+    """Per variant: how many it kept, how many of those `reference` (zephyr) kept too, and the
+    share of pages on which the two decided alike (both kept or both dropped)."""
     ours = kept[reference]
     return {v: {"kept": len(k), "kept_by_both": len(k & ours), "agree": round(1 - len(k ^ ours) / pages, 4)} for v, k in kept.items()}
 
@@ -192,7 +207,9 @@ def main() -> None:
     p.add_argument("--per-manual", type=int, default=150, help="pages of the Python and C++ manuals (default 150: the fixed set)")
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3, help="end-to-end rounds, the variants alternating in each")
-    p.add_argument("--step-rounds", type=int, default=2, help="per-step rounds (datatrove's extract and rules: once)")
+    p.add_argument("--step-rounds", type=int, default=3, help="per-step rounds (datatrove's Trafilatura and rules: once)")
+    p.add_argument("--no-datatrove", dest="datatrove", action="store_false",
+                   help="leave datatrove out (it needs the bench group: warcio, faust-cchardet, python-magic, fasteners)")
     p.add_argument("--variants", default=",".join(E2E), help=f"end-to-end variants (default all: {','.join(E2E)})")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -211,11 +228,12 @@ def main() -> None:
         warc_dir = os.path.join(work, "warc")
         warcs = write_sample_warcs(warc_dir, pages, 4)
         print(f"{len(pages)} pages in {len(warcs)} WARC files; machine {machine()}; load {load_average()}", flush=True)
-        steps = measure_steps(warcs, warc_dir, args.step_rounds)
-        runs = measure_end_to_end(warcs, warc_dir, work, args.cores, args.rounds, tuple(args.variants.split(",")))
+        steps = measure_steps(warcs, warc_dir, args.step_rounds, args.datatrove)
+        variants = tuple(v for v in args.variants.split(",") if args.datatrove or not v.startswith("datatrove"))
+        runs = measure_end_to_end(warcs, warc_dir, work, args.cores, args.rounds, variants)
         kept = {v: set(results[0]["kept"]) for v, results in runs.items()}
         unstable = [v for v, results in runs.items() if any(set(r["kept"]) != kept[v] for r in results)]
-        agree = agreement(kept, len(pages)) if "zephyr-ray" in kept else {}
+        agree = agreement(kept, len(pages), next(iter(kept)))  # against the first variant, zephyr's
         e2e = summarize(runs, len(pages))
         print_tables(steps, e2e, agree, len(pages))
         if unstable:

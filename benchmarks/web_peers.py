@@ -13,12 +13,24 @@ import gzip
 import json
 import os
 import resource
+import sys
 from multiprocessing import get_context
 
 import orjson
 import zstandard
 
 MIN_LANGUAGE_SCORE = 0.65  # FineWeb's, datatrove's LanguageFilter default
+# datatrove's extractors give up on a page after `timeout` wall seconds (default 1 s; 0.1 s for
+# some): on this shared, loaded machine that drops large pages at random, so it is raised
+EXTRACT_TIMEOUT = 120.0
+
+
+def quiet_datatrove() -> None:
+    """datatrove logs every file and block at INFO; keep its warnings."""
+    from datatrove.utils.logging import logger
+
+    logger.remove()
+    logger.add(sys.stderr, level="WARNING")
 
 
 def tree_usage() -> tuple[float, int]:
@@ -43,7 +55,16 @@ def tree_usage() -> tuple[float, int]:
 # ---- zephyr -------------------------------------------------------------------------------
 
 
-def _warm(i: int) -> int:
+def warm_worker(i: int) -> int:
+    """What every variant's workers do before the clock starts: import the modules (no model loaded)."""
+    import fastwarc.warc  # noqa: F401
+    import resiliparse.extract.html2text  # noqa: F401
+
+    import marin.web.extract  # noqa: F401
+    import marin.web.langid  # noqa: F401
+    import marin.web.quality  # noqa: F401
+    import zephyr.io.warc  # noqa: F401
+
     return i
 
 
@@ -64,12 +85,12 @@ def run_zephyr(warcs: list[str], out: str, cores: int, backend_name: str) -> Non
 
 
 def warm_ray(cores: int) -> None:
-    """Start a local Ray with `cores` CPUs and its workers (nothing of marin.web loaded in them)."""
+    """Start a local Ray with `cores` CPUs and its workers, warmed (`warm_worker`)."""
     from zephyr import Dataset, create_backend
     from zephyr.backends.ray_local import start_local_ray
 
     start_local_ray(num_cpus=cores, log_to_driver=False)
-    list(create_backend("ray", max_parallelism=cores, progress=False).execute(Dataset.from_list(list(range(4 * cores))).map(_warm)))
+    list(create_backend("ray", max_parallelism=cores, progress=False).execute(Dataset.from_list(list(range(4 * cores))).map(warm_worker)))
 
 
 # ---- the hand-written loop ------------------------------------------------------------------
@@ -104,16 +125,28 @@ def hand_file(job: tuple[str, str]) -> int:
     return kept
 
 
-def run_hand(warcs: list[str], out: str, cores: int) -> None:
+def warm_pool(cores: int):
+    """A process pool of `cores` workers, warmed as Ray's are (`warm_worker`)."""
+    pool = get_context("forkserver").Pool(cores)
+    pool.map(warm_worker, range(4 * cores), chunksize=1)
+    return pool
+
+
+def run_hand(warcs: list[str], out: str, pool) -> None:
     jobs = [(path, f"{out}/part-{i:05d}.jsonl.zst") for i, path in enumerate(warcs)]
-    with get_context("forkserver").Pool(cores) as pool:
-        sum(pool.imap_unordered(hand_file, jobs))
+    sum(pool.imap_unordered(hand_file, jobs))
 
 
 # ---- datatrove ------------------------------------------------------------------------------
 
 
-def _resiliparse_extractor():
+def trafilatura_extractor():
+    from datatrove.pipeline.extractors import Trafilatura
+
+    return Trafilatura(timeout=EXTRACT_TIMEOUT)
+
+
+def resiliparse_extractor():
     from datatrove.pipeline.extractors.base import BaseExtractor
 
     class ResiliparseExtractor(BaseExtractor):
@@ -121,7 +154,7 @@ def _resiliparse_extractor():
 
         name = "resiliparse"
 
-        def __init__(self, timeout: float = 1):
+        def __init__(self, timeout: float = EXTRACT_TIMEOUT):
             super().__init__(timeout)
 
         def extract(self, text: str) -> str:
@@ -169,11 +202,11 @@ def datatrove_filters() -> list:
 
 def run_datatrove(warc_dir: str, out: str, cores: int, extractor: str, logs: str) -> None:
     from datatrove.executor import LocalPipelineExecutor
-    from datatrove.pipeline.extractors import Trafilatura
     from datatrove.pipeline.readers import WarcReader
     from datatrove.pipeline.writers import JsonlWriter
 
-    extract = Trafilatura() if extractor == "trafilatura" else _resiliparse_extractor()
+    quiet_datatrove()
+    extract = trafilatura_extractor() if extractor == "trafilatura" else resiliparse_extractor()
     pipeline = [WarcReader(warc_dir, glob_pattern="*.warc.gz"), extract, bundled_language_filter(), *datatrove_filters(),
                 JsonlWriter(out)]
     tasks = len(glob.glob(f"{warc_dir}/*.warc.gz"))
@@ -203,14 +236,19 @@ def run_variant(spec: dict) -> dict:
     os.makedirs(out, exist_ok=True)
     if variant == "zephyr-ray":
         warm_ray(cores)
+    elif variant == "zephyr-threadpool":
+        warm_worker(0)
+    pool = warm_pool(cores) if variant == "hand" else None
     cpu0, _ = tree_usage()
     start = time.perf_counter()
     if variant.startswith("zephyr"):
         run_zephyr(spec["warcs"], out, cores, variant.removeprefix("zephyr-"))
     elif variant == "hand":
-        run_hand(spec["warcs"], out, cores)
-    else:
+        run_hand(spec["warcs"], out, pool)
+    else:  # its executor starts its own processes: they start within the clock
         run_datatrove(spec["warc_dir"], out, cores, variant.removeprefix("datatrove-"), spec["logs"])
     seconds = time.perf_counter() - start
     cpu1, peak = tree_usage()
+    if pool is not None:
+        pool.close()
     return {"variant": variant, "seconds": seconds, "cpu_s": cpu1 - cpu0, "peak_rss_mib": peak / 2**20, "kept": kept_urls(out)}

@@ -84,7 +84,8 @@ def plot_summary(summary: dict, path: str) -> None:
         f.write(buffer.getvalue())
 
 
-def build_steps(args: argparse.Namespace) -> list[ExecutorStep]:
+def page_steps(args: argparse.Namespace) -> tuple[ExecutorStep, ExecutorStep | None, ExecutorStep]:
+    """The per-page steps: documents, the classifier (None without --classifier-train), filtered."""
     documents = ExecutorStep(
         name="curate_web/documents",
         fn=extract_documents,
@@ -108,6 +109,11 @@ def build_steps(args: argparse.Namespace) -> list[ExecutorStep]:
         ),
         description="Languages, Gopher/C4/FineWeb rules, the classifier.",
     )
+    return documents, classifier, filtered
+
+
+def build_steps(args: argparse.Namespace) -> list[ExecutorStep]:
+    documents, classifier, filtered = page_steps(args)
     cleaned = ExecutorStep(
         name="curate_web/clean",
         fn=clean,
@@ -129,7 +135,7 @@ def build_steps(args: argparse.Namespace) -> list[ExecutorStep]:
         description="Documents per step, drops per rule, throughput.",
         override_output_path=SUMMARY_DIR,
     )
-    return [documents, filtered, cleaned, tokens, summary] if classifier is None else [documents, classifier, filtered, cleaned, tokens, summary]
+    return [step for step in (documents, classifier, filtered, cleaned, tokens, summary) if step is not None]
 
 
 def refuse_other_versions(prefix: str, steps: list[ExecutorStep]) -> None:
