@@ -5,7 +5,7 @@ which the experiment writes as `summary.json` and plots), and the console lines
 
 Per-page steps (extract, language, quality, classifier) are fused into one zephyr stage per
 executor step; their CPU comes from `web/cpu_us/<step>` (`TimedStep`). The dedup and token
-steps' CPU is their whole zephyr run's. When a step's run kept shards an earlier run wrote, its
+steps' CPU is their whole zephyr run's (both dedups on the exact_dedup row). When a step's run kept shards an earlier run wrote, its
 counters miss those shards: `counters_complete` is false and the console says so.
 """
 
@@ -77,9 +77,11 @@ def build_summary(config: SummaryConfig) -> dict:
     d, f, c, t = (stats[k]["counters"] for k in ("documents", "filtered", "clean", "tokens"))
     rows = _page_rows(d, f, config.classifier is not None)
     exact = c.get("web/exact_dedup_out", 0)
-    rows.append(_row("exact_dedup", c.get("web/dedup_in", 0), exact, {"duplicates": c.get("web/dedup_in", 0) - exact}, None))
-    rows.append(_row("near_dedup", exact, c.get("web/near_dedup_out", 0), {"near_duplicates": exact - c.get("web/near_dedup_out", 0)},
+    # the clean step's CPU (both dedups, one zephyr run) on the row of the documents entering it
+    rows.append(_row("exact_dedup", c.get("web/dedup_in", 0), exact, {"duplicates": c.get("web/dedup_in", 0) - exact},
                      stats["clean"]["cpu_s"]))
+    rows.append(_row("near_dedup", exact, c.get("web/near_dedup_out", 0), {"near_duplicates": exact - c.get("web/near_dedup_out", 0)},
+                     None))
     documents = t.get("tokenize/documents", 0)
     rows.append(_row("tokens", documents, documents, {}, stats["tokens"]["cpu_s"], tokens=t.get("tokenize/tokens", 0)))
     seconds = sum(s["seconds"] for s in stats.values())
