@@ -33,23 +33,57 @@ def quiet_datatrove() -> None:
     logger.add(sys.stderr, level="WARNING")
 
 
-def tree_usage() -> tuple[float, int]:
-    """(CPU seconds, largest peak RSS in bytes) of this process, its reaped children and every
-    live descendant (Ray's workers and daemons, a pool's workers)."""
+def tree_cpu() -> float:
+    """CPU seconds of this process, its reaped children and every live descendant (Ray's workers
+    and daemons, a pool's workers)."""
     import psutil
 
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-    peak = max(own.ru_maxrss, kids.ru_maxrss) * 1024
     for proc in psutil.Process().children(recursive=True):
         try:
             t = proc.cpu_times()
             cpu += t.user + t.system + t.children_user + t.children_system
-            with open(f"/proc/{proc.pid}/status") as f:
-                peak = max(peak, next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM")))
-        except (psutil.Error, OSError, StopIteration):  # exited between listing and reading
+        except psutil.Error:  # exited between listing and reading
             continue
-    return cpu, peak
+    return cpu
+
+
+def _peak_rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM"))
+
+
+class PeakSampler:
+    """The largest peak RSS (VmHWM) of this process and its descendants, read every `interval`
+    seconds from a thread (datatrove's workers exit before the end; `ru_maxrss` will not do: a
+    process keeps the peak of the one it was exec'd from)."""
+
+    def __init__(self, interval: float = 0.5):
+        import threading
+
+        self.peak, self._stop = 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+        self._thread.start()
+
+    def sample(self) -> None:
+        import psutil
+
+        for proc in [psutil.Process(), *psutil.Process().children(recursive=True)]:
+            try:
+                self.peak = max(self.peak, _peak_rss(proc.pid))
+            except (psutil.Error, OSError, StopIteration):
+                continue
+
+    def _run(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self.sample()
+
+    def stop(self) -> int:
+        self.sample()
+        self._stop.set()
+        self._thread.join()
+        return self.peak
 
 
 # ---- zephyr -------------------------------------------------------------------------------
@@ -239,7 +273,8 @@ def run_variant(spec: dict) -> dict:
     elif variant == "zephyr-threadpool":
         warm_worker(0)
     pool = warm_pool(cores) if variant == "hand" else None
-    cpu0, _ = tree_usage()
+    sampler = PeakSampler()
+    cpu0 = tree_cpu()
     start = time.perf_counter()
     if variant.startswith("zephyr"):
         run_zephyr(spec["warcs"], out, cores, variant.removeprefix("zephyr-"))
@@ -248,7 +283,7 @@ def run_variant(spec: dict) -> dict:
     else:  # its executor starts its own processes: they start within the clock
         run_datatrove(spec["warc_dir"], out, cores, variant.removeprefix("datatrove-"), spec["logs"])
     seconds = time.perf_counter() - start
-    cpu1, peak = tree_usage()
+    cpu1, peak = tree_cpu(), sampler.stop()
     if pool is not None:
         pool.close()
     return {"variant": variant, "seconds": seconds, "cpu_s": cpu1 - cpu0, "peak_rss_mib": peak / 2**20, "kept": kept_urls(out)}
