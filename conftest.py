@@ -387,6 +387,7 @@ def pytest_runtest_protocol(item, nextitem):
 # is nearly done with its own: started first, these do not end the run on one worker while the
 # other idles. Only the wall time of a run depends on this list.
 HEAVIEST_FIRST = (
+    "tests/test_curate_web.py",  # ~300 (2026-11-28, on a loaded machine: two runs of the experiment, one on Ray)
     "lib/marin/tests/test_tpu_ray.py",  # 211
     "tests/test_resilience_storage.py",  # 179
     "lib/marin/tests/test_cluster_local_e2e.py",  # 140

@@ -158,3 +158,17 @@ def test_task_engines_benchmark_runs(tmp_path):
          "--skip-exactness", tmp_path=tmp_path)
     results = json.loads((tmp_path / "out.json").read_text())["results"]
     assert len(results) == 18 and all(r["check"]["ok"] for r in results), [r.get("check") or r.get("error") for r in results]
+
+
+@pytest.mark.slow
+def test_web_benchmark_runs(tmp_path):
+    from marin.web.debian_docs import missing_packages
+
+    if missing := missing_packages():  # as the web tests: fail in CI, skip elsewhere
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(f"Debian documentation packages missing: {' '.join(missing)}")
+    out = _run("bench_web.py", "--per-manual", "1", "--rounds", "1", "--step-rounds", "1", "--no-datatrove",
+               "--variants", "zephyr-threadpool,hand", tmp_path=tmp_path)
+    assert "| quality | marin.web |" in out and "| quality | hand |" in out
+    assert "| zephyr-threadpool |" in out and "| hand |" in out
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert result["agreement"]["hand"]["agree"] == 1.0  # the same libraries, the same decisions

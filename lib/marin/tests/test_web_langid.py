@@ -14,8 +14,9 @@ import pytest
 from lib.marin.tests.web_pages import doc_pages
 from marin.web.debian_docs import expected_language
 from marin.web.extract import HtmlExtractor
-from marin.web.langid import LanguageIdentifier, identify_language
+from marin.web.langid import LanguageFilter, LanguageIdentifier, identify_language
 from marin.web.sample_warc import page_record
+from zephyr import Dataset, create_backend
 
 
 @pytest.mark.slow
@@ -69,3 +70,19 @@ def test_the_model_loads_and_runs_without_a_network():
         pytest.skip("unshare --net is not permitted here (needs root)")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "fr"
+
+
+def test_a_later_step_filters_on_the_language_an_earlier_one_labelled():
+    labelled = [LanguageIdentifier()({"text": t})[0] for t in (
+        "Dies ist ein ganz gewöhnlicher deutscher Satz über das Wetter in Berlin.",
+        "This is an ordinary English sentence about the weather in London.",
+        "12345")]
+    backend = create_backend("sync", progress=False)
+    execution = backend.execute(Dataset.from_list(labelled).flat_map(LanguageFilter(languages=("en", "de"), min_score=0.5)))
+    kept = list(execution)
+    assert [r["language"] for r in kept] == ["de", "en"] and kept == labelled[:2]
+    assert execution.counters["web/language/low_score"] == 1  # "12345": no language to tell
+    execution = backend.execute(Dataset.from_list(labelled[:2]).flat_map(LanguageFilter(languages=["en"])))
+    assert [r["language"] for r in execution] == ["en"] and execution.counters["web/language/dropped/de"] == 1
+    with pytest.raises(ValueError, match="min_score must be within"):
+        LanguageFilter(min_score=-0.1)

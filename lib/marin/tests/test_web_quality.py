@@ -103,3 +103,16 @@ def test_terminal_screens_and_index_pages_are_dropped(english_texts):
     assert None not in rules, rules
     indexes = [t for p, t in english_texts if re.search(r"/genindex", p.url)]
     assert indexes and all(first_broken_rule(t, QualityFilter())[0] is not None for t in indexes)
+
+
+def test_a_huge_repeated_page_is_dropped_before_its_words_are_split(monkeypatch):
+    """Regression: every page was split into words before any rule ran, so the 20 MB page of
+    one repeated paragraph (sample_warc.bad_pages) cost 20 CPU s in the quality step."""
+    import marin.web.quality as quality
+
+    def no_split(text):
+        raise AssertionError(f"split_words called on {len(text):,} characters")
+
+    monkeypatch.setattr(quality, "split_words", no_split)
+    text = "\n\n".join(["All work and no play makes a long page. " * 25] * 20_000)  # 20 MB
+    assert first_broken_rule(text, QualityFilter())[0] == "gopher_dup_para_frac"

@@ -8,7 +8,8 @@ Chosen by measurement on 451 Debian documentation pages whose language is clear
 
 The model is loaded once per process (per worker) on first use. `LanguageIdentifier` is the
 pipeline step: it adds `language` and `language_score` and, given `languages`, keeps only
-those, counting what it drops (`web/language/...`).
+those, counting what it drops (`web/language/...`); `LanguageFilter` keeps or drops records a
+`LanguageIdentifier` labelled in an earlier step, counting the same way.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from zephyr import counters
 
-__all__ = ["LanguageIdentifier", "identify_language", "language_model", "model_path"]
+__all__ = ["LanguageFilter", "LanguageIdentifier", "identify_language", "language_model", "model_path"]
 
 
 def model_path() -> str:
@@ -53,10 +54,11 @@ def identify_language(text: str) -> tuple[str, float]:
 
 
 @dataclass(frozen=True)
-class LanguageIdentifier:
-    """A `flat_map` step: adds `language` and `language_score` to a text record; with
-    `languages`, drops (and counts under `web/language/dropped/<language>`) a record in any
-    other language, and with `min_score` one whose score is lower (`web/language/low_score`)."""
+class LanguageFilter:
+    """A `flat_map` step over records that already carry `language` and `language_score` (from
+    `LanguageIdentifier` in an earlier step): keeps the `languages` asked for (None: all),
+    counting each other language's drops under `web/language/dropped/<language>`, and drops
+    a record scoring below `min_score` (`web/language/low_score`)."""
 
     languages: tuple[str, ...] | None = None
     min_score: float = 0.0
@@ -68,12 +70,31 @@ class LanguageIdentifier:
             raise ValueError(f"min_score must be within [0, 1], got {self.min_score!r}")
 
     def __call__(self, record: dict) -> list[dict]:
-        language, score = identify_language(record["text"])
-        counters.increment(f"web/language/seen/{language}")
+        language = record["language"]
         if self.languages is not None and language not in self.languages:
             counters.increment(f"web/language/dropped/{language}")
             return []
-        if score < self.min_score:
+        if record["language_score"] < self.min_score:
             counters.increment("web/language/low_score")
             return []
-        return [{**record, "language": language, "language_score": round(score, 4)}]
+        return [record]
+
+
+@dataclass(frozen=True)
+class LanguageIdentifier:
+    """A `flat_map` step: adds `language` and `language_score` to a text record (counted under
+    `web/language/seen/<language>`); with `languages` or `min_score`, then filters as
+    `LanguageFilter` does."""
+
+    languages: tuple[str, ...] | None = None
+    min_score: float = 0.0
+    _filter: LanguageFilter = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_filter", LanguageFilter(self.languages, self.min_score))
+        object.__setattr__(self, "languages", self._filter.languages)
+
+    def __call__(self, record: dict) -> list[dict]:
+        language, score = identify_language(record["text"])
+        counters.increment(f"web/language/seen/{language}")
+        return self._filter({**record, "language": language, "language_score": round(score, 4)})

@@ -5,7 +5,7 @@ repetition, Gopher quality, C4, FineWeb; `marin.web.rules`), drops a document at
 it breaks and counts the drop under `web/quality/drop/<rule>`; `web/quality/kept` counts what
 passes. C4 also removes lines from documents it keeps (lines without terminal punctuation,
 "javascript", policy boilerplate), as published: each removed line is counted under
-`web/quality/c4_lines_removed/<reason>`, and `quality_c4=False` leaves text untouched.
+`web/quality/c4_lines_removed/<reason>`, and `c4=None` leaves text untouched.
 
     Dataset.from_files(...).load_warc().flat_map(HtmlExtractor()).flat_map(LanguageIdentifier(("en",))) \\
         .flat_map(QualityFilter())
@@ -44,12 +44,16 @@ def first_broken_rule(text: str, rules: QualityFilter) -> tuple[str | None, str]
     """(the first rule `text` breaks or None, the text as C4 leaves it)."""
     if not text.strip():
         return "empty", text
+    repetition = rules.gopher_repetition
+    if repetition is not None and (rule := repetition.by_lines(text)):
+        return rule, text  # before splitting words: what a huge repeated page costs stays small
     words = split_words(text)
     if not words:
         return "no_words", text
-    for check in (rules.gopher_repetition, rules.gopher_quality):
-        if check is not None and (rule := check(text, words)):
-            return rule, text
+    if repetition is not None and (rule := repetition.by_n_grams(text, words)):
+        return rule, text
+    if rules.gopher_quality is not None and (rule := rules.gopher_quality(text, words)):
+        return rule, text
     if rules.c4 is not None:
         rule, text, removed = rules.c4(text)
         for reason, lines in removed.items():

@@ -168,6 +168,11 @@ class GopherRepetitionRules:
     dup_n_grams: tuple[tuple[int, float], ...] = ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10))
 
     def __call__(self, text: str, words: list[str]) -> str | None:
+        return self.by_lines(text) or self.by_n_grams(text, words)
+
+    def by_lines(self, text: str) -> str | None:
+        """The paragraph and line rules, which need no words: a page of one paragraph repeated
+        (a 20 MB page) is dropped here before anything splits it into words."""
         for pieces, frac, char_frac, name in ((_PARAGRAPHS.split(text.strip()), self.dup_para_frac, self.dup_para_char_frac, "para"),
                                               (_LINES.split(text), self.dup_line_frac, self.dup_line_char_frac, "line")):
             count, chars = _duplicates(pieces)
@@ -175,6 +180,10 @@ class GopherRepetitionRules:
                 return f"gopher_dup_{name}_frac"
             if chars / len(text) > char_frac:
                 return f"gopher_dup_{name}_char_frac"
+        return None
+
+    def by_n_grams(self, text: str, words: list[str]) -> str | None:
+        """The top and repeated word n-gram rules."""
         for n, frac in self.top_n_grams:
             if _top_ngram_chars(words, n) / len(text) > frac:
                 return f"gopher_top_{n}_gram"
