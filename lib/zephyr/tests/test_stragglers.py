@@ -4,7 +4,8 @@ Three layers: the policy alone (`Stragglers`, `Speculation`) with times passed i
 on a task pool with a fake clock (`ClockPool`: each call's duration is scripted, so when the
 copy starts and when the stage ends are exact); and whole pipelines on the threadpool backend
 where one shard's first attempt really hangs until it is cancelled (`_hangs_first`), checked
-against plain-Python oracles. The multi-node Ray test is tests/test_stragglers_ray.py.
+against plain-Python oracles. The multi-node Ray test is test_stragglers_ray.py; the page's
+rendering of second attempts is in test_status_browser.py.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from zephyr.execution.speculation import OFF, Speculation, Stragglers, speculati
 from zephyr.execution.stage_loop import StageLoop, StageStats
 from zephyr.plan import ops as op
 from zephyr.plan.compile import compile_plan
-from zephyr.status import RECORD_NAME
+from zephyr.execution.summary import format_summary
+from zephyr.status import RECORD_NAME, format_snapshot
 from zephyr.tasks import ShardTask, StageProgram
 
 HANG_DEADLINE = 120.0  # a first attempt that is never cancelled gives up after this (the test then fails)
@@ -335,6 +337,9 @@ def test_a_hanging_shard_is_copied_and_the_copy_wins_outputs_and_counters_once(t
     assert copy["ran_s"] > copy["threshold_s"] >= 0.3 and record["speculation"].startswith("past 2x the median")
     assert record["counters"]["docs"] == 40 and record["stages"][0]["shards"]["cancelled"] == 0
     assert {o["path"]: o["records"] for o in record["outputs"]} == {f"part-{i:02d}.jsonl": 5 for i in range(8)}
+    # said in `zephyr status` and in the end-of-run summary
+    assert "stage 0 shard 5: copied after" in format_snapshot(record) and "attempt 2 (the second) won" in format_snapshot(record)
+    assert "1 straggler(s) given a second attempt (1 won by it)" in format_summary(execution)
 
 
 def test_when_the_first_attempt_finishes_first_the_copy_is_cancelled(tmp_path):
