@@ -71,11 +71,22 @@ def start_cluster(nodes: int, cpus: int):
     from zephyr.backends.ray_local import free_port
 
     cluster = Cluster(initialize_head=False)
-    cluster.add_node(num_cpus=0, include_dashboard=False, dashboard_port=free_port(), dashboard_agent_listen_port=free_port())
-    workers = [cluster.add_node(num_cpus=cpus) for _ in range(nodes)]
+    _add_node(cluster, num_cpus=0, include_dashboard=False, dashboard_port=free_port(), dashboard_agent_listen_port=free_port())
+    workers = [_add_node(cluster, num_cpus=cpus) for _ in range(nodes)]
     ray.init(address=cluster.address, log_to_driver=False)
     cluster.wait_for_nodes()
     return cluster, workers[-1]
+
+
+def _add_node(cluster, attempts: int = 5, **args):
+    """A node, started again if it timed out while starting (a raylet on a loaded machine)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return cluster.add_node(**args)
+        except Exception as e:
+            if "timed out during startup" not in str(e) or attempt == attempts:
+                raise
+            print(f"a node did not start (attempt {attempt}); retrying", file=sys.stderr)
 
 
 def run_once(mode: str, args, slow: str, work_dir: str) -> dict:

@@ -476,3 +476,12 @@ def test_the_default_policy_copies_a_shard_hanging_past_ten_seconds(tmp_path, mo
     assert sorted(rows, key=lambda r: (r["shard"], r["j"])) == _oracle(8)
     (copy,) = execution.status.snapshot()["stages"][0]["second_attempts"]
     assert copy["threshold_s"] == 10.0 and copy["ran_s"] > 10.0 and copy["won_by"] == "second"
+
+
+def test_zephyr_context_takes_the_option(tmp_path):
+    events = tmp_path / "events"
+    events.mkdir()
+    with ZephyrContext(client="threadpool", max_workers=4, speculation=EAGER) as ctx:
+        outcome = ctx.execute(_pipeline(events, 8, 5, "hang"))
+    assert (events / "raised-5-1").read_text() == "Cancelled" and "end-5-2" in _events(events)
+    assert sorted(outcome.results, key=lambda r: (r["shard"], r["j"])) == _oracle(8) and outcome.counters["docs"] == 40

@@ -20,7 +20,7 @@ from zephyr import Dataset, counters
 from zephyr.backends.ray import RayBackend
 from zephyr.status import RECORD_NAME
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.resilience]
 
 SLOW_S = 600.0  # how long an attempt on the slow node would take
 ROUTED = {0, 1}  # shards whose first attempt the backend sends to the slow node

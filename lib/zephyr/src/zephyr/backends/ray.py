@@ -172,7 +172,8 @@ class RayBackend(Backend):
         others = node is not None and any(n.get("Alive") and n["NodeID"] != node and (n.get("Resources") or {}).get("CPU")
                                           for n in ray.nodes())
         if not others:
-            logger.info("zephyr: no other node to run a second attempt on (the first runs on %s); Ray places it", node or "?")
+            where = "not known" if node is None else f"{node}, the only node with CPUs alive"
+            logger.info("zephyr: the first attempt's node is %s; Ray places the second attempt anywhere", where)
         key = self._running.new_key()
         remote = self._remote_for(getattr(arg, "memory", None), avoid=node if others else None)
         handle = remote.remote(self.bound(fn), shared, arg, key)
