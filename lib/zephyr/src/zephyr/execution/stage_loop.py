@@ -237,7 +237,7 @@ class StageLoop:
         if winner in self._copies:
             self.stats.won_by_copy += 1
         logger.info("stage %d shard %d: its %s attempt finished first; the other is cancelled and its result dropped",
-                       self.index, task.shard, "second" if winner in self._copies else "first")
+                    self.index, task.shard, "second" if winner in self._copies else "first")
 
     def _other_decides(self, task: ShardTask, error: Exception) -> None:
         """One of the shard's two attempts failed while the other runs: the other decides the
