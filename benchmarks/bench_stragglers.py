@@ -17,6 +17,12 @@ until their cancel landed: what the copies cost), the CPU seconds of the accepte
 driver's peak RSS; outputs are checked against a plain-Python oracle every time.
 
     uv run python benchmarks/bench_stragglers.py --json benchmarks/results/stragglers.json
+
+`--overhead N` instead measures what watching for stragglers costs a stage that has none: N
+trivial shards on threadpool (4 threads), speculation off and on (eager thresholds, so the watch
+runs from the first finished shard), alternating, 5 runs each; it prints the medians.
+
+    uv run python benchmarks/bench_stragglers.py --overhead 5000
 """
 
 from __future__ import annotations
@@ -115,6 +121,24 @@ def run_once(mode: str, args, slow: str, work_dir: str) -> dict:
             "driver_peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
+def overhead(shards: int) -> None:
+    from zephyr import Dataset, create_backend
+
+    times: dict[str, list[float]] = {"off": [], "on": []}
+    for _ in range(5):
+        for mode, option in (("off", False), ("on", {"multiplier": 3.0, "min_seconds": 10.0, "fraction_done": 0.0})):
+            backend = create_backend("threadpool", max_parallelism=4, progress=False, speculation=option)
+            try:
+                started = time.perf_counter()
+                assert sum(backend.execute(Dataset.from_list(list(range(shards))).map(lambda x: x + 1))) == shards * (shards + 1) // 2
+                times[mode].append(time.perf_counter() - started)
+            finally:
+                backend.close()
+    off, on = statistics.median(times["off"]), statistics.median(times["on"])
+    print(f"{shards} trivial shards on threadpool(4), medians of 5: off {off:.3f}s, on {on:.3f}s, "
+          f"on/off {on / off:.3f} ({(on - off) / shards * 1e6:+.1f} us per shard); load {load_average()}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=3, help="worker nodes; the last is slow")
@@ -124,7 +148,10 @@ def main() -> None:
     parser.add_argument("--slowdown", type=float, default=15.0, help="how many times slower the slow node is")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--json", help="write every figure here")
+    parser.add_argument("--overhead", type=int, metavar="N", help="instead: the watch's cost on N trivial shards (threadpool)")
     args = parser.parse_args()
+    if args.overhead:
+        return overhead(args.overhead)
     os.environ.pop("ZEPHYR_SPECULATION", None)  # "default" means the defaults
 
     import ray

@@ -39,9 +39,22 @@ EAGER = Speculation(multiplier=2.0, min_seconds=0.3, fraction_done=0.5)
 
 
 def test_the_threshold_is_a_multiple_of_the_median_but_never_below_min_seconds():
-    policy = Speculation(multiplier=3.0, min_seconds=10.0)
-    assert policy.threshold([1.0, 2.0, 30.0]) == 10.0  # 3 x median 2.0 = 6 < 10
-    assert policy.threshold([5.0, 6.0, 100.0]) == 18.0  # 3 x median 6.0, the one slow peer ignored
+    import random
+    import statistics
+
+    def threshold(durations):
+        watch = Stragglers(Speculation(multiplier=3.0, min_seconds=10.0, fraction_done=0.0), num_shards=len(durations))
+        for elapsed in durations:
+            watch.finished(elapsed)
+        return watch.threshold()
+
+    assert threshold([30.0, 1.0, 2.0]) == 10.0  # 3 x median 2.0 = 6 < 10
+    assert threshold([100.0, 5.0, 6.0]) == 18.0  # 3 x median 6.0, the one slow peer ignored
+    assert threshold([4.0, 100.0, 5.0, 6.0]) == 16.5  # an even count: the mean of the middle two
+    rng = random.Random(7)
+    for n in (1, 2, 5, 100, 1001):  # oracle: the standard library's median
+        durations = [rng.expovariate(0.1) for _ in range(n)]
+        assert threshold(durations) == pytest.approx(max(10.0, 3.0 * statistics.median(durations)))
 
 
 def test_nothing_is_a_straggler_before_the_fraction_of_the_stage_is_done():

@@ -21,10 +21,11 @@ says (Ray's running marks), else from its submission (the local backends start e
 from __future__ import annotations
 
 import os
-import statistics
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
+
+from sortedcontainers import SortedList
 
 __all__ = ["OFF", "ENV_VAR", "Speculation", "Stragglers", "speculation_option"]
 
@@ -59,9 +60,9 @@ class Speculation:
         if not 0 <= self.fraction_done < 1:
             raise ValueError(f"speculation fraction_done must be in [0, 1), got {self.fraction_done!r}")
 
-    def threshold(self, durations: list[float]) -> float:
-        """Seconds past which an attempt is a straggler, given its finished peers' run times."""
-        return max(self.min_seconds, self.multiplier * statistics.median(durations))
+    def threshold(self, median: float) -> float:
+        """Seconds past which an attempt is a straggler, given the median run time of its finished peers."""
+        return max(self.min_seconds, self.multiplier * median)
 
     def describe(self) -> str:
         if not self.enabled:
@@ -126,30 +127,31 @@ class Stragglers:
 
     Fed the run time of each finished shard (`finished`) and, when asked, the start time of each
     attempt in flight; `overdue` names those to copy, longest-running first, each shard once.
-    Times are the caller's clock (any monotonic seconds), so tests can pass their own.
+    Times are the caller's clock (any monotonic seconds), so tests can pass their own. The run
+    times are kept sorted (`SortedList`: O(log n) a shard), so the median costs nothing to read
+    however many shards a stage has (re-sorting them for each result was quadratic).
     """
 
     def __init__(self, policy: Speculation, num_shards: int, done: int = 0):
         self.policy = policy
         self.num_shards = num_shards
         self.done = done  # shards finished (resumed ones included) or set aside
-        self.durations: list[float] = []  # run times of the shards finished in this run
+        self.durations = SortedList()  # run times of the shards finished in this run
         self.copied: set[int] = set()  # shards given a second attempt
-        self._threshold: tuple[int, float] | None = None  # (len(durations), threshold) cached
 
     def finished(self, elapsed: float | None) -> None:
         """A shard is done (`elapsed`: its run time; None for a shard set aside)."""
         self.done += 1
         if elapsed is not None:
-            self.durations.append(elapsed)
+            self.durations.add(elapsed)
 
     def threshold(self) -> float | None:
         """Seconds past which an attempt is a straggler; None before the stage's tail (too few done)."""
-        if not self.policy.enabled or not self.durations or self.done < self.policy.fraction_done * self.num_shards:
+        n = len(self.durations)
+        if not self.policy.enabled or not n or self.done < self.policy.fraction_done * self.num_shards:
             return None
-        if self._threshold is None or self._threshold[0] != len(self.durations):
-            self._threshold = (len(self.durations), self.policy.threshold(self.durations))
-        return self._threshold[1]
+        median = self.durations[n // 2] if n % 2 else (self.durations[n // 2 - 1] + self.durations[n // 2]) / 2
+        return self.policy.threshold(median)
 
     def overdue(self, now: float, running: Mapping[Hashable, tuple[int, float]]) -> list[Hashable]:
         """Of `running` (attempt -> (shard, started)), the stragglers to copy, longest-running first."""
