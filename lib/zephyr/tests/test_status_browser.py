@@ -268,3 +268,28 @@ def test_the_page_shows_each_dedups_documents_in_out_and_removed(chromium, tmp_p
     assert "hidden" not in section and dom.find(data_dedup=0)[0].startswith("deduplicate(")
     for field, value in (("documents_in", "10"), ("documents_out", "3"), ("removed", "7")):
         assert dom.find(data_field=field) == [value], field
+
+
+def test_the_page_shows_which_attempt_of_a_copied_straggler_won(chromium, tmp_path):
+    """Issue 41: a straggler's second attempt is on the page: when it was copied, where its first
+    attempt ran, and which attempt won (or that both still run, in the stragglers table too)."""
+    from zephyr.status.server import FileSource
+
+    record = _two_stage_record(tmp_path)
+    record["speculation"] = "past 3x the median finished shard and 10s, once 75% of the stage is done"
+    copy = {"shard": 7, "source": "in-7.jsonl", "first_attempt": 1, "second_attempt": 2, "ran_s": 31.5, "threshold_s": 12.0,
+            "at_s": 40.0, "first_node": "a1b2c3d4e5f6a7b8", "winner": 2, "won_by": "second", "failed_attempts": []}
+    running = {**copy, "shard": 9, "source": "in-9.jsonl", "winner": None, "won_by": None, "failed_attempts": [2]}
+    record["stages"][0]["second_attempts"] = [copy]
+    record["stages"][1]["second_attempts"] = [running]
+    record["stages"][1]["stragglers"] = [{"shard": 9, "source": "in-9.jsonl", "attempt": 1, "elapsed_s": 50.0, "waiting": False,
+                                          "second_attempt": True}]
+    with start_dashboard(source=FileSource(record)) as page:
+        dom = Elements(browse(chromium, page.url, tmp_path / "profile", "--dump-dom", "--virtual-time-budget=5000"))
+    (row,) = dom.find(data_copy="0/7")
+    assert "in-7.jsonl" in row and "31.5 s" in row and "12.0 s" in row and "a1b2c3d4e5f6" in row
+    assert dom.find(data_outcome="0/7") == ["attempt 2 (the second) won"]
+    assert dom.find(data_outcome="1/9") == ["attempt 2 failed; running"]
+    assert dom.find(data_stage=0, data_field="second_attempts") == ["1 (1 won by the second)"]
+    assert dom.find(data_straggler="1/9")[0].endswith("running")  # its second attempt runs
+    assert dom.find(id="speculation-policy") == [f"Second attempts: {record['speculation']}."]

@@ -41,6 +41,7 @@ from zephyr.backends.shared import get_shared
 from zephyr.errors import NotConvergedError
 from zephyr.execution.quarantine import QuarantinedShardsError, QuarantineLimitError
 from zephyr.execution.run_lock import OutputBusyError
+from zephyr.execution.speculation import speculation_option
 from zephyr.execution.runner import Execution
 
 __all__ = [
@@ -188,7 +189,9 @@ class _RunView(Backend):
     submits, waits and results go to the pool."""
 
     def __init__(self, pool: Backend, parallelism: int, task: ResourceConfig, shared: dict, scratch_dir: str | None,
-                 user_retries: int | None, infra_retries: int | None, name: str, intra_shard: bool = False):
+                 user_retries: int | None, infra_retries: int | None, name: str, intra_shard: bool = False,
+                 speculation: Any = None):
+        self.inline = pool.inline  # before the base class reads it (no second attempts on an inline pool)
         super().__init__(
             parallelism,
             memory=ram_bytes(task.ram) or None,
@@ -205,6 +208,7 @@ class _RunView(Backend):
             on_shard_failure=pool.on_shard_failure,
             max_quarantined=pool.max_quarantined,
             price_per_core_hour=pool.price_per_core_hour,
+            speculation=pool.speculation if speculation is None else speculation,
         )
         self.name = pool.name
         self.requires_pickling = pool.requires_pickling
@@ -235,6 +239,15 @@ class _RunView(Backend):
 
     def result(self, handle: Any) -> Any:
         return self._pool.result(handle)
+
+    def submit_again(self, fn: Callable, shared: Any, arg: Any, first: Any) -> Any:
+        return self._pool.submit_again(self.bound(fn), shared, arg, first)
+
+    def running_since(self, handles) -> dict | None:
+        return self._pool.running_since(handles)
+
+    def placement(self, handle: Any) -> str | None:
+        return self._pool.placement(handle)
 
     def cancel(self, handles) -> None:
         self._pool.cancel(handles)
@@ -297,6 +310,9 @@ class ZephyrContext:
             fewer shards than `max_workers` runs each shard's leading per-item ops (map, filter,
             flat_map, select, with_columns) in max_workers // shards processes, its output and
             order unchanged (`zephyr.execution.intra_shard`); not with shared objects (`put`).
+        speculation: when a straggling shard gets a second attempt (`zephyr.execution.speculation`):
+            None (the pool's: `$ZEPHYR_SPECULATION`, else on with conservative thresholds), a
+            bool, a dict such as `{"multiplier": 2, "min_seconds": 5}`, or a `Speculation`.
         stage_runner_factory: the reference's `InlineRunner`/`SubprocessRunner`
             (`zephyr.runners`); accepted: shard tasks run in the backend's workers, and the
             chunks of a split shard always in fresh processes.
@@ -316,6 +332,7 @@ class ZephyrContext:
     max_shard_infra_failures: int | None = None
     max_concurrent_pipelines: int = MAX_CONCURRENT_PIPELINES
     intra_shard_execution: IntraShardExecution | str = IntraShardExecution.OFF
+    speculation: Any = None
 
     _shared_data: ContextVar = field(init=False, repr=False)
     _state: _State = field(init=False, default=_State.NEW, repr=False)
@@ -339,6 +356,8 @@ class ZephyrContext:
         if self.client is not None and not isinstance(self.client, (Backend, str)):
             raise TypeError(f"ZephyrContext client must be a zephyr Backend, a backend name or None, got {type(self.client).__name__}")
         self.intra_shard_execution = IntraShardExecution(self.intra_shard_execution)
+        if self.speculation is not None:
+            self.speculation = speculation_option(self.speculation)  # a bad value fails here, not at execute
         self.name = f"{self.name}-{uuid.uuid4().hex[:8]}"
         self._shared_data = ContextVar(f"zephyr_shared_{self.name}", default=None)
         self._lock = threading.Lock()
@@ -488,7 +507,7 @@ class ZephyrContext:
         for attempt in range(self.max_execution_retries + 1):
             view = _RunView(pool, self._workers(pool) * per_worker, task, dict(self._shared_data.get() or {}),
                             self.chunk_storage_prefix, self.max_shard_failures, self.max_shard_infra_failures, self.name,
-                            self.intra_shard_execution is IntraShardExecution.AUTO)
+                            self.intra_shard_execution is IntraShardExecution.AUTO, self.speculation)
             try:
                 execution = Execution(view, plan)
                 results = list(execution)

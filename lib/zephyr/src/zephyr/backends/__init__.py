@@ -42,7 +42,11 @@ def create_backend(name: str, max_parallelism: int | None = None, **options) -> 
     of a stage's shards quarantine may set aside before the run stops: a count, a fraction of
     the stage's shards, or None; default 0.1), `price_per_core_hour`
     (prices each stage's CPU seconds in the summary, the status page and the run record;
-    default `$ZEPHYR_PRICE_PER_CORE_HOUR`). Ray also takes `address`.
+    default `$ZEPHYR_PRICE_PER_CORE_HOUR`), `speculation` (second attempts of straggling shards,
+    the first to finish wins: True/False, a dict such as `{"multiplier": 3, "min_seconds": 10,
+    "fraction_done": 0.75}` (the defaults), or a `zephyr.execution.speculation.Speculation`;
+    default `$ZEPHYR_SPECULATION`, else on; not on sync, which runs one shard at a time).
+    Ray also takes `address`.
     """
     if name not in _REGISTRY:
         raise ValueError(f"Unknown backend {name!r}; choose one of {', '.join(_REGISTRY)}")

@@ -10,6 +10,7 @@ marked it `transient`: a storage error, retried like a loss after a backoff) and
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import time
 from abc import ABC, abstractmethod
@@ -22,9 +23,12 @@ from zephyr.errors import TaskLost
 from zephyr.execution.quarantine import DEFAULT_MAX_QUARANTINED, check_max_quarantined, check_on_shard_failure
 from zephyr.execution.memory import node_memory_ceiling
 from zephyr.execution.runner import Execution
+from zephyr.execution.speculation import OFF, Speculation, speculation_option
 from zephyr.resources import TaskResources, format_memory
 
 __all__ = ["Backend", "TaskLost"]
+
+logger = logging.getLogger("zephyr")
 
 
 class Backend(ABC):
@@ -33,6 +37,7 @@ class Backend(ABC):
     name: ClassVar[str]
     default_user_retries: ClassVar[int] = 0
     requires_pickling: ClassVar[bool] = False  # tasks leave the process, so their functions must pickle
+    inline: ClassVar[bool] = False  # calls run one at a time in `submit` (sync): none is ever a straggler to copy
     # processes a stage of fewer shards may split its shards' per-item ops over (0: no
     # intra-shard execution; `ZephyrContext(intra_shard_execution="auto")` sets its max_workers)
     intra_shard_workers: int = 0
@@ -53,6 +58,7 @@ class Backend(ABC):
         on_shard_failure: str = "fail",
         max_quarantined: int | float | None = DEFAULT_MAX_QUARANTINED,
         price_per_core_hour: float | None = None,
+        speculation: Speculation | bool | dict | str | None = None,
     ):
         if max_parallelism is None:
             max_parallelism = self.default_parallelism()
@@ -73,6 +79,12 @@ class Backend(ABC):
         self.max_quarantined = check_max_quarantined(max_quarantined)  # per stage: shards, or a fraction of them
         # what a core-hour costs, to price each stage's CPU seconds (zephyr.cost); None: unpriced
         self.price_per_core_hour = check_price(price_per_core_hour) if price_per_core_hour is not None else price_from_env()
+        # second attempts of stragglers (zephyr.execution.speculation); None: $ZEPHYR_SPECULATION, else on
+        self.speculation = speculation_option(speculation)
+        if self.inline and self.speculation.enabled:
+            if speculation not in (None, False):
+                logger.info("zephyr: the %s backend runs one shard at a time, so no straggler gets a second attempt", self.name)
+            self.speculation = OFF
         self.on_finish: list[Callable] = []
         self._shared: dict[str, Any] = {}
 
@@ -121,6 +133,21 @@ class Backend(ABC):
     @abstractmethod
     def result(self, handle: Any) -> Any:
         """The value of a finished call; raises ShardError or TaskLost."""
+
+    def submit_again(self, fn: Callable, shared: Any, arg: Any, first: Any) -> Any:
+        """Start a second attempt of the call `first` is running (a straggler), away from where
+        `first` runs where the backend can choose (Ray: another node); here, another thread
+        like any call. Returns its handle."""
+        return self.submit(fn, shared, arg)
+
+    def running_since(self, handles: Sequence[Any]) -> dict | None:
+        """When each of `handles` (calls in flight) began running, in epoch seconds, for those
+        that have; None: every call starts when submitted (the local backends)."""
+        return None
+
+    def placement(self, handle: Any) -> str | None:
+        """Where the call runs (Ray: its node's id), where the backend can tell; else None."""
+        return None
 
     def started(self, handles: Sequence[Any]) -> set | None:
         """Which of `handles` (calls not yet finished) have begun to run; the others wait in the

@@ -9,7 +9,9 @@ Failures are sorted for the runner: a task the cluster lost (its worker or node 
 `ray_task_retries` times at the system level; the runner resubmits it without charging the
 user's budget); an exception raised by user code arrives as the
 `ShardError` the task raised. The stage program goes into the object store once per stage;
-tasks carry only shard descriptors (paths, indices).
+tasks carry only shard descriptors (paths, indices). A straggler's second attempt
+(`submit_again`) asks Ray for any node but the one its first attempt runs on (the
+`ray.io/node-id` label), when another node is alive.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from zephyr.backends.shared import RemoteObject
 __all__ = ["RayBackend"]
 
 logger = logging.getLogger("zephyr")
+
+NODE_LABEL = "ray.io/node-id"  # the label Ray gives every node: its id
 
 
 @contextlib.contextmanager
@@ -113,9 +117,15 @@ class RayBackend(Backend):
             self._sized = {}
         return ray
 
-    def _remote_for(self, memory: int | None) -> Any:
+    def _remote_for(self, memory: int | None, avoid: str | None = None) -> Any:
         """The remote function asking Ray for `memory` bytes (a task's budget, which the runner
-        sizes from measurement: `zephyr.execution.memory`), or the backend's own request."""
+        sizes from measurement: `zephyr.execution.memory`), or the backend's own request; with
+        `avoid`, for any node but that one (a straggler's second attempt: rare, not cached)."""
+        if avoid is not None:
+            import ray
+
+            options = {**self._options, **({"memory": memory} if memory else {}), "label_selector": {NODE_LABEL: f"!{avoid}"}}
+            return ray.remote(call_marked).options(**options)
         if memory is None or memory == self.task_resources.memory:
             return self._remote
         if memory not in self._sized:
@@ -153,6 +163,34 @@ class RayBackend(Backend):
         handle = self._remote_for(getattr(arg, "memory", None)).remote(self.bound(fn), shared, arg, key)
         self._running.remember(handle, key)
         return handle
+
+    def submit_again(self, fn: Callable, shared: Any, arg: Any, first: Any) -> Any:
+        """A second attempt of `first`'s call, on another node than `first`'s when one is alive
+        (else anywhere: Ray may place it beside the first)."""
+        ray = self._ray()
+        node = self._running.node(first)
+        others = node is not None and any(n.get("Alive") and n["NodeID"] != node and (n.get("Resources") or {}).get("CPU")
+                                          for n in ray.nodes())
+        if not others:
+            where = "not known" if node is None else f"{node}, the only node with CPUs alive"
+            logger.info("zephyr: the first attempt's node is %s; Ray places the second attempt anywhere", where)
+        key = self._running.new_key()
+        remote = self._remote_for(getattr(arg, "memory", None), avoid=node if others else None)
+        handle = remote.remote(self.bound(fn), shared, arg, key)
+        self._running.remember(handle, key)
+        return handle
+
+    def running_since(self, handles: Sequence[Any]) -> dict | None:
+        """When each running call began (epoch seconds), from its mark (`zephyr.backends.ray_running`)."""
+        import ray
+
+        return self._running.since(handles) if ray.is_initialized() else None
+
+    def placement(self, handle: Any) -> str | None:
+        """The id of the node the call runs on, once it has started."""
+        import ray
+
+        return self._running.node(handle) if ray.is_initialized() else None
 
     def started(self, handles: Sequence[Any]) -> set | None:
         """The tasks running now; the others wait in Ray's queue (`zephyr.backends.ray_running`)."""

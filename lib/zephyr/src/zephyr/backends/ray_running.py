@@ -7,12 +7,17 @@ put as it starts, deleted as it ends, whatever the outcome); the driver lists th
 request when someone asks (a status snapshot). A task that could not mark itself shows as
 waiting (its worker logs a warning); a task whose worker was killed mid-run leaves its mark
 until the backend closes, which is harmless: only calls still in flight are looked up.
+
+A mark's value says where and since when the task runs (`<node id> <epoch seconds>`): the runner
+reads it for the few attempts it suspects of straggling, to time them from their start and to
+start their second attempt on another node (`zephyr.execution.speculation`).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,10 +33,12 @@ def call_marked(fn: Callable, shared: Any, arg: Any, key: str | None = None) -> 
     """`fn(shared, arg)` in a Ray worker, with `key` marked in the GCS store while it runs."""
     if key is None:
         return fn(shared, arg)
+    import ray
     from ray.experimental import internal_kv
 
     try:
-        internal_kv._internal_kv_put(key, b"", namespace=NAMESPACE)
+        where = f"{ray.get_runtime_context().get_node_id()} {time.time():.3f}"
+        internal_kv._internal_kv_put(key, where.encode(), namespace=NAMESPACE)
     except Exception as e:  # noqa: BLE001 - a status aid: the task runs regardless
         logger.warning("zephyr: could not mark task %s as running (the status page shows it waiting): %s", key, e)
     try:
@@ -50,6 +57,7 @@ class RunningMarks:
         self.prefix = f"{uuid.uuid4().hex}/"
         self._ids = itertools.count()
         self._keys: dict[Any, str] = {}  # handle -> its call's key, while in flight
+        self._where: dict[Any, tuple[str, float]] = {}  # handle -> (node id, started epoch s), once read
 
     def new_key(self) -> str:
         return f"{self.prefix}{next(self._ids)}"
@@ -59,6 +67,7 @@ class RunningMarks:
 
     def forget(self, handle: Any) -> None:
         self._keys.pop(handle, None)
+        self._where.pop(handle, None)
 
     def started(self, handles: Sequence[Any]) -> set | None:
         """The handles whose task has begun running; None when the store cannot be asked."""
@@ -71,11 +80,39 @@ class RunningMarks:
             return None
         return {h for h in handles if (key := self._keys.get(h)) is not None and key.encode() in marked}
 
+    def since(self, handles: Sequence[Any]) -> dict[Any, float] | None:
+        """When each of `handles` that runs now began (epoch seconds): one listing, then one read
+        per running call not read before; None when the store cannot be asked."""
+        running = self.started([h for h in handles if h not in self._where])
+        if running is None:
+            return None
+        for handle in running:
+            self._read(handle)
+        return {h: self._where[h][1] for h in handles if h in self._where}
+
+    def node(self, handle: Any) -> str | None:
+        """The id of the node the call runs on, if it has started (and marked itself)."""
+        if handle not in self._where:
+            self._read(handle)
+        return self._where[handle][0] if handle in self._where else None
+
+    def _read(self, handle: Any) -> None:
+        from ray.experimental import internal_kv
+
+        key = self._keys.get(handle)
+        try:
+            value = internal_kv._internal_kv_get(key, namespace=NAMESPACE) if key is not None else None
+            node, started = value.decode().split()
+            self._where[handle] = (node, float(started))
+        except Exception as e:  # noqa: BLE001 - not started, or an old-style mark: timed from submission
+            logger.debug("zephyr: cannot read where task %s runs: %s", key, e)
+
     def clear(self) -> None:
         """Remove every mark of this backend (those of killed workers included)."""
         from ray.experimental import internal_kv
 
         self._keys.clear()
+        self._where.clear()
         try:
             internal_kv._internal_kv_del(self.prefix, del_by_prefix=True, namespace=NAMESPACE)
         except Exception:  # noqa: BLE001 - Ray already gone: nothing left to clean

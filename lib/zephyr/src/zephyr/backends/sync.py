@@ -13,6 +13,7 @@ __all__ = ["SyncBackend"]
 
 class SyncBackend(Backend):
     name = "sync"
+    inline = True
 
     @classmethod
     def default_parallelism(cls) -> int:

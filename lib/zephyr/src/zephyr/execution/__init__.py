@@ -2,6 +2,7 @@
 
 - `runner`: `Execution`, the run as a whole (stage after stage, skip what is done, finish).
 - `stage_loop`: one stage on a task pool: bounded window, retries by cause, shard order.
+- `speculation`: when a straggling shard gets a second attempt (the first to finish wins).
 - `pool`: what the runner needs of a backend (`TaskPool`), and an inline pool.
 - `shard`: the function every task runs: the fused op chain over one shard, writers.
 - `loaders`: a shard's reading of a load op (pushdown applied).

@@ -29,6 +29,11 @@ A rerun of such a stage whose outputs are all there finds its shard count in the
 Order of writing, safe against a kill at any moment: remove the old output, write the
 sidecar, write the output (atomically). An output therefore never sits beside provenance
 that is not its own; a sidecar without its output is harmless (the output is computed).
+Where the sidecar there already records this input, code and writer, the output beside it was
+made from this input after that claim (another attempt of this shard: a straggler's second
+attempt, or the first one it copies), so it is neither removed nor its sidecar rewritten: a
+losing attempt never deletes the winner's output, and its own write replaces it atomically
+with the same content.
 """
 
 from __future__ import annotations
@@ -162,13 +167,17 @@ def existing_output_kept(path: str, source: ShardSource, code: str) -> bool:
 
 def claim_output(record, path: str, source: ShardSource, code: str) -> dict:
     """Before a skip_existing writer writes `path`: remove the old output, then record where
-    the new one comes from (see the module docstring for why in this order); the sidecar written."""
+    the new one comes from (see the module docstring for why in this order, and why an output
+    claimed for this very input and code already is left alone); the sidecar claimed."""
+    sidecar = {"writer": writer_id(record), "input": source.input, "label": source.label, "upstream": source.upstream, "code": code}
+    recorded = _read_json(sidecar_path(path))
+    if recorded and all(recorded.get(k) == v for k, v in sidecar.items()):
+        return sidecar
     fs, fs_path = url_to_fs(path)
     try:
         fs.rm_file(fs_path)
     except FileNotFoundError:
         pass
-    sidecar = {"writer": writer_id(record), "input": source.input, "label": source.label, "upstream": source.upstream, "code": code}
     _write_sidecar(path, sidecar)
     return sidecar
 

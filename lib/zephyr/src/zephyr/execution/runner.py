@@ -79,6 +79,8 @@ class Execution:
         quarantining = getattr(backend, "on_shard_failure", "fail") == "quarantine"
         self.quarantine = Quarantine(self.status.shard_quarantined, getattr(backend, "max_quarantined", None)) if quarantining else None
         self.status.price_per_core_hour = getattr(backend, "price_per_core_hour", None)
+        speculation = getattr(backend, "speculation", None)  # second attempts of stragglers (execution.speculation)
+        self.status.speculation = speculation.describe() if speculation is not None else None
         self._locks = RunLocks(None, [])  # taken when the run starts (_hold_outputs)
         self._results = self._published(self._run())
 

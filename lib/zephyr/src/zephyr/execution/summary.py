@@ -24,7 +24,8 @@ def format_summary(execution: Execution) -> str:
         if s.retries_user or lost:
             retries = f", retried {s.retries_user} failed / {lost} lost"
         quarantined = f", {s.quarantined} QUARANTINED" if getattr(s, "quarantined", 0) else ""
-        lines.append(f"  stage {s.index}: {s.num_shards} shards, {s.items_out} items back, {s.elapsed:.2f}s{retries}{quarantined}")
+        copied = f", {s.speculated} straggler(s) given a second attempt ({s.won_by_copy} won by it)" if s.speculated else ""
+        lines.append(f"  stage {s.index}: {s.num_shards} shards, {s.items_out} items back, {s.elapsed:.2f}s{retries}{quarantined}{copied}")
         cost = cost_line(s.cost.to_dict(getattr(execution.backend, "price_per_core_hour", None)))
         if cost:
             lines.append(f"    {cost}")

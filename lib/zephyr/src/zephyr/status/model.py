@@ -27,6 +27,7 @@ from zephyr.dedup.report import dedup_section
 from zephyr.errors import ShardError
 from zephyr.out_of_memory import is_out_of_memory
 from zephyr.status.labels import current_label
+from zephyr.status.second_attempts import SecondAttempt
 
 if TYPE_CHECKING:
     from zephyr.plan.compile import Plan, Stage
@@ -111,6 +112,7 @@ class _Stage:
     sample_every: float = 1.0
     last_sample: float = float("-inf")
     cost: StageCost = field(default_factory=StageCost)  # the runner's, once the stage starts (attach_cost)
+    copies: dict = field(default_factory=dict)  # shard -> SecondAttempt: stragglers given a second attempt
 
 
 class RunStatus:
@@ -145,6 +147,7 @@ class RunStatus:
         self._starts: dict[int, Callable[[], set[int] | None]] = {}  # stage -> its shards running now (watch_starts)
         self._lock = threading.Lock()
         self.price_per_core_hour: float | None = None  # turns each stage's CPU seconds into a cost
+        self.speculation: str | None = None  # when stragglers get a second attempt (Speculation.describe())
 
     # ---- reports from the runner -------------------------------------------------------------
 
@@ -190,10 +193,13 @@ class RunStatus:
                 elif failure.cause != "memory" or failure.charged:  # memory retries: cost.retries["memory"]
                     st.retried_user += 1
 
-    def shard_succeeded(self, index: int, task: ShardTask, result: ShardResult) -> None:
+    def shard_succeeded(self, index: int, task: ShardTask, result: ShardResult, copy: bool = False) -> None:
+        """`copy`: the result is a straggler's second attempt's (the first's is dropped)."""
         with self._lock:
             st = self._stages[index]
             st.running.pop(task.shard, None)
+            if task.shard in st.copies:
+                st.copies[task.shard].decided(copy)
             st.done += 1
             st.counters.update(result.counters)
             self._outputs.update(getattr(result, "outputs", None) or {})
@@ -203,6 +209,34 @@ class RunStatus:
             st.bytes_in += c.get("zephyr/bytes_read", 0)
             st.bytes_out += c.get("zephyr/bytes_written", 0)
             self._stage_progressed(st)
+
+    def shard_speculated(self, index: int, task: ShardTask, ran: float, threshold: float, node: str | None) -> None:
+        """A straggler got a second attempt (`zephyr.execution.speculation`); `node`: where the first runs."""
+        with self._lock:
+            st = self._stages[index]
+            st.attempts[task.shard] += 1
+            first = st.running.get(task.shard, (None, None, st.attempts[task.shard] - 1))[2]
+            now = time.monotonic()
+            st.copies[task.shard] = SecondAttempt(task.shard, task.label, first, st.attempts[task.shard], ran, threshold,
+                                                  now - self._t0, now, node)
+
+    def attempt_set_aside(self, index: int, task: ShardTask, error: BaseException, *, lost: bool, copy: bool) -> None:
+        """One of a shard's two attempts failed while the other runs on: kept as a failure whose
+        outcome is `superseded` (the other decides the shard); nothing is retried for it."""
+        with self._lock:
+            st = self._stages[index]
+            record = st.copies[task.shard]
+            attempt = record.copy if copy else record.first
+            failure = _failure_of(task, attempt, error, lost)
+            failure.outcome = "superseded"
+            if lost:
+                st.lost += 1
+            elif failure.cause != "memory":
+                st.user_errors += 1
+            record.failed.append(attempt)
+            if not copy:  # the second attempt stands for the shard now
+                st.running[task.shard] = (record.submitted, task.label, record.copy)
+            self._keep(failure)
 
     def shard_quarantined(self, index: int, entry: dict) -> None:
         """A shard out of attempts was set aside (`zephyr.execution.quarantine`); the stage goes on."""
@@ -342,6 +376,7 @@ class RunStatus:
                 **({"outputs": list(self._outputs_section)} if self._outputs_section is not None else {}),
                 "price_per_core_hour": self.price_per_core_hour,
                 "cost": _run_cost(stages),
+                "speculation": self.speculation,
             }
 
     def summary(self) -> dict[str, Any]:
@@ -450,9 +485,12 @@ def _stage_snapshot(st: _Stage, now: float, t0: float, price: float | None = Non
         },
         "stragglers": [
             {"shard": shard, "source": source, "attempt": attempt, "elapsed_s": round(now - submitted, 3),
-             "waiting": None if started is None else shard not in started}
+             "waiting": None if started is None else shard not in started,
+             "second_attempt": shard in st.copies and st.copies[shard].winner is None}
             for shard, (submitted, source, attempt) in slowest
         ],
+        # stragglers given a second attempt, and which attempt won (zephyr.execution.speculation)
+        "second_attempts": [copy.to_dict() for _, copy in sorted(st.copies.items())],
     }
 
 

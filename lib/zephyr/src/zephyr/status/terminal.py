@@ -64,7 +64,15 @@ def format_snapshot(s: dict, width: int = 100) -> str:
         lines.append("stragglers (slowest in flight):")
         for name, g in stragglers[:10]:
             waiting = " (waiting for a CPU)" if g.get("waiting") else ""
-            lines.append(f"  {name} shard {g['shard']} attempt {g['attempt']}: {_secs(g['elapsed_s'])}{waiting}  {g['source']}")
+            copied = " (a second attempt runs)" if g.get("second_attempt") else ""
+            lines.append(f"  {name} shard {g['shard']} attempt {g['attempt']}: {_secs(g['elapsed_s'])}{waiting}{copied}  {g['source']}")
+    copies = [(st["name"], c) for st in s["stages"] for c in st.get("second_attempts") or ()]
+    if copies:
+        lines.append(f"second attempts of stragglers ({len(copies)}; {s.get('speculation') or ''}):")
+        for name, c in copies[:10]:
+            outcome = f"attempt {c['winner']} (the {c['won_by']}) won" if c.get("winner") is not None else "running"
+            lines.append(f"  {name} shard {c['shard']}: copied after {_secs(c['ran_s'])} (threshold {_secs(c['threshold_s'])}), "
+                         f"{outcome}  {c['source']}")
     if s.get("failures_total"):
         lines.append(f"failed attempts ({s['failures_total']}):")
         for f in s["failures"][-10:]:
