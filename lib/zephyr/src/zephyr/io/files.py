@@ -45,6 +45,7 @@ __all__ = [
     "file_size",
     "file_version",
     "file_versions",
+    "version_size",
     "glob_matcher",
     "glob_matches",
     "open_counted_input",
@@ -134,6 +135,18 @@ def file_version(info: dict) -> str:
             value = value.timestamp()
         parts.append(f"{key}={value}")
     return ";".join(parts)
+
+
+def version_size(version: str) -> int | None:
+    """The size in bytes a `file_version` text records; None for a file that was missing or
+    unreadable, or whose store gave no size."""
+    head = version.split(";", 1)[0]
+    if not head.startswith("size="):
+        return None
+    try:
+        return int(head[len("size="):])
+    except ValueError:
+        return None
 
 
 def file_versions(paths: list[str]) -> dict[str, str]:
