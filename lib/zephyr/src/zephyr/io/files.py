@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 __all__ = [
     "CountingReader",
+    "access_options",
     "atomic_write",
     "counted_input",
     "exists",
@@ -216,12 +217,28 @@ def _hidden_match(pattern: str, path: str) -> bool:
     return any(part.startswith(".") for part in path.split("/")[literal:])
 
 
+# How object stores are read, by access pattern. Front to back ("sequential": JSON Lines, WARC,
+# decompression): a read-ahead cache fetching whole blocks (gcsfs's 5 MiB), one request each;
+# gcsfs's default ("adaptive") cache sends requests of about what each read call asks, so a
+# reader reading 8 KiB at a time made 1,284 requests for a 13 MB file, 6 with read-ahead
+# (measured against the GCS emulator). Parts of a file ("ranges": Parquet's column chunks, a
+# file's head): no cache, so a read is one request of just the bytes asked.
+_ACCESS = {"sequential": {"cache_type": "readahead"}, "ranges": {"cache_type": "none"}}
+
+
+def access_options(path: str, access: str) -> dict:
+    """`fs.open` options for reading `path` by `access` ("sequential" or "ranges"); none for
+    local disk and `memory://`, which have no such caches."""
+    fs, _ = url_to_fs(path)
+    return {} if isinstance(fs, (LocalFileSystem, MemoryFileSystem)) else dict(_ACCESS[access])
+
+
 def open_input(path: str) -> BinaryIO:
-    """A binary reader over `path`, decompressed according to its extension.
+    """A binary reader over `path` (read front to back), decompressed according to its extension.
 
     Raises FileNotFoundError naming the path when it does not exist.
     """
-    return open_compressed_reader(_open_stored(path), codec_for(path))
+    return open_compressed_reader(_open_stored(path, **access_options(path, "sequential")), codec_for(path))
 
 
 def _open_stored(path: str, **options) -> BinaryIO:
@@ -285,7 +302,7 @@ def counted_input(path: str, **options) -> Iterator[CountingReader]:
 def open_counted_input(path: str) -> Iterator[BinaryIO]:
     """`open_input(path)`, counting under `zephyr/bytes_read` the bytes fetched from storage
     (compressed, as stored), not the decompressed bytes the caller reads."""
-    with counted_input(path) as stored:
+    with counted_input(path, **access_options(path, "sequential")) as stored:
         codec = codec_for(path)
         buffered = io.BufferedReader(stored) if codec is Codec.NONE else stored  # the codecs buffer their own
         with open_compressed_reader(buffered, codec) as reader:

@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
 
 from zephyr import counters
-from zephyr.io.files import atomic_write, counted_input
+from zephyr.io.files import access_options, atomic_write, counted_input
 from zephyr.io.jsonl import BadRecordError
 
 __all__ = ["BadWarcRecordError", "UncuttableWarcError", "gzipped_per_record", "read_warc", "write_warc_file"]
@@ -37,6 +37,7 @@ __all__ = ["BadWarcRecordError", "UncuttableWarcError", "gzipped_per_record", "r
 _GZIP_MAGIC = b"\x1f\x8b\x08"
 _WARC_MAGIC = b"WARC/1."
 _SCAN = 1 << 20  # bytes read at a time while looking for the next record start
+_FIRST_SCAN = 16 << 10  # ... at first: the next start is usually near (spans start and end often)
 
 
 class BadWarcRecordError(BadRecordError):
@@ -64,7 +65,7 @@ def read_warc(path: str, on_bad_record: str = "raise", span: tuple[int, int] | N
     """
     if on_bad_record not in ("raise", "skip"):
         raise ValueError(f"on_bad_record must be 'raise' or 'skip', got {on_bad_record!r}")
-    with counted_input(path) as raw:  # its bytes as stored count under zephyr/bytes_read
+    with counted_input(path, **access_options(path, "sequential")) as raw:  # its bytes as stored count under zephyr/bytes_read
         if span is not None:
             yield from _span_records(raw, path, on_bad_record, *span)
             return
@@ -126,7 +127,7 @@ def gzipped_per_record(path: str, head: int = 1 << 20) -> bool:
     """Whether a `.gz` WARC file is gzipped record by record (as crawls ship), so a reader can
     start at a record's gzip member: its first member ends within `head` bytes and another
     starts there. Reads those bytes only."""
-    with counted_input(path) as raw:
+    with counted_input(path, **access_options(path, "ranges")) as raw:
         data = raw.read(head)
     inflate = zlib.decompressobj(31)
     try:
@@ -196,20 +197,25 @@ def _next_start(raw: BinaryIO, position: int) -> int | None:
     """The first offset at or after `position` where a WARC record starts (a WARC header block,
     plain or at the start of a gzip member), or None."""
     raw.seek(position)
-    base, buffer = position, b""
+    base, buffer, size = position, b"", _FIRST_SCAN
     while True:
-        chunk = raw.read(_SCAN)
+        chunk = raw.read(size)
+        size = min(2 * size, _SCAN)
         buffer += chunk
-        for magic in (_GZIP_MAGIC, _WARC_MAGIC):
-            at = buffer.find(magic)
-            while at != -1:
-                if _starts_record(buffer[at:at + 64 * 1024], magic):
-                    return base + at
-                at = buffer.find(magic, at + 1)
+        for at, magic in sorted((at, magic) for magic in (_GZIP_MAGIC, _WARC_MAGIC) for at in _occurrences(buffer, magic)):
+            if _starts_record(buffer[at:at + 64 * 1024], magic):  # the earliest of either kind
+                return base + at
         if not chunk:
             return None
         keep = min(len(buffer), 64 * 1024)  # a magic cut by the chunk's end is found next round
         base, buffer = base + len(buffer) - keep, buffer[-keep:]
+
+
+def _occurrences(data: bytes, magic: bytes) -> Iterator[int]:
+    at = data.find(magic)
+    while at != -1:
+        yield at
+        at = data.find(magic, at + 1)
 
 
 def _starts_record(head: bytes, magic: bytes) -> bool:
