@@ -161,6 +161,17 @@ def test_small_files_are_packed_in_order_within_the_target(tmp_path, sync):
         sum((lines_of(p) for p in paths), []))
 
 
+def test_listed_paths_are_sized_too(tmp_path, sync):
+    big = write_lines(tmp_path / "big.jsonl", ragged(80, seed=10))
+    smalls = [write_lines(tmp_path / f"s{k}.jsonl", [{"i": 100 + k}]) for k in range(3)]
+    paths = [str(p) for p in [big, *smalls]]
+    target = big.stat().st_size // 2 + 1
+    for source in (Dataset.from_list(paths), Dataset.from_iterable(paths)):
+        ds = source.load_jsonl(approx_shard_bytes=target)
+        assert [len(s.items) for s in ds.plan().stages[0].input] == [1, 1, 3]
+        assert ids(sync.execute(ds)) == ids(lines_of(big)) + [100, 101, 102]
+
+
 def test_the_plan_shows_the_packing(tmp_path):
     write_lines(tmp_path / "big.jsonl", ragged(100, seed=7))
     for k in range(5):

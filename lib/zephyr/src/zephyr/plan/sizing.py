@@ -81,29 +81,34 @@ def size_shards(shards: Sequence[SourceShard], approx_bytes: int, load: Any) -> 
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(large)))) as pool:
         cuts = dict(zip((f.path for f in large), pool.map(lambda f: _cut(f, approx_bytes, _format(load, f.path)), large)))
     out: list[SourceShard] = []
-    run: list[_File] = []
+    run: list[_File] = []  # consecutive small files not yet in a shard
+    total = 0  # their bytes
     for file in files:
-        cut = cuts.get(file.path)
         if file.size is not None and file.size <= approx_bytes:
-            if run and sum(f.size for f in run) + file.size > approx_bytes:
-                out.append(_packed(run, sizing))
-                run = []
+            if run and total + file.size > approx_bytes:
+                out.append(_packed(run, total, sizing))
+                run, total = [], 0
             run.append(file)
+            total += file.size
             continue
         if run:
-            out.append(_packed(run, sizing))
-            run = []
-        if isinstance(cut, list):
-            sizing.cut_files += 1
-            sizing.pieces += len(cut)
-            out.extend(SourceShard((piece,), str(piece), file.path if file.listed else None, file.version) for piece in cut)
-        else:
-            if cut is not None:
-                sizing.kept_whole[cut] += 1
-            out.append(_whole(file))
+            out.append(_packed(run, total, sizing))
+            run, total = [], 0
+        out.extend(_pieces(file, cuts.get(file.path), sizing))
     if run:
-        out.append(_packed(run, sizing))
+        out.append(_packed(run, total, sizing))
     return out, sizing
+
+
+def _pieces(file: _File, cut: list | str | None, sizing: Sizing) -> list[SourceShard]:
+    """The shards of a file larger than the target: its pieces, or itself whole (`cut` says why)."""
+    if not isinstance(cut, list):
+        if cut is not None:
+            sizing.kept_whole[cut] += 1
+        return [_whole(file)]
+    sizing.cut_files += 1
+    sizing.pieces += len(cut)
+    return [SourceShard((piece,), str(piece), file.path if file.listed else None, file.version) for piece in cut]
 
 
 def _files_of(shards: Sequence[SourceShard]) -> list[_File]:
@@ -127,12 +132,12 @@ def _whole(file: _File) -> SourceShard:
     return SourceShard((file.path,), file.path, file.path if file.listed else None, file.version)
 
 
-def _packed(run: list[_File], sizing: Sizing) -> SourceShard:
+def _packed(run: list[_File], total: int, sizing: Sizing) -> SourceShard:
     if len(run) == 1:
         return _whole(run[0])
     sizing.packed_files += len(run)
     sizing.packed_shards += 1
-    label = f"{len(run)} files ({_size_text(sum(f.size for f in run))}): {run[0].path} .. {run[-1].path}"
+    label = f"{len(run)} files ({_size_text(total)}): {run[0].path} .. {run[-1].path}"
     return SourceShard(tuple(f.path for f in run), label, None, ";".join(f.version for f in run))
 
 
