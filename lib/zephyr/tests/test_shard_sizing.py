@@ -25,8 +25,11 @@ from zephyr.errors import PlanError
 from zephyr.execution.provenance import SIDECAR_SUFFIX
 from zephyr.io.jsonl import BadRecordError, read_jsonl
 from zephyr.io.warc import UncuttableWarcError, read_warc, write_warc_file
+from zephyr.plan.sizing import FILE_COST
 from zephyr.plan.sources import ByteRange
 from zephyr.status import RECORD_NAME
+
+LOCAL_FILE = FILE_COST["local"]  # what packing counts a local file as beyond its bytes
 
 
 def lines_of(path: Path) -> list[dict]:
@@ -124,13 +127,15 @@ def test_a_bad_line_in_a_span_is_named_by_the_span_and_its_line_there(tmp_path, 
 
 
 def test_compressed_json_lines_are_packed_never_cut(tmp_path, sync):
-    big = ragged(400, seed=5)
+    big = [{"i": i, "t": os.urandom(200).hex()} for i in range(1000)]  # ~400 KB that zstd cannot shrink
     (tmp_path / "big.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress("".join(json.dumps(r) + "\n" for r in big).encode()))
     (tmp_path / "c.jsonl.gz").write_bytes(gzip.compress(b'{"i": 9001}\n'))
     (tmp_path / "d.jsonl.gz").write_bytes(gzip.compress(b'{"i": 9002}\n'))
-    ds = Dataset.from_files(str(tmp_path / "*.gz")).load_jsonl(approx_shard_bytes=1000)
+    target = 3 * LOCAL_FILE
+    assert (tmp_path / "big.jsonl.zst").stat().st_size > target
+    ds = Dataset.from_files(str(tmp_path / "*.gz")).load_jsonl(approx_shard_bytes=target)
     assert [s.items for s in ds.plan().stages[0].input] == [(str(tmp_path / "c.jsonl.gz"), str(tmp_path / "d.jsonl.gz"))]
-    whole = Dataset.from_files(str(tmp_path / "*")).load_jsonl(approx_shard_bytes=1000)
+    whole = Dataset.from_files(str(tmp_path / "*")).load_jsonl(approx_shard_bytes=target)
     assert "1 larger kept whole (compressed JSON Lines)" in whole.describe()
     assert ids(sync.execute(whole)) == ids(big) + [9001, 9002]
     with pytest.raises(ValueError, match="a compressed file cannot be read from byte 5"):
@@ -144,42 +149,44 @@ def test_small_files_are_packed_in_order_within_the_target(tmp_path, sync):
     rng = random.Random(6)
     paths = [write_lines(tmp_path / f"f{k:03d}.jsonl", [{"i": 10 * k + j, "t": "x" * rng.randint(0, 400)} for j in range(rng.randint(0, 4))])
              for k in range(60)]
-    target = 3000  # above every file's size: all packed, none cut
+    target = 4 * LOCAL_FILE  # above every file's size: all packed, none cut
     pattern = str(tmp_path / "f*.jsonl")
     shards = Dataset.from_files(pattern).load_jsonl(approx_shard_bytes=target).plan().stages[0].input
     again = Dataset.from_files([str(p) for p in reversed(paths)]).load_jsonl(approx_shard_bytes=target).plan().stages[0].input
     assert [s.items for s in shards] == [s.items for s in again]  # deterministic, whatever order the patterns list
     assert [p for s in shards for p in s.items] == [str(p) for p in paths]  # every file once, in sorted order
-    size = {str(p): p.stat().st_size for p in paths}
+    cost = {str(p): p.stat().st_size + LOCAL_FILE for p in paths}  # a file's bytes and the cost of opening it
     for shard, after in zip(shards, shards[1:] + (None,)):
-        total = sum(size[p] for p in shard.items)
+        total = sum(cost[p] for p in shard.items)
         assert total <= target or len(shard.items) == 1
         if after is not None:  # greedy: the next file did not fit
-            assert total + size[after.items[0]] > target
+            assert total + cost[after.items[0]] > target
     assert 1 < len(shards) < len(paths)
     assert ids(sync.execute(Dataset.from_files(pattern).load_jsonl(approx_shard_bytes=target))) == ids(
         sum((lines_of(p) for p in paths), []))
 
 
 def test_listed_paths_are_sized_too(tmp_path, sync):
-    big = write_lines(tmp_path / "big.jsonl", ragged(80, seed=10))
+    big = write_lines(tmp_path / "big.jsonl", [{"i": i, "t": "x" * 900} for i in range(1000)])  # ~900 KB
     smalls = [write_lines(tmp_path / f"s{k}.jsonl", [{"i": 100 + k}]) for k in range(3)]
     paths = [str(p) for p in [big, *smalls]]
     target = big.stat().st_size // 2 + 1
+    assert target > 3 * (LOCAL_FILE + 20)
     for source in (Dataset.from_list(paths), Dataset.from_iterable(paths)):
         ds = source.load_jsonl(approx_shard_bytes=target)
         assert [len(s.items) for s in ds.plan().stages[0].input] == [1, 1, 3]
-        assert ids(sync.execute(ds)) == ids(lines_of(big)) + [100, 101, 102]
+        assert ids(sync.execute(ds)) == list(range(1000)) + [100, 101, 102]
 
 
 def test_the_plan_shows_the_packing(tmp_path):
-    write_lines(tmp_path / "big.jsonl", ragged(100, seed=7))
+    write_lines(tmp_path / "big.jsonl", [{"i": i, "t": "x" * 1000} for i in range(1200)])  # ~1.2 MB
     for k in range(5):
         write_lines(tmp_path / f"s{k}.jsonl", [{"i": k}])
     size = (tmp_path / "big.jsonl").stat().st_size
     ds = Dataset.from_files(str(tmp_path / "*.jsonl")).load_jsonl(approx_shard_bytes=size // 3 + 1)
     text = ds.describe()
     assert "6 files" in text and "5 packed into 1 shard;" in text and "1 cut into 3 pieces" in text
+    assert "a file counting 64.0 KiB more" in text
     assert "load_jsonl(approx_shard_bytes=" in text and "[4 shards]" in text
     labels = [s.label for s in ds.plan().stages[0].input]
     assert labels[0] == f"{tmp_path}/big.jsonl [bytes 0-{size // 3}]"
@@ -208,15 +215,16 @@ def test_include_file_paths_names_the_file_of_a_span(tmp_path, sync):
 
 
 def test_parquet_small_files_packed_and_a_large_one_cut_at_row_groups(tmp_path, sync):
-    pq.write_table(pa.table({"i": list(range(1000)), "t": [f"row {i} " * 20 for i in range(1000)]}), tmp_path / "a.parquet",
-                   row_group_size=100)
+    texts = [os.urandom(100).hex() for _ in range(4000)]  # ~800 KB that no codec shrinks
+    pq.write_table(pa.table({"i": list(range(4000)), "t": texts}), tmp_path / "a.parquet", row_group_size=500)
     for k in range(4):
         pq.write_table(pa.table({"i": [5000 + k], "t": ["small"]}), tmp_path / f"b{k}.parquet")
-    target = (tmp_path / "a.parquet").stat().st_size // 4
+    target = 4 * (LOCAL_FILE + 1000)
+    assert (tmp_path / "a.parquet").stat().st_size > 2 * target
     ds = Dataset.from_files(str(tmp_path / "*.parquet")).load_parquet(approx_shard_bytes=target)
     shards = ds.plan().stages[0].input
     assert all("row group" in s.label for s in shards[:-1]) and len(shards[-1].items) == 4
-    assert ids(sync.execute(ds)) == list(range(1000)) + [5000, 5001, 5002, 5003]
+    assert ids(sync.execute(ds)) == list(range(4000)) + [5000, 5001, 5002, 5003]
 
 
 def warc_records(n: int, *, fake_header_in: int | None = None) -> list[dict]:
@@ -390,7 +398,8 @@ def test_spans_and_packed_files_read_object_storage_in_few_large_requests(gcs_bu
     target = len(big) // 3 + 1
     ds = Dataset.from_files(f"{gcs_bucket}/in/*.jsonl").load_jsonl(approx_shard_bytes=target)
     shards = ds.plan().stages[0].input
-    assert len(shards) == 3 + 1
+    assert [isinstance(s.items[0], ByteRange) for s in shards] == [True] * 3 + [False] * 10  # 4 small files a shard:
+    assert FILE_COST["object store"] == 1 << 20  # each costs 1 MiB on an object store
     start = len(counted_gcs.log)
     got = ids(sync.execute(ds))
     assert got == list(range(60_000)) + [100_000 + n for n in range(2000)]

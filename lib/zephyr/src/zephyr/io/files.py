@@ -36,7 +36,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 __all__ = [
     "CountingReader",
-    "access_options",
     "atomic_write",
     "counted_input",
     "exists",
@@ -223,14 +222,8 @@ def _hidden_match(pattern: str, path: str) -> bool:
 # reader reading 8 KiB at a time made 1,284 requests for a 13 MB file, 6 with read-ahead
 # (measured against the GCS emulator). Parts of a file ("ranges": Parquet's column chunks, a
 # file's head): no cache, so a read is one request of just the bytes asked.
+# Local disk and `memory://` have no such caches. `access` is one of these keys, or None.
 _ACCESS = {"sequential": {"cache_type": "readahead"}, "ranges": {"cache_type": "none"}}
-
-
-def access_options(path: str, access: str) -> dict:
-    """`fs.open` options for reading `path` by `access` ("sequential" or "ranges"); none for
-    local disk and `memory://`, which have no such caches."""
-    fs, _ = url_to_fs(path)
-    return {} if isinstance(fs, (LocalFileSystem, MemoryFileSystem)) else dict(_ACCESS[access])
 
 
 def open_input(path: str) -> BinaryIO:
@@ -238,12 +231,15 @@ def open_input(path: str) -> BinaryIO:
 
     Raises FileNotFoundError naming the path when it does not exist.
     """
-    return open_compressed_reader(_open_stored(path, **access_options(path, "sequential")), codec_for(path))
+    return open_compressed_reader(_open_stored(path, "sequential"), codec_for(path))
 
 
-def _open_stored(path: str, **options) -> BinaryIO:
-    """The file at `path` as stored (compressed or not); InputNotFoundError when it is not there."""
+def _open_stored(path: str, access: str | None = None, **options) -> BinaryIO:
+    """The file at `path` as stored (compressed or not), opened for `access` (see `_ACCESS`);
+    InputNotFoundError when it is not there."""
     fs, fs_path = url_to_fs(path)
+    if access is not None and not isinstance(fs, (LocalFileSystem, MemoryFileSystem)):
+        options = {**_ACCESS[access], **options}
     try:
         return fs.open(fs_path, "rb", **options)
     except FileNotFoundError as e:
@@ -287,10 +283,11 @@ class CountingReader(io.RawIOBase):
 
 
 @contextlib.contextmanager
-def counted_input(path: str, **options) -> Iterator[CountingReader]:
+def counted_input(path: str, access: str | None = None, **options) -> Iterator[CountingReader]:
     """The file at `path` as stored, its bytes read added to the `zephyr/bytes_read` counter
-    when it closes (however the reading ends). `options` go to the filesystem's `open`."""
-    reader = CountingReader(_open_stored(path, **options))
+    when it closes (however the reading ends). `access` is how it will be read ("sequential"
+    or "ranges": the object store cache that suits it); `options` go to the filesystem's `open`."""
+    reader = CountingReader(_open_stored(path, access, **options))
     try:
         yield reader
     finally:
@@ -302,7 +299,7 @@ def counted_input(path: str, **options) -> Iterator[CountingReader]:
 def open_counted_input(path: str) -> Iterator[BinaryIO]:
     """`open_input(path)`, counting under `zephyr/bytes_read` the bytes fetched from storage
     (compressed, as stored), not the decompressed bytes the caller reads."""
-    with counted_input(path, **access_options(path, "sequential")) as stored:
+    with counted_input(path, "sequential") as stored:
         codec = codec_for(path)
         buffered = io.BufferedReader(stored) if codec is Codec.NONE else stored  # the codecs buffer their own
         with open_compressed_reader(buffered, codec) as reader:

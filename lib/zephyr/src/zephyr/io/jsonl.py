@@ -23,7 +23,7 @@ import orjson
 
 from zephyr.io.json_records import JsonLines, json_exact
 from zephyr.io.compression import Codec, CorruptInputError, TruncatedInputError, codec_for
-from zephyr.io.files import access_options, counted_input, open_counted_input, open_output
+from zephyr.io.files import counted_input, open_counted_input, open_output
 from zephyr.io.records import UnwritableRecordError, field_path
 from zephyr import counters
 
@@ -119,7 +119,7 @@ def _span_blocks(path: str, size: int, start: int, end: int) -> Iterator[tuple[b
         raise ValueError(f"{path}: a compressed file cannot be read from byte {start}; only whole (a span is for uncompressed files)")
     line_no = decoded = 0
     position = start
-    with counted_input(path, **access_options(path, "sequential")) as raw:
+    with counted_input(path, "sequential") as raw:
         reader = io.BufferedReader(raw, buffer_size=_SPAN_BUFFER)
         try:
             if start > 0:  # the line holding byte start - 1 belongs to the span before

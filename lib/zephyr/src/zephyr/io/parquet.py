@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from zephyr.io.files import access_options, atomic_write, counted_input
+from zephyr.io.files import atomic_write, counted_input
 from zephyr.io.parquet_schema import SchemaConflict, arrow_schema, infer_records, unify
 from zephyr.io.records import UnwritableRecordError
 from zephyr.io.temporaries import make_temp_file
@@ -67,7 +67,7 @@ def read_parquet_pieces(
 
     # object stores: no read-ahead cache, so a skipped row group costs no bytes; pyarrow
     # coalesces the column chunks it does need into few ranged requests
-    with counted_input(path, **access_options(path, "ranges")) as reader:  # the bytes asked of the file: `zephyr/bytes_read`
+    with counted_input(path, "ranges") as reader:  # the bytes asked of the file: `zephyr/bytes_read`
         try:
             fragment = pads.ParquetFileFormat().make_fragment(reader)
             schema = fragment.physical_schema

@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
 
 from zephyr import counters
-from zephyr.io.files import access_options, atomic_write, counted_input
+from zephyr.io.files import atomic_write, counted_input
 from zephyr.io.jsonl import BadRecordError
 
 __all__ = ["BadWarcRecordError", "UncuttableWarcError", "gzipped_per_record", "read_warc", "write_warc_file"]
@@ -65,7 +65,7 @@ def read_warc(path: str, on_bad_record: str = "raise", span: tuple[int, int] | N
     """
     if on_bad_record not in ("raise", "skip"):
         raise ValueError(f"on_bad_record must be 'raise' or 'skip', got {on_bad_record!r}")
-    with counted_input(path, **access_options(path, "sequential")) as raw:  # its bytes as stored count under zephyr/bytes_read
+    with counted_input(path, "sequential") as raw:  # its bytes as stored count under zephyr/bytes_read
         if span is not None:
             yield from _span_records(raw, path, on_bad_record, *span)
             return
@@ -127,7 +127,7 @@ def gzipped_per_record(path: str, head: int = 1 << 20) -> bool:
     """Whether a `.gz` WARC file is gzipped record by record (as crawls ship), so a reader can
     start at a record's gzip member: its first member ends within `head` bytes and another
     starts there. Reads those bytes only."""
-    with counted_input(path, **access_options(path, "ranges")) as raw:
+    with counted_input(path, "ranges") as raw:
         data = raw.read(head)
     inflate = zlib.decompressobj(31)
     try:
