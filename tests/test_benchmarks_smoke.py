@@ -50,6 +50,14 @@ def test_fuzzy_after_dedup_benchmark_runs_and_both_keep_the_same_documents(tmp_p
 
 
 @pytest.mark.slow
+def test_shard_sizing_benchmark_runs(tmp_path):
+    out = _run("bench_shard_sizing.py", "--small-files", "300", "--big-gb", "0.002", "--approx", "500000", tmp_path=tmp_path)
+    assert "| one per file (before) | 301 |" in out and "| approx_shard_bytes=500,000 |" in out
+    runs = json.loads((tmp_path / "out.json").read_text())["runs"]
+    assert runs[0]["docs"] == runs[1]["docs"] and runs[1]["tasks"] < runs[0]["tasks"]
+
+
+@pytest.mark.slow
 def test_plan_rss_benchmark_runs(tmp_path):
     out = _run("bench_plan_rss.py", "--maps", "200", "--partitions", "50", "--legacy", tmp_path=tmp_path, work_dir=False)
     assert "| packed arrays (`RunIndex`) |" in out and "| per-run dicts, per-task tuples (before) |" in out

@@ -139,10 +139,11 @@ def test_approx_shard_bytes_splits_a_file_at_row_group_bounds(backend, big_parqu
     assert 0.9 * os.path.getsize(big_parquet) < counters["zephyr/bytes_read"] < 1.5 * os.path.getsize(big_parquet)
 
 
-def test_approx_shard_bytes_in_load_file_splits_only_parquet(local_backend, two_schemas):
+def test_approx_shard_bytes_in_load_file_cuts_each_file_by_its_format(local_backend, two_schemas):
     directory, rows = two_schemas
     ds = Dataset.from_files([str(directory / "a.parquet"), str(directory / "b.jsonl")]).load_file(approx_shard_bytes=1)
-    assert ds.plan().num_shards == 3 + 1  # a.parquet has three row groups; the JSONL file stays whole
+    # a.parquet at its three row groups; b.jsonl into one-byte spans, each line read by the span it starts in
+    assert ds.plan().num_shards == 3 + os.path.getsize(directory / "b.jsonl")
     assert [r["id"] for r in local_backend.execute(ds)] == list(range(10))
 
 
@@ -152,7 +153,7 @@ def test_approx_shard_bytes_must_follow_the_source(big_parquet):
     with pytest.raises(ValueError, match="approx_shard_bytes must be a positive integer"):
         Dataset.from_list([big_parquet]).load_parquet(approx_shard_bytes=0)
     sliced = Dataset.from_files(big_parquet).load_parquet(approx_shard_bytes=1).write_jsonl("/tmp/never/{basename}.jsonl")
-    with pytest.raises(PlanError, match="gives shards 0 and 1 the same path"):
+    with pytest.raises(PlanError, match=r"uses \{basename\}, but approx_shard_bytes=1 sizes shards by bytes"):
         sliced.plan()
 
 

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from zephyr import counters
 from zephyr.engine.frame import PYTHON_COLUMN, Frame, typed_series
-from zephyr.io.jsonl import decode_block_lines, jsonl_blocks
+from zephyr.io.jsonl import decode_block_lines, jsonl_blocks, span_label
 
 __all__ = ["ALL_COLUMNS", "block_bytes", "frame_of_table", "jsonl_frames"]
 
@@ -39,10 +39,13 @@ def block_bytes(memory: int | None) -> int:
     return DEFAULT_BLOCK if not memory else min(MAX_BLOCK, max(MIN_BLOCK, memory // 64))
 
 
-def jsonl_frames(path: str, on_bad_record: str, size: int, needed: frozenset | None) -> Iterator[Frame]:
-    """The blocks of a JSON-lines file as Frames holding the `needed` columns typed."""
-    for block, line_no in jsonl_blocks(path, size):
-        records, kept = decode_block_lines(block, path, line_no, on_bad_record)
+def jsonl_frames(path: str, on_bad_record: str, size: int, needed: frozenset | None,
+                 span: tuple[int, int] | None = None) -> Iterator[Frame]:
+    """The blocks of a JSON-lines file (or of the lines starting in a `span` of its bytes) as
+    Frames holding the `needed` columns typed."""
+    where = span_label(path, span)
+    for block, line_no in jsonl_blocks(path, size, span):
+        records, kept = decode_block_lines(block, where, line_no, on_bad_record)
         if not records:
             continue
         counters.increment("zephyr/engine_blocks")

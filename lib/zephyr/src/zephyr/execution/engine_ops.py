@@ -39,7 +39,7 @@ from zephyr.io.parquet import read_parquet_pieces
 from zephyr.plan import ops as op
 from zephyr.plan.batch_span import batch_span
 from zephyr.plan.ops import MapBatches, WithColumns, select_columns, watch_points
-from zephyr.plan.sources import ParquetSlice, input_path_of
+from zephyr.plan.sources import ParquetSlice, input_path_of, span_of
 
 __all__ = ["load_batches", "map_batches_items", "map_batches_records", "records_table", "valid_rows", "write_jsonl_pieces"]
 
@@ -100,7 +100,7 @@ def _read(item: Any, load: op.LoadJsonl | op.LoadParquet, size: int, needed: fro
     if path is None:
         raise TypeError(f"load_* expects path strings as items, got {type(item).__name__}: {item!r:.100}")
     if isinstance(load, op.LoadJsonl):  # its folded ops apply here (the Parquet reader applies them itself)
-        pieces: Iterator = jsonl_frames(path, load.on_bad_record, size, needed)
+        pieces: Iterator = jsonl_frames(path, load.on_bad_record, size, needed, span_of(item))
         if load.filter is not None:
             pieces = _each(_filter, load.filter, watched(pieces, referenced_fields(load.filter), _missing_in_piece))
         if load.columns is not None:

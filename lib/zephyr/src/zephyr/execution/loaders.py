@@ -17,37 +17,34 @@ from zephyr.expr import referenced_fields
 from zephyr.expr.presence import watched
 from zephyr.io.batches import parquet_batches
 from zephyr.io.formats import FileFormat, format_for
-from zephyr.io.jsonl import read_jsonl, read_jsonl_numbered
+from zephyr.io.jsonl import read_jsonl, read_jsonl_numbered, span_label
 from zephyr.io.load import InputFileSpec, load_file
 from zephyr.io.parquet import read_parquet
 from zephyr.io.vortex import read_vortex
 from zephyr.io.warc import read_warc
 from zephyr.plan import ops as op
 from zephyr.plan.ops import select_columns
-from zephyr.plan.sources import ParquetSlice, input_path_of
+from zephyr.plan.sources import ParquetSlice, input_path_of, span_of
 
 __all__ = ["numbered_records", "read_path", "shape_one"]
 
 
-_FIXED_FORMATS = {op.LoadJsonl: FileFormat.JSONL, op.LoadParquet: FileFormat.PARQUET, op.LoadVortex: FileFormat.VORTEX,
-                  op.LoadWarc: FileFormat.WARC}
-
-
 def read_path(item: Any, load: op.LoadOp) -> Iterator[Any]:
-    """Records of one path item (a path, or a slice of a Parquet file) as `load` asks."""
+    """Records of one path item (a path, a slice of a Parquet file, a span of bytes) as `load` asks."""
     if isinstance(item, InputFileSpec):
         return _read_spec(item, load)
     path = input_path_of(item)
     if path is None:
         raise TypeError(f"load_* expects path strings or InputFileSpec as items, got {type(item).__name__}: {item!r:.100}")
-    fmt = _FIXED_FORMATS.get(type(load)) or format_for(path)
+    fmt = op.fixed_format(load) or format_for(path)
     path_column = load.file_path_column if load.include_file_paths else None
     if getattr(load, "batch_mode", False):
         row_groups = item.row_groups if isinstance(item, ParquetSlice) else None
         return parquet_batches(path, load.columns, load.filter, row_groups, path_column)
     if fmt in (FileFormat.JSONL, FileFormat.WARC):
         reader = read_jsonl if fmt is FileFormat.JSONL else read_warc
-        return _shaped(_folded(reader(path, on_bad_record=load.on_bad_record), load), path, path_column, load.columns)
+        records = reader(path, on_bad_record=load.on_bad_record, span=span_of(item))
+        return _shaped(_folded(records, load), path, path_column, load.columns)
     file_columns = None if load.columns is None else [c for c in load.columns if c != path_column]
     if fmt is FileFormat.VORTEX:
         records = read_vortex(path, file_columns, load.filter)
@@ -67,7 +64,7 @@ def _columns_naming(columns: tuple[str, ...] | None, path_column: str) -> tuple[
 
 def _read_spec(spec: InputFileSpec, load: op.LoadOp) -> Iterator[Any]:
     """Records of an `InputFileSpec` item: the spec's own range, filter and columns, then `load`'s."""
-    fixed = _FIXED_FORMATS.get(type(load))
+    fixed = op.fixed_format(load)
     records = load_file(spec if fixed is None else replace(spec, format=fixed.value))
     return _shaped(_folded(records, load), spec.path, load.file_path_column if load.include_file_paths else None, load.columns)
 
@@ -117,9 +114,11 @@ def numbered_records(item: Any, load: op.LoadOp) -> Iterator[tuple[str | None, s
     if getattr(load, "batch_mode", False):
         return ((None, path, batch) for batch in read_path(item, load))
     raw = replace(load, filter=None, columns=None, include_file_paths=False)
-    jsonl = path is not None and not isinstance(item, InputFileSpec) and (_FIXED_FORMATS.get(type(load)) or format_for(path)) is FileFormat.JSONL
+    jsonl = path is not None and not isinstance(item, InputFileSpec) and (op.fixed_format(load) or format_for(path)) is FileFormat.JSONL
     if jsonl:
-        return ((f"{path}:{line}", path, record) for line, record in read_jsonl_numbered(path, load.on_bad_record))
+        span = span_of(item)
+        where = span_label(path, span)
+        return ((f"{where}:{line}", path, record) for line, record in read_jsonl_numbered(path, load.on_bad_record, span))
     return ((None, path, record) for record in read_path(item, raw))
 
 

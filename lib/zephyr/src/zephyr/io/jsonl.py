@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import io
 import itertools
 import json
 import math
@@ -21,16 +22,17 @@ import numpy as np
 import orjson
 
 from zephyr.io.json_records import JsonLines, first_non_object, json_exact, line_bytes
-from zephyr.io.compression import CorruptInputError, TruncatedInputError
-from zephyr.io.files import open_counted_input, open_output
+from zephyr.io.compression import Codec, CorruptInputError, TruncatedInputError, codec_for
+from zephyr.io.files import counted_input, open_counted_input, open_output
 from zephyr.io.records import UnwritableRecordError, field_path
 from zephyr import counters
 
 __all__ = ["BadRecordError", "decode_block", "decode_block_lines", "encode_records", "json_values", "jsonl_blocks", "read_jsonl",
-           "read_jsonl_numbered", "write_jsonl_file"]
+           "read_jsonl_numbered", "span_label", "write_jsonl_file"]
 
 _BLOCK = 256 * 1024  # bytes of lines decoded per orjson batch
 _CHUNK = 1024  # records encoded (and checked) per write
+_SPAN_BUFFER = 64 * 1024  # a span's reader: readline() after a seek reads this much at a time
 # 19+ digits in a row: where orjson may read an integer beyond 64 bits as a float (the run may
 # also be inside a string or a float; such lines are merely decoded twice). Found by mapping
 # every digit to "0" and searching for 19 of them (~1.2 GB/s, where a regex manages ~100 MB/s),
@@ -56,7 +58,7 @@ class BadRecordError(ValueError):
         return (BadRecordError, (self.path, self.line, self.reason))
 
 
-def read_jsonl(path: str, on_bad_record: str = "raise") -> Iterator[dict]:
+def read_jsonl(path: str, on_bad_record: str = "raise", span: tuple[int, int] | None = None) -> Iterator[dict]:
     """Yield the JSON object of each non-blank line of `path` (compression by extension).
 
     Streams: holds one block of lines (about `_BLOCK` bytes, or one longer line) at a time,
@@ -66,19 +68,35 @@ def read_jsonl(path: str, on_bad_record: str = "raise") -> Iterator[dict]:
     UTF-8, or not an object (an array, a string, a number, null) raises BadRecordError naming
     the file and line; with `on_bad_record="skip"` it is skipped and counted under the
     `zephyr/bad_records` counter instead. Truncated compressed input always raises
-    (TruncatedInputError, naming the file and the last complete line).
+    (TruncatedInputError, naming the file and the last complete line). With `span=(start, end)`
+    (an uncompressed file), only the lines that start in those bytes (`jsonl_blocks`); errors
+    then name the span and the line in it (`a.jsonl [bytes 1000-2000]:3`).
     """
     if on_bad_record not in ("raise", "skip"):
         raise ValueError(f"on_bad_record must be 'raise' or 'skip', got {on_bad_record!r}")
-    for block, line_no in jsonl_blocks(path):
-        yield from decode_block(block, path, line_no, on_bad_record)
+    where = span_label(path, span)
+    for block, line_no in jsonl_blocks(path, span=span):
+        yield from decode_block(block, where, line_no, on_bad_record)
 
 
-def jsonl_blocks(path: str, size: int = _BLOCK) -> Iterator[tuple[bytes, int]]:
+def span_label(path: str, span: tuple[int, int] | None) -> str:
+    """How errors name a file, or a span of it (lines then count from the span's first)."""
+    return path if span is None else f"{path} [bytes {span[0]}-{span[1]}]"
+
+
+def jsonl_blocks(path: str, size: int = _BLOCK, span: tuple[int, int] | None = None) -> Iterator[tuple[bytes, int]]:
     """(block, lines before it) for each block of whole lines of `path` (about `size` bytes,
     or one longer line). Counts `zephyr/bytes_read` (the file's bytes fetched, compressed as
     stored) and `zephyr/bytes_decoded` (the lines' bytes after decompression). Truncated or
-    corrupt compressed input raises naming the file and the last line of the blocks before."""
+    corrupt compressed input raises naming the file and the last line of the blocks before.
+
+    With `span=(start, end)`, the lines of an uncompressed file that start in bytes [start,
+    end), in large sequential reads: from the first line start at or after `start` (the byte
+    before it is read to tell) to the end of the line holding byte `end - 1`. Spans that tile
+    the file give each line once. Lines count from the span's first."""
+    if span is not None:
+        yield from _span_blocks(path, size, *span)
+        return
     line_no = 0
     decoded = 0
     with open_counted_input(path) as reader:
@@ -91,6 +109,29 @@ def jsonl_blocks(path: str, size: int = _BLOCK) -> Iterator[tuple[bytes, int]]:
                 line_no += _newlines(block) + (not block.endswith(b"\n"))
         except (TruncatedInputError, CorruptInputError) as e:
             raise type(e)(f"{path}: {e} (after line {line_no})") from e
+        finally:
+            counters.increment("zephyr/bytes_decoded", decoded)
+
+
+def _span_blocks(path: str, size: int, start: int, end: int) -> Iterator[tuple[bytes, int]]:
+    """`jsonl_blocks` of a span (see there)."""
+    if codec_for(path) is not Codec.NONE:
+        raise ValueError(f"{path}: a compressed file cannot be read from byte {start}; only whole (a span is for uncompressed files)")
+    line_no = decoded = 0
+    position = start
+    with counted_input(path, "sequential") as raw:
+        reader = io.BufferedReader(raw, buffer_size=_SPAN_BUFFER)
+        try:
+            if start > 0:  # the line holding byte start - 1 belongs to the span before
+                reader.seek(start - 1)
+                position = start - 1 + len(reader.readline())
+            while position < end and (block := reader.read(min(size, end - position))):
+                if not block.endswith(b"\n"):
+                    block += reader.readline()  # the line that holds byte end - 1 is this span's
+                position += len(block)
+                decoded += len(block)
+                yield block, line_no
+                line_no += _newlines(block) + (not block.endswith(b"\n"))
         finally:
             counters.increment("zephyr/bytes_decoded", decoded)
 
@@ -176,14 +217,16 @@ def _numbered_lines(lines: list[bytes], path: str, line_no: int, on_bad_record: 
         raise BadRecordError(path, line_no, reason)
 
 
-def read_jsonl_numbered(path: str, on_bad_record: str = "raise") -> Iterator[tuple[int, dict]]:
+def read_jsonl_numbered(path: str, on_bad_record: str = "raise", span: tuple[int, int] | None = None) -> Iterator[tuple[int, dict]]:
     """(1-based line number, record) for each record `read_jsonl` yields, in order: slower (a
-    line at a time), for naming the line a record came from (`zephyr.execution.replay`)."""
-    for block, line_no in jsonl_blocks(path):
+    line at a time), for naming the line a record came from (`zephyr.execution.replay`).
+    With a `span`, lines count from the span's first, as `read_jsonl`'s errors do."""
+    where = span_label(path, span)
+    for block, line_no in jsonl_blocks(path, span=span):
         lines = block.split(b"\n")
         if block.endswith(b"\n"):
             lines.pop()
-        yield from ((number, value) for number, value, _ in _numbered_lines(lines, path, line_no, on_bad_record))
+        yield from ((number, value) for number, value, _ in _numbered_lines(lines, where, line_no, on_bad_record))
 
 
 def write_jsonl_file(items: Iterable[Any], path: str, *, remove_stale: bool = True) -> int:

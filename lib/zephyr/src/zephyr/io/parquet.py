@@ -16,10 +16,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
-from fsspec.implementations.local import LocalFileSystem
-from fsspec.implementations.memory import MemoryFileSystem
 
-from zephyr.io.files import atomic_write, counted_input, url_to_fs
+from zephyr.io.files import atomic_write, counted_input
 from zephyr.io.parquet_schema import SchemaConflict, arrow_schema, infer_records, unify
 from zephyr.io.records import UnwritableRecordError
 from zephyr.io.temporaries import make_temp_file
@@ -67,11 +65,9 @@ def read_parquet_pieces(
     import pyarrow.dataset as pads
 
 
-    fs, _ = url_to_fs(path)
     # object stores: no read-ahead cache, so a skipped row group costs no bytes; pyarrow
     # coalesces the column chunks it does need into few ranged requests
-    options = {} if isinstance(fs, (LocalFileSystem, MemoryFileSystem)) else {"cache_type": "none"}
-    with counted_input(path, **options) as reader:  # the bytes asked of the file: `zephyr/bytes_read`
+    with counted_input(path, "ranges") as reader:  # the bytes asked of the file: `zephyr/bytes_read`
         try:
             fragment = pads.ParquetFileFormat().make_fragment(reader)
             schema = fragment.physical_schema

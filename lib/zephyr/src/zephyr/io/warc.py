@@ -32,11 +32,12 @@ from zephyr import counters
 from zephyr.io.files import atomic_write, counted_input
 from zephyr.io.jsonl import BadRecordError
 
-__all__ = ["BadWarcRecordError", "read_warc", "write_warc_file"]
+__all__ = ["BadWarcRecordError", "UncuttableWarcError", "gzipped_per_record", "read_warc", "write_warc_file"]
 
 _GZIP_MAGIC = b"\x1f\x8b\x08"
 _WARC_MAGIC = b"WARC/1."
 _SCAN = 1 << 20  # bytes read at a time while looking for the next record start
+_FIRST_SCAN = 16 << 10  # ... at first: the next start is usually near (spans start and end often)
 
 
 class BadWarcRecordError(BadRecordError):
@@ -53,36 +54,62 @@ class BadWarcRecordError(BadRecordError):
         return (BadWarcRecordError, (self.path, self.offset, self.reason))
 
 
-def read_warc(path: str, on_bad_record: str = "raise") -> Iterator[dict]:
+def read_warc(path: str, on_bad_record: str = "raise", span: tuple[int, int] | None = None) -> Iterator[dict]:
     """Yield the response (WARC) and conversion (WET) records of `path` as dicts (see the module).
 
     The file may be plain or gzipped (per record, as crawls ship, or whole). Raises
     BadWarcRecordError for a record that cannot be read, or with `on_bad_record="skip"` counts
     it under `zephyr/bad_records` and resumes at the next record; InputNotFoundError for a
-    missing file.
+    missing file. With `span=(start, end)` (a plain or per-record gzipped file), only the
+    records that start in those bytes (see `read_warc_span`).
     """
     if on_bad_record not in ("raise", "skip"):
         raise ValueError(f"on_bad_record must be 'raise' or 'skip', got {on_bad_record!r}")
-    with counted_input(path) as raw:  # its bytes as stored count under zephyr/bytes_read
+    with counted_input(path, "sequential") as raw:  # its bytes as stored count under zephyr/bytes_read
+        if span is not None:
+            yield from _span_records(raw, path, on_bad_record, *span)
+            return
         start: int | None = 0
         while start is not None:
-            start = yield from _records_from(raw, start, path, on_bad_record)
+            done, start = yield from _records_from(raw, start, path, on_bad_record)
 
 
-def _records_from(raw: BinaryIO, start: int, path: str, on_bad_record: str):
-    """Yield records from byte `start` on; return where to resume after a skipped bad stretch
-    (None at the end of the file)."""
+def _span_records(raw: BinaryIO, path: str, on_bad_record: str, start: int, end: int) -> Iterator[dict]:
+    """The records that start in bytes [start, end): from the first record start at or after
+    `start` (found by scanning, as a reader resuming after a bad stretch finds one) along the
+    chain of records, up to the first that starts at or after `end`. That one must be the record
+    a scan from `end` finds, where the next span's reader starts; otherwise (a file gzipped whole,
+    or a payload holding what looks like a WARC header) spans would not tile the records, and
+    this raises UncuttableWarcError rather than read a record twice or not at all."""
+    position = 0 if start == 0 else _next_start(raw, start)
+    while position is not None and position < end:
+        done, position = yield from _records_from(raw, position, path, on_bad_record, stop=end)
+        if done:
+            break
+    found = _next_start(raw, end)
+    if found != position:
+        raise UncuttableWarcError(
+            f"{path}: cannot read bytes {start}-{end} on their own: the record after them starts at byte "
+            f"{position if position is not None else 'EOF'}, but a scan from byte {end} finds "
+            f"{found if found is not None else 'none'} (a file gzipped whole, or a payload holding a WARC header); "
+            "read it whole: without approx_shard_bytes")
+
+
+def _records_from(raw: BinaryIO, start: int, path: str, on_bad_record: str, stop: int | None = None):
+    """Yield records from byte `start` on, up to the first that starts at or after `stop`.
+    Returns (done, position): done at the first record at or after `stop` (its offset) or at the
+    end of the file (None); or, after a skipped bad stretch, not done and where the next record
+    starts (None: no more)."""
     raw.seek(start)
     last: tuple[int, int] | None = None  # (offset, WARC Content-Length) of the last record read, of any type
     wanted = (WarcRecordType.response, WarcRecordType.conversion)
-    read = 0
     try:
         for record in ArchiveIterator(raw, record_types=WarcRecordType.any_type, parse_http=True, fsspec_args=False):
+            if stop is not None and record.stream_pos >= stop:
+                return True, record.stream_pos
             last = (record.stream_pos, int(record.headers.get("Content-Length") or 0))
             if record.record_type in wanted:
-                item = _item(record)
-                read += len(item["content"])
-                yield item
+                yield _item(record)
         end = _end_of(raw, last, start)
         if end != raw.seek(0, io.SEEK_END):  # fastwarc stops quietly at a cut or unreadable tail
             raise _Short(end, "the file does not end with a whole WARC record (truncated, or trailing bytes that are not one)")
@@ -92,10 +119,26 @@ def _records_from(raw: BinaryIO, start: int, path: str, on_bad_record: str):
             raise BadWarcRecordError(path, bad, str(e)) from None
         counters.increment("zephyr/bad_records")
         resume = _next_start(raw, bad)
-        return _next_start(raw, bad + 1) if resume == bad else resume
-    finally:
-        counters.increment("zephyr/bytes_read", read)
-    return None
+        return False, _next_start(raw, bad + 1) if resume == bad else resume
+    return True, None
+
+
+def gzipped_per_record(path: str, head: int = 1 << 20) -> bool:
+    """Whether a `.gz` WARC file is gzipped record by record (as crawls ship), so a reader can
+    start at a record's gzip member: its first member ends within `head` bytes and another
+    starts there. Reads those bytes only."""
+    with counted_input(path, "ranges") as raw:
+        data = raw.read(head)
+    inflate = zlib.decompressobj(31)
+    try:
+        inflate.decompress(data)
+    except zlib.error:
+        return False
+    return inflate.eof and inflate.unused_data.startswith(_GZIP_MAGIC)
+
+
+class UncuttableWarcError(ValueError):
+    """A span of a WARC file whose records cannot be told apart from the other spans' (see `read_warc`)."""
 
 
 class _Short(Exception):
@@ -154,20 +197,25 @@ def _next_start(raw: BinaryIO, position: int) -> int | None:
     """The first offset at or after `position` where a WARC record starts (a WARC header block,
     plain or at the start of a gzip member), or None."""
     raw.seek(position)
-    base, buffer = position, b""
+    base, buffer, size = position, b"", _FIRST_SCAN
     while True:
-        chunk = raw.read(_SCAN)
+        chunk = raw.read(size)
+        size = min(2 * size, _SCAN)
         buffer += chunk
-        for magic in (_GZIP_MAGIC, _WARC_MAGIC):
-            at = buffer.find(magic)
-            while at != -1:
-                if _starts_record(buffer[at:at + 64 * 1024], magic):
-                    return base + at
-                at = buffer.find(magic, at + 1)
+        for at, magic in sorted((at, magic) for magic in (_GZIP_MAGIC, _WARC_MAGIC) for at in _occurrences(buffer, magic)):
+            if _starts_record(buffer[at:at + 64 * 1024], magic):  # the earliest of either kind
+                return base + at
         if not chunk:
             return None
         keep = min(len(buffer), 64 * 1024)  # a magic cut by the chunk's end is found next round
         base, buffer = base + len(buffer) - keep, buffer[-keep:]
+
+
+def _occurrences(data: bytes, magic: bytes) -> Iterator[int]:
+    at = data.find(magic)
+    while at != -1:
+        yield at
+        at = data.find(magic, at + 1)
 
 
 def _starts_record(head: bytes, magic: bytes) -> bool:

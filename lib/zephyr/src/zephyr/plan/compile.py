@@ -4,8 +4,9 @@ A stage is data: its index, its input (source shards, or the output of a shuffle
 chain of per-item ops every shard runs, and its sink (collect results, or scatter for the next
 stage). `describe()` prints it; `--dry-run` prints it for every pipeline a script executes.
 Each stage's chain goes through `pushdown.push_down`, so a select or expression filter right
-after a loader is read by the loader itself; `load_parquet(approx_shard_bytes=...)` right
-after the source splits its files into row-group slices, one shard each.
+after a loader is read by the loader itself; `approx_shard_bytes=N` on the loader right after
+the source sizes the first stage's shards by bytes (`zephyr.plan.sizing`: small files packed,
+large ones cut), which the stage's description shows.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from typing import Any
 from zephyr.plan import ops as op
 from zephyr.plan import shuffle_ops as sop
 from zephyr.errors import PlanError
-from zephyr.plan.fingerprint import Identity, identify
+from zephyr.plan.fingerprint import Identity, fingerprint, identify
 from zephyr.plan.batch_span import plan_labels
 from zephyr.plan.column_check import check_columns
 from zephyr.plan.pushdown import push_down
 from zephyr.shuffle.reduce import Concatenate, FirstPerKey, HashPartition, ReduceGroups, RoundRobin, ScatterSink, ShuffleReader, keep_first
-from zephyr.plan.sources import SourceShard, resolve_source, split_parquet_shards, with_path_versions
+from zephyr.plan.sizing import Sizing, size_shards
+from zephyr.plan.sources import SourceShard, resolve_source, with_path_versions
 from zephyr.io.formats import format_for
 from zephyr.shuffle.join import BoundJoin
 from zephyr.plan.join_shuffled import join_shuffled
@@ -92,14 +94,14 @@ def compile_plan(dataset) -> Plan:
     (`column_check`: reads the first input file's schema for Parquet and Vortex); runs no user
     code but callable output patterns.
     """
-    shards: Sequence[SourceShard] = _split_files(_versioned(resolve_source(dataset.source), dataset.ops), dataset.ops)
+    shards, sizing = _sized(_versioned(resolve_source(dataset.source), dataset.ops), dataset.ops)
     check_columns(dataset.ops, shards[0].items[0] if shards and shards[0].items else None)
     stages: list[Stage] = []
     current: list = []
     num_shards = len(shards)
     stage_input: Any = tuple(shards)
-    label = dataset.source.describe()
-    ident = identify(("format", SCRATCH_FORMAT), ("source", dataset.source), ("inputs", [(s.label, s.version) for s in shards]))
+    label = dataset.source.describe() + (f" {sizing.describe()}" if sizing is not None else "")
+    ident = identify(("format", SCRATCH_FORMAT), ("source", dataset.source), ("inputs", _inputs(shards, sizing)))
     before, shuffle = ident, None  # the identity before the last shuffle stage, and its record
     for record in dataset.ops:
         if isinstance(record, (sop.GroupBy, sop.Deduplicate, sop.Reshard)):
@@ -130,7 +132,7 @@ def compile_plan(dataset) -> Plan:
     ident = _identify_stage(ident, stage_input, chain, None)
     stages.append(Stage(len(stages), chain, num_shards, stage_input, None, label, ident.digest, ident.reason))
     for s in stages:
-        check_writers(s)
+        check_writers(s, sizing if s.index == 0 and isinstance(s.input, tuple) else None)
         _check_load_file_extensions(s)
     check_overlap(input_patterns(dataset), _outputs(stages))
     return Plan(tuple(stages), ident.digest, _dedups(stages))
@@ -212,18 +214,26 @@ def _parsed_json(record) -> bool:
     return isinstance(record, op.LoadJsonl) and not record.include_file_paths
 
 
-def _split_files(shards: list[SourceShard], ops: tuple) -> list[SourceShard]:
-    """Apply `approx_shard_bytes` of a loader that reads the source's paths directly."""
-    splitting = [(i, r) for i, r in enumerate(ops) if isinstance(r, (op.LoadParquet, op.LoadFile)) and r.approx_shard_bytes]
-    if not splitting:
-        return shards
-    index, record = splitting[0]
-    if index != 0 or len(splitting) > 1:
+def _sized(shards: list[SourceShard], ops: tuple) -> tuple[list[SourceShard], Sizing | None]:
+    """Apply `approx_shard_bytes` of the loader that reads the source's paths directly."""
+    sizing = [(i, r) for i, r in enumerate(ops) if isinstance(r, op.LOAD_OPS) and r.approx_shard_bytes]
+    if not sizing:
+        return shards, None
+    index, record = sizing[0]
+    if index != 0 or len(sizing) > 1:
         raise PlanError(
-            f"{record.describe()}: approx_shard_bytes splits input files into shards when planning, so the loader "
-            "must directly follow the source: Dataset.from_files(...).load_parquet(approx_shard_bytes=...)"
+            f"{record.describe()}: approx_shard_bytes packs and cuts input files into shards when planning, so the "
+            "loader must directly follow the source: Dataset.from_files(...).load_jsonl(approx_shard_bytes=...)"
         )
-    return split_parquet_shards(shards, record.approx_shard_bytes, parquet_only=isinstance(record, op.LoadFile))
+    return size_shards(shards, record.approx_shard_bytes, record)
+
+
+def _inputs(shards: Sequence[SourceShard], sizing: Sizing | None) -> list[tuple]:
+    """What the plan's identity knows of each source shard: its label and its files' versions,
+    and the files themselves where the label names only the first and last of a packed run."""
+    if sizing is None:
+        return [(s.label, s.version) for s in shards]
+    return [(s.label, s.version) if len(s.items) == 1 else (s.label, s.version, fingerprint(s.items)) for s in shards]
 
 
 def _reader_of(stage_input: Any) -> Any:
@@ -279,14 +289,22 @@ def _bind_join(record: sop.SortedMergeJoin, num_shards: int):
     )
 
 
-def check_writers(stage: Stage) -> None:
+def check_writers(stage: Stage, sizing: Sizing | None = None) -> None:
     """Writers of a stage must give each shard its own path, checked before anything runs:
     {shard} (or {basename} of distinct input files) in a string pattern, distinct answers
-    from a callable one; {basename} needs one `from_files` input file per shard."""
+    from a callable one; {basename} needs one `from_files` input file per shard, so shards
+    sized by bytes (`sizing`) have none."""
     for record in stage.ops:
         if not isinstance(record, op.WRITE_OPS):
             continue
         if isinstance(record.pattern, str):
+            if "basename" in op.pattern_fields(record.pattern) and sizing is not None:
+                raise PlanError(
+                    f"Output pattern {record.pattern!r} uses {{basename}}, but approx_shard_bytes={sizing.approx_bytes} sizes "
+                    "shards by bytes: a shard reads several small files packed together, or a piece of a large one, so it "
+                    "has no one input file to name (and which it would be changes with the files' sizes); use {shard} "
+                    "instead, e.g. 'out/part-{shard:05d}-of-{total:05d}.jsonl.zst'"
+                )
             if "basename" in op.pattern_fields(record.pattern):
                 _check_basename_inputs(stage, record.pattern)
             elif stage.num_shards > 1 and not op.has_shard_field(record.pattern):

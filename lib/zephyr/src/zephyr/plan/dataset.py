@@ -203,6 +203,8 @@ class Dataset:
         on_bad_record: str = "raise",
         include_file_paths: bool = False,
         file_path_column: str = DEFAULT_FILE_PATH_COLUMN,
+        *,
+        approx_shard_bytes: int | None = None,
     ) -> Dataset:
         """Read each path item as JSON Lines (compression by extension), one dict per line.
 
@@ -212,10 +214,20 @@ class Dataset:
         names the shard); `on_bad_record="skip"` skips such lines and counts them in the
         `zephyr/bad_records` counter instead. With
         `include_file_paths`, each record gets its file's path under `file_path_column`.
+
+        `approx_shard_bytes=N` (right after the source) sizes shards by bytes when planning:
+        files of up to N bytes are packed together, and a larger uncompressed file is cut into
+        spans of about N bytes on line boundaries, each line read once (compressed files are
+        only packed). Errors in a span name it and count lines from its first:
+        `a.jsonl [bytes 1048576-2097152]:17`. See `zephyr.plan.sizing`.
+
+        >>> Dataset.from_files("raw/**/*.jsonl").load_jsonl(approx_shard_bytes=256 << 20)
         """
         _check_bad_record_policy(on_bad_record)
         _check_path_column(file_path_column)
-        return self._then(op.LoadJsonl(bool(include_file_paths), file_path_column, on_bad_record=on_bad_record))
+        _check_approx_shard_bytes(approx_shard_bytes)
+        return self._then(op.LoadJsonl(bool(include_file_paths), file_path_column, on_bad_record=on_bad_record,
+                                       approx_shard_bytes=approx_shard_bytes))
 
     def load_parquet(
         self,
@@ -228,8 +240,9 @@ class Dataset:
     ) -> Dataset:
         """Read each path item as Parquet, one dict per row (optionally only `columns`).
 
-        `approx_shard_bytes` (right after `from_files`) splits each file into shards of about
-        that many bytes of whole row groups, when planning. A `select` or an expression
+        `approx_shard_bytes` (right after the source) sizes shards by bytes when planning:
+        files of up to that many bytes are packed together, larger ones split into runs of
+        whole row groups of about that size (`zephyr.plan.sizing`). A `select` or an expression
         `filter` right after this is read inside the reader (see `zephyr.plan.pushdown`). With
         `batch_mode=True` the items are `pyarrow.RecordBatch`es, one per row group (the file
         path, if asked, a string column), read without `pyarrow.dataset`.
@@ -244,20 +257,28 @@ class Dataset:
         columns: Sequence[str] | None = None,
         include_file_paths: bool = False,
         file_path_column: str = DEFAULT_FILE_PATH_COLUMN,
+        *,
+        approx_shard_bytes: int | None = None,
     ) -> Dataset:
         """Read each path item as a Vortex file, one dict per row (optionally only `columns`).
 
         A `select` or an expression `filter` right after this is read inside the reader; the
         filter runs in Vortex only where it agrees with Python (see `zephyr.io.vortex`).
+        `approx_shard_bytes` (right after the source) packs files of up to that many bytes
+        into one shard; a Vortex file is never cut.
         """
         _check_path_column(file_path_column)
-        return self._then(op.LoadVortex(bool(include_file_paths), file_path_column, op.check_columns(columns)))
+        _check_approx_shard_bytes(approx_shard_bytes)
+        return self._then(op.LoadVortex(bool(include_file_paths), file_path_column, op.check_columns(columns),
+                                        approx_shard_bytes=approx_shard_bytes))
 
     def load_warc(
         self,
         on_bad_record: str = "raise",
         include_file_paths: bool = False,
         file_path_column: str = DEFAULT_FILE_PATH_COLUMN,
+        *,
+        approx_shard_bytes: int | None = None,
     ) -> Dataset:
         """Read each path item as a WARC or WET file (plain or gzipped per record), one dict per
         HTTP response (WARC) or text conversion (WET) record:
@@ -267,13 +288,17 @@ class Dataset:
         A record that cannot be read (corrupt gzip member, bad header, truncated payload)
         raises BadWarcRecordError (a BadRecordError) naming the file and the byte offset;
         `on_bad_record="skip"` counts it under `zephyr/bad_records` and goes on at the next
-        record.
+        record. `approx_shard_bytes` (right after the source) packs files of up to that many
+        bytes into one shard and cuts a larger one, plain or gzipped record by record (as crawls
+        ship), into spans of about that size, each record read once (`zephyr.plan.sizing`).
 
         >>> Dataset.from_files("crawl/*.warc.gz").load_warc(on_bad_record="skip").map(extract)
         """
         _check_bad_record_policy(on_bad_record)
         _check_path_column(file_path_column)
-        return self._then(op.LoadWarc(bool(include_file_paths), file_path_column, on_bad_record=on_bad_record))
+        _check_approx_shard_bytes(approx_shard_bytes)
+        return self._then(op.LoadWarc(bool(include_file_paths), file_path_column, on_bad_record=on_bad_record,
+                                      approx_shard_bytes=approx_shard_bytes))
 
     def load_file(
         self,
@@ -287,8 +312,8 @@ class Dataset:
         """Read each path item by its extension: .jsonl/.ndjson/.json (+.gz/.zst), .parquet,
         .vortex, or .warc/.wet (+.gz, read as `load_warc` does).
 
-        Arguments as in `load_parquet` (`approx_shard_bytes` splits the Parquet files only)
-        and `load_jsonl`.
+        Arguments as in `load_parquet` and `load_jsonl`; `approx_shard_bytes` sizes shards as
+        each file's loader would (`zephyr.plan.sizing`).
         """
         _check_bad_record_policy(on_bad_record)
         _check_approx_shard_bytes(approx_shard_bytes)

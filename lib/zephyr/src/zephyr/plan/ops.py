@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from zephyr.expr.nodes import referenced_fields
-from zephyr.io.formats import DEFAULT_FILE_PATH_COLUMN
+from zephyr.io.formats import DEFAULT_FILE_PATH_COLUMN, FileFormat
 from zephyr.naming import callable_name
 from zephyr.tasks import ShardInfo
 from zephyr.io.compression import strip_compression_suffix
@@ -23,6 +23,7 @@ __all__ = [
     "DEFAULT_FILE_PATH_COLUMN",
     "EXPRESSION_OPS",
     "LOAD_OPS",
+    "fixed_format",
     "WRITE_OPS",
     "FilterExpr",
     "FlatMap",
@@ -240,13 +241,18 @@ class _Load:
         return extras
 
 
+def _sizing_extras(load: Any) -> list[str]:
+    return [f"approx_shard_bytes={load.approx_shard_bytes}"] if load.approx_shard_bytes else []
+
+
 @dataclass(frozen=True)
 class LoadJsonl(_Load):
     on_bad_record: str = "raise"
+    approx_shard_bytes: int | None = None  # shards sized by bytes (`zephyr.plan.sizing`)
 
     def describe(self) -> str:
         extras = [f"on_bad_record={self.on_bad_record!r}"] if self.on_bad_record != "raise" else []
-        return f"load_jsonl({', '.join(extras + self._extras())})"
+        return f"load_jsonl({', '.join(_sizing_extras(self) + extras + self._extras())})"
 
 
 @dataclass(frozen=True)
@@ -255,15 +261,16 @@ class LoadParquet(_Load):
     batch_mode: bool = False  # yield pyarrow.RecordBatch items (a row group each) instead of dicts
 
     def describe(self) -> str:
-        extras = [f"approx_shard_bytes={self.approx_shard_bytes}"] if self.approx_shard_bytes else []
-        extras += ["batch_mode=True"] if self.batch_mode else []
-        return f"load_parquet({', '.join(extras + self._extras())})"
+        extras = ["batch_mode=True"] if self.batch_mode else []
+        return f"load_parquet({', '.join(_sizing_extras(self) + extras + self._extras())})"
 
 
 @dataclass(frozen=True)
 class LoadVortex(_Load):
+    approx_shard_bytes: int | None = None  # packs small files; a Vortex file is never cut
+
     def describe(self) -> str:
-        return f"load_vortex({', '.join(self._extras())})"
+        return f"load_vortex({', '.join(_sizing_extras(self) + self._extras())})"
 
 
 @dataclass(frozen=True)
@@ -272,17 +279,17 @@ class LoadFile(_Load):
     approx_shard_bytes: int | None = None
 
     def describe(self) -> str:
-        extras = [f"approx_shard_bytes={self.approx_shard_bytes}"] if self.approx_shard_bytes else []
-        return f"load_file({', '.join(extras + self._extras())})"
+        return f"load_file({', '.join(_sizing_extras(self) + self._extras())})"
 
 
 @dataclass(frozen=True)
 class LoadWarc(_Load):
     on_bad_record: str = "raise"
+    approx_shard_bytes: int | None = None
 
     def describe(self) -> str:
         extras = [f"on_bad_record={self.on_bad_record!r}"] if self.on_bad_record != "raise" else []
-        return f"load_warc({', '.join(extras + self._extras())})"
+        return f"load_warc({', '.join(_sizing_extras(self) + extras + self._extras())})"
 
 
 OutputPattern = Union[str, Callable[[int, int], str]]
@@ -344,6 +351,12 @@ class WriteVortex:
 
 LoadOp = Union[LoadJsonl, LoadParquet, LoadVortex, LoadFile, LoadWarc]
 LOAD_OPS = (LoadJsonl, LoadParquet, LoadVortex, LoadFile, LoadWarc)
+_FIXED_FORMATS = {LoadJsonl: FileFormat.JSONL, LoadParquet: FileFormat.PARQUET, LoadVortex: FileFormat.VORTEX, LoadWarc: FileFormat.WARC}
+
+
+def fixed_format(load: Any) -> FileFormat | None:
+    """The format a loader reads every file as; None for `load_file` (it asks each file's extension)."""
+    return _FIXED_FORMATS.get(type(load))
 
 
 def loader_reads_source(ops: tuple) -> bool:

@@ -1,23 +1,23 @@
 """Where a Dataset's shards come from. Resolved (globbed) when the plan is built, not before.
 
-With `load_parquet(approx_shard_bytes=N)` right after the source, the planner also splits
-each Parquet file into slices of whole row groups of about N bytes (`split_parquet_shards`),
-one shard per slice; reading a slice reads only its row groups.
+A shard's items are paths, or pieces of a file (`ParquetSlice`: whole row groups; `ByteRange`:
+the lines or WARC records that start in a span of bytes), which a loader reads. With
+`approx_shard_bytes=N` on the loader right after the source, `zephyr.plan.sizing` packs small
+files into one shard and cuts large ones into such pieces, toward N bytes a shard.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Union
 
 from zephyr.errors import InputNotFoundError
 from zephyr.io.files import expand_glob_versions, file_versions
 from zephyr.io.files import url_to_fs
-from zephyr.io.formats import FileFormat, format_for
 
-__all__ = ["FilesSource", "ListSource", "ParquetSlice", "Source", "SourceShard", "input_path_of", "resolve_source", "split_parquet_shards", "with_path_versions"]
+__all__ = ["ByteRange", "FilesSource", "ListSource", "ParquetSlice", "Source", "SourceShard", "input_path_of", "resolve_source",
+           "span_of", "with_path_versions"]
 
 
 @dataclass(frozen=True)
@@ -114,70 +114,32 @@ class ParquetSlice:
         return f"{self.path} [{groups}]"
 
 
+@dataclass(frozen=True)
+class ByteRange:
+    """Bytes [start, end) of a JSON Lines file (uncompressed) or a WARC file (plain, or gzipped
+    record by record): what a shard of a cut file reads. It owns the lines (WARC records) that
+    start in the span, wherever they end: a reader skips to the first line start at or after
+    `start` and reads on to the end of the line that holds byte `end - 1` (the split rule of
+    Hadoop's text input), so pieces that tile a file read each line once."""
+
+    path: str
+    start: int
+    end: int
+
+    def __str__(self) -> str:
+        return f"{self.path} [bytes {self.start}-{self.end}]"
+
+
 def input_path_of(item: Any) -> str | None:
-    """The file a path item (a path string or a ParquetSlice) reads; None for other items."""
-    if isinstance(item, ParquetSlice):
+    """The file a path item (a path string, a ParquetSlice or a ByteRange) reads; None for other items."""
+    if isinstance(item, (ParquetSlice, ByteRange)):
         return item.path
     return item if isinstance(item, str) else None
 
 
-def split_parquet_shards(shards: Sequence[SourceShard], approx_bytes: int, parquet_only: bool = False) -> list[SourceShard]:
-    """One shard per slice of about `approx_bytes` (compressed, whole row groups) of each file.
-
-    Reads every file's footer (in parallel). A row group larger than `approx_bytes` is a
-    slice of its own: row groups are never split. With `parquet_only`, other files (by
-    extension) stay one shard each.
-    """
-    paths: list[tuple[str, bool]] = []  # (path, whether it came from from_files)
-    for shard in shards:
-        for item in shard.items:
-            if not isinstance(item, str):
-                raise TypeError(f"approx_shard_bytes splits input files, so the items must be paths; got {type(item).__name__}: {item!r:.100}")
-            paths.append((item, shard.path is not None, shard.version))
-    splittable = list(dict.fromkeys(p for p, _, _ in paths if not parquet_only or format_for(p) is FileFormat.PARQUET))
-    with ThreadPoolExecutor(max_workers=min(16, max(1, len(splittable)))) as pool:
-        sizes = dict(zip(splittable, pool.map(_row_group_sizes, splittable)))
-    out: list[SourceShard] = []
-    for path, from_files, version in paths:
-        file = path if from_files else None
-        if path not in sizes:
-            out.append(SourceShard((path,), path, file, version))
-            continue
-        for groups in _pack(sizes[path], approx_bytes):
-            piece = ParquetSlice(path, groups) if groups else path  # a file without row groups: itself
-            out.append(SourceShard((piece,), str(piece), file, version))
-    return out
-
-
-def _row_group_sizes(path: str) -> list[int]:
-    import pyarrow.parquet as pq
-
-
-    fs, fs_path = url_to_fs(path)
-    try:
-        with fs.open(fs_path, "rb") as f:
-            meta = pq.ParquetFile(f).metadata
-    except FileNotFoundError as e:
-        raise InputNotFoundError(f"Input file not found: {path}") from e
-    except Exception as e:
-        raise ValueError(f"{path}: not a readable Parquet file, so it cannot be split by approx_shard_bytes: {e}") from e
-    return [sum(rg.column(c).total_compressed_size for c in range(rg.num_columns)) for rg in map(meta.row_group, range(meta.num_row_groups))]
-
-
-def _pack(sizes: list[int], approx_bytes: int) -> list[tuple[int, ...]]:
-    """Consecutive row groups in runs of about `approx_bytes`; an empty file is one empty slice."""
-    runs: list[tuple[int, ...]] = []
-    current: list[int] = []
-    total = 0
-    for index, size in enumerate(sizes):
-        if current and total + size > approx_bytes:
-            runs.append(tuple(current))
-            current, total = [], 0
-        current.append(index)
-        total += size
-    if current or not runs:
-        runs.append(tuple(current))
-    return runs
+def span_of(item: Any) -> tuple[int, int] | None:
+    """The (start, end) bytes a `ByteRange` item reads; None for anything else (a whole file)."""
+    return (item.start, item.end) if isinstance(item, ByteRange) else None
 
 
 def _label_of(items: tuple[Any, ...]) -> str:
