@@ -62,13 +62,18 @@ os.environ.setdefault("ZEPHYR_SPECULATION", "off")
 
 # Property-based tests (hypothesis): CI runs a fixed seed and a bounded example count, so a
 # run is reproducible and takes minutes; `HYPOTHESIS_PROFILE=nightly` explores far more
-# (random seeds, 20x the examples); `HYPOTHESIS_PROFILE=dev` is random and quick.
-from hypothesis import HealthCheck, settings  # noqa: E402
+# (random seeds, 20x the examples); `HYPOTHESIS_PROFILE=dev` is random and quick. CI does not
+# shrink a failure: each example runs a pipeline, so shrinking one can take longer than the
+# test's timeout, whose exception hypothesis takes for the failure and shrinks on (a CI run
+# once spent 14 minutes so, then its worker was ended and the run stalled). CI prints the
+# failing example as drawn, with its `@reproduce_failure` blob; shrink it locally (dev profile).
+from hypothesis import HealthCheck, Phase, settings  # noqa: E402
 from zephyr.backends.ray_local import free_port as _free_port_on  # noqa: E402
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
 settings.register_profile("ci", derandomize=True, max_examples=50, deadline=None, print_blob=True,
-                          suppress_health_check=_SLOW_OK, database=None)
+                          suppress_health_check=_SLOW_OK, database=None,
+                          phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target))
 settings.register_profile("nightly", max_examples=1000, deadline=None, print_blob=True, suppress_health_check=_SLOW_OK)
 settings.register_profile("dev", max_examples=20, deadline=None, print_blob=True, suppress_health_check=_SLOW_OK)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -128,7 +128,7 @@ def test_columnar_benchmark_runs(tmp_path):
     """zephyr's two paths only (the peers are in the bench group, which CI does not install), on
     the dedup and parquet jobs (each variant starts a Ray: W1's ops are covered by the parquet
     job's, and by the batch property tests)."""
-    out = _run("bench_columnar.py", "--docs", "2000", "--shards", "2", "--peers", "", "--runs", "2",
+    out = _run("bench_columnar.py", "--docs", "2000", "--shards", "2", "--peers", "", "--runs", "1",
                "--jobs", "dedup,parquet", tmp_path=tmp_path)
     assert "| zephyr-batches |" in out and "| zephyr-records |" in out
     batches = [line for line in out.splitlines() if line.startswith("| zephyr-batches |")]

@@ -69,16 +69,17 @@ def test_decisions_agree_with_datatrove_per_rule(english_texts):
     pairs = {"gopher_repetition": (GopherRepetitionFilter(), R.GopherRepetitionRules()),
              "gopher_quality": (GopherQualityFilter(), R.GopherQualityRules()),
              "c4": (C4QualityFilter(), R.C4Rules()), "fineweb": (FineWebQualityFilter(), R.FineWebRules())}
+    texts = [text for _, text in english_texts[::2]]  # every other page: datatrove's rules take most of the time
     agreement, dropped = {}, Counter()
     for name, (theirs, ours) in pairs.items():
         same = 0
-        for _, text in english_texts:
+        for text in texts:
             keeps = theirs.filter(Document(text=text, id="x")) is True
             rule = ours(text)[0] if name == "c4" else ours(text, R.split_words(text))
             same += keeps == (rule is None)
             dropped[name] += not keeps
-        agreement[name] = same / len(english_texts)
-    print(f"\nagreement with datatrove on {len(english_texts)} English pages:", agreement, "datatrove drops:", dict(dropped))
+        agreement[name] = same / len(texts)
+    print(f"\nagreement with datatrove on {len(texts)} English pages:", agreement, "datatrove drops:", dict(dropped))
     assert all(dropped[name] > 0 for name in pairs), dropped  # every rule set had pages to drop: agreement is not trivial
     assert all(share >= 0.98 for share in agreement.values()), agreement
 

@@ -14,9 +14,16 @@ What the docs leave open is made explicit with `Model.exact`:
   `group_by`, `deduplicate` and `reshard` say which records come out, not where or in which
   order (partitions are hash ranges; reshard keeps each output shard in input order but
   does not say which shard an item lands in).
-Order-dependent ops (window, take_per_shard, map_shard, keep-first, order-sensitive reducers,
-joins) are only modelled on an exact dataset: after a shuffle, the test gives the model the
-shards Zephyr made (once they match the bag and the shard count) and goes on from there.
+Ops that see placement (window, take_per_shard, map_shard, order-sensitive `reduce`, joins)
+are only modelled on an exact dataset: after a shuffle, the test gives the model the shards
+Zephyr made (once they match the bag and the shard count) and goes on from there.
+
+"The first" (keep-first `deduplicate`, a group's item order) is the first in the pipeline's
+input, whatever shuffles came before (docs: "Origins"). `Model.in_input_order` says whether
+`records()` lists the records in that order: true for the input and per-item ops on it, and
+for a shuffle's output of such records (a bag lists kept records, groups' outputs and
+resharded records in the order of their first item); false for shards taken from Zephyr, and
+after a group_by whose outputs' origin the docs leave open (with `sort_by` or a combiner).
 
 Equality is `canon(a) == canon(b)`: type-exact (`1`, `1.0` and `True` differ, a tuple is not a
 list), NaN equals NaN, `0.0` and `-0.0` differ, dict key order counts. Shuffle keys are equal
@@ -71,6 +78,7 @@ class Model:
 
     shards: list[Iterable[Any]]
     exact: bool = True
+    in_input_order: bool = True
 
     def records(self) -> list[Any]:
         """Every record in (shard, position) order; reads the shards (once)."""
@@ -89,7 +97,7 @@ def from_shards(shards: list[list[Any]]) -> Model:
 
 def _per_shard(model: Model, fn: Callable[[Iterator[Any]], Iterable[Any]]) -> Model:
     """Shard i becomes `fn(iterator over shard i)`, unread until used."""
-    return Model([fn(iter(shard)) for shard in model.shards], model.exact)
+    return Model([fn(iter(shard)) for shard in model.shards], model.exact, model.in_input_order)
 
 
 def map_(model, fn):
@@ -128,7 +136,8 @@ def map_shard(model, fn):
     if _required_positional(fn) < 2:
         return _per_shard(model, fn)
     total = len(model.shards)
-    return Model([fn(iter(shard), ShardInfo(i, total)) for i, shard in enumerate(model.shards)], model.exact)
+    return Model([fn(iter(shard), ShardInfo(i, total)) for i, shard in enumerate(model.shards)], model.exact,
+                 model.in_input_order)
 
 
 def _required_positional(fn) -> int:
@@ -195,7 +204,8 @@ def sorted_merge_join(model, right_shards, left_key, right_key, how="inner", com
                 yield combine(left, None)
 
     assert len(right_shards) == len(model.shards)
-    return Model([join(iter(shard), right) for shard, right in zip(model.shards, right_shards)])
+    # a join's outputs take the origin of the last item it read ahead (docs): not modelled
+    return Model([join(iter(shard), right) for shard, right in zip(model.shards, right_shards)], in_input_order=False)
 
 
 # ---- shuffles: the records that come out, not where -------------------------------------
@@ -221,17 +231,17 @@ def group_by(model, key, reducer, sort_by=None, num_output_shards=None, combiner
             items = sorted(items, key=sort_by)  # stable: ties stay in (shard, position) order
         result = reducer(k, iter(items))
         out.extend(result if inspect.isgeneratorfunction(reducer) else [result])  # anything else is one record
-    return _bag(out, num_output_shards or len(model.shards))
+    return _bag(out, num_output_shards or len(model.shards), model.in_input_order and sort_by is None and combiner is None)
 
 
 def deduplicate(model, key, num_output_shards=None):
     """The first record per key, first by input shard, then position."""
     firsts = [items[0] for _, items in _groups(model.records(), key).values()]
-    return _bag(firsts, num_output_shards or len(model.shards))
+    return _bag(firsts, num_output_shards or len(model.shards), model.in_input_order)
 
 
 def reshard(model, num_shards):
-    return _bag(model.records(), num_shards)
+    return _bag(model.records(), num_shards, model.in_input_order)
 
 
 def reduce(model, local, global_=None):
@@ -247,6 +257,6 @@ def count(model):
     return Model([[n] if n else []])
 
 
-def _bag(records: list[Any], num_shards: int) -> Model:
+def _bag(records: list[Any], num_shards: int, in_input_order: bool) -> Model:
     """A bag: every record in shard 0 of the model, `num_shards` shards in all."""
-    return Model([records] + [[] for _ in range(num_shards - 1)], exact=False)
+    return Model([records] + [[] for _ in range(num_shards - 1)], exact=False, in_input_order=in_input_order)

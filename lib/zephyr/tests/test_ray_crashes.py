@@ -74,7 +74,7 @@ CRASH_ON_EXIT = textwrap.dedent(
             time.sleep(0.05)
         return {"x": x, "pid": os.getpid()}
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=True)  # never another test's Ray
     backend = create_backend("ray", progress=False, num_cpus=0.25)
     start = time.time()
     results = list(backend.execute(Dataset.from_list(list(range(8))).map(crash_on_exit)))

@@ -607,7 +607,7 @@ def test_items_out_of_a_stage_that_writes_files_then_shuffles_counts_each_record
 
 def test_zephyr_status_names_each_crashed_worker_process(tmp_path):
     """Issue 38: `zephyr status` of a record with crashed workers prints a line for each."""
-    list(create_backend("sync", progress=False).execute(Dataset.from_list([1]).write_jsonl(str(tmp_path / "out" / "{shard}.jsonl"))))
+    list(create_backend("sync", progress=False).execute(Dataset.from_list([{"x": 1}]).write_jsonl(str(tmp_path / "out" / "{shard}.jsonl"))))
     record = read_run_record(str(tmp_path / "out"))
     assert record["crashes"] == []  # sync runs tasks in the driver: a crash there ends the run itself
     record["crashes"] = [{"pid": 7, "host": "h", "task": None, "exit": "SYSTEM_ERROR", "detail": "Worker unexpectedly exits",
