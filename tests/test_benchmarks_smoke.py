@@ -144,3 +144,9 @@ def test_task_engines_benchmark_runs(tmp_path):
          "--skip-exactness", tmp_path=tmp_path)
     results = json.loads((tmp_path / "out.json").read_text())["results"]
     assert len(results) == 18 and all(r["check"]["ok"] for r in results), [r.get("check") or r.get("error") for r in results]
+
+
+@pytest.mark.slow
+def test_cc_rounds_benchmark_runs(tmp_path):
+    out = _run("bench_cc_rounds.py", "--links", "10", "50", "--cluster", "200", "--simulate", tmp_path=tmp_path, work_dir=False)
+    assert "| links | rounds | total s |" in out and "cluster of 200:" in out and "| 50 | shuffled ids |" in out
