@@ -13,7 +13,7 @@ a quarter of the originals), shuffled into `--shards` JSONL files (`id`, `n` = o
 - throughput (documents/s, files in, files out), back to back in one invocation: a hand-written
   single-process script (reads the files, the same `MinHasher` signatures and band keys, dict
   buckets, union-find in memory, writes the kept lines: the one-core limit), zephyr on a local
-  Ray with `--cores` CPUs (and with `cc_rounds=2`, enough for this corpus), zephyr on a skewed
+  Ray with `--cores` CPUs (its component rounds stop when they settle), zephyr on a skewed
   corpus (30% of documents one identical template),
   datatrove's four MinHash steps on `--cores` workers and Daft (benchmarks/fuzzy_peers.py);
 - memory: zephyr's stages run once more with every task in a freshly forked process (the
@@ -248,9 +248,6 @@ def speed(args, work: str) -> dict:
         run["zephyr_ray"] = run_zephyr(in_uniform, zephyr_out, ray_backend)
         run["same_kept"] = kept_ids(script_out) == kept_ids(zephyr_out)
         run["zephyr_ray_skewed"] = run_zephyr(in_skewed, os.path.join(work, "out-skewed"), ray_backend)
-        two_out = os.path.join(work, "out-zephyr-2-rounds")  # enough rounds for this corpus (the default is 4)
-        run["zephyr_ray_2_rounds"] = run_zephyr(in_uniform, two_out, ray_backend, cc_rounds=2)
-        run["same_kept_2_rounds"] = kept_ids(two_out) == kept_ids(zephyr_out)
         if args.peers:
             dt_out = os.path.join(work, "out-datatrove")
             shutil.rmtree(dt_out, ignore_errors=True)
@@ -263,7 +260,7 @@ def speed(args, work: str) -> dict:
         run["load_after"] = load_average()
         out["runs"].append(run)
         print(json.dumps(run), file=sys.stderr, flush=True)
-    variants = [v for v in ("script", "zephyr_ray", "zephyr_ray_skewed", "zephyr_ray_2_rounds", "datatrove", "daft") if "seconds" in out["runs"][0].get(v, {})]
+    variants = [v for v in ("script", "zephyr_ray", "zephyr_ray_skewed", "datatrove", "daft") if "seconds" in out["runs"][0].get(v, {})]
     med = {v: statistics.median(r[v]["seconds"] for r in out["runs"]) for v in variants}
     out["median_s"] = {v: round(t, 2) for v, t in med.items()}
     out["docs_per_s"] = {v: round((n_skewed if v == "zephyr_ray_skewed" else n_uniform) / t) for v, t in med.items()}

@@ -180,3 +180,9 @@ def test_web_benchmark_runs(tmp_path):
     assert "| zephyr-threadpool |" in out and "| hand |" in out
     result = json.loads((tmp_path / "out.json").read_text())
     assert result["agreement"]["hand"]["agree"] == 1.0  # the same libraries, the same decisions
+
+
+@pytest.mark.slow
+def test_cc_rounds_benchmark_runs(tmp_path):
+    out = _run("bench_cc_rounds.py", "--links", "10", "50", "--cluster", "200", "--simulate", tmp_path=tmp_path, work_dir=False)
+    assert "| links | rounds | total s |" in out and "cluster of 200:" in out and "| 50 | shuffled ids |" in out

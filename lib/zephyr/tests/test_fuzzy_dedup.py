@@ -247,8 +247,8 @@ def test_empty_and_short_texts(local_backend):
 
 
 def test_too_few_rounds_raise_rather_than_answer_wrongly(local_backend):
-    with pytest.raises(NotConvergedError, match="cc_rounds"):
-        list(local_backend.execute(_dataset(chain()).deduplicate_fuzzy(_text, cc_rounds=0)))
+    with pytest.raises(NotConvergedError, match="cc_rounds=1 rounds"):
+        list(local_backend.execute(_dataset(chain()).deduplicate_fuzzy(_text, cc_rounds=1)))
 
 
 @pytest.mark.parametrize("options", [{"max_user_retries": 2}, {"on_shard_failure": "quarantine"}],
@@ -256,9 +256,10 @@ def test_too_few_rounds_raise_rather_than_answer_wrongly(local_backend):
 def test_not_converged_is_raised_as_itself_at_once_never_retried_or_quarantined(options):
     """Regression: the run raised a ShardError (so `except NotConvergedError` missed it, as the
     docs promise it), retried the shard that can only fail the same way, and under quarantine set
-    it aside, finishing with wrong clusters in the other shards' results."""
+    it aside, finishing with wrong clusters in the other shards' results. (Now the run raises it
+    itself, between rounds.)"""
     backend = create_backend("threadpool", max_parallelism=2, progress=False, **options)
-    execution = backend.execute(_dataset(chain()).deduplicate_fuzzy(_text, cc_rounds=0))
+    execution = backend.execute(_dataset(chain()).deduplicate_fuzzy(_text, cc_rounds=1))
     with pytest.raises(NotConvergedError, match="cc_rounds"):
         list(execution)
     backend.close()
@@ -275,7 +276,7 @@ def test_text_must_be_a_string_error_names_record_and_shard(local_backend):
     ({"threshold": 1.5}, "threshold"),
     ({"ngram": 0}, "ngram"),
     ({"bands": 300}, "cannot exceed num_perms"),
-    ({"cc_rounds": -1}, "cc_rounds"),
+    ({"cc_rounds": 0}, "cc_rounds"),
     ({"kept_field": ""}, "kept_field"),
 ])
 def test_bad_arguments_raise_at_build_time(kwargs, message):
@@ -315,8 +316,8 @@ def test_crash_after_intermediate_stages_resumes_to_identical_output(tmp_path):
         FAIL_FLAG["path"] = None
         first.close()
         b.close()
-    stages = len(pipeline.plan().stages)
-    assert execution.counters["zephyr/map_shards_resumed"] == 3 + 3 * (stages - 2)  # every scatter shard reused
+    scattered = len(execution.stats) - 1  # the plan's stages and the rounds the run added, all but the last
+    assert execution.counters["zephyr/map_shards_resumed"] == 3 + 3 * (scattered - 1)  # every scatter shard reused
     outputs = sorted(clean_out.glob("*.jsonl"))
     assert outputs
     for f in outputs:

@@ -34,9 +34,9 @@ class MissingColumnError(PlanError):
 
 
 class NotConvergedError(RuntimeError):
-    """`deduplicate_fuzzy`'s star rounds ended before every component became one star: raise
-    `cc_rounds`. A verdict on the data: the run raises it as itself, at once, never retried or
-    quarantined (another attempt fails the same way; a run without the shard keeps wrong clusters)."""
+    """`deduplicate_fuzzy`'s star rounds used their budget (`cc_rounds`) before every component
+    became one star: raise `cc_rounds`. Raised by the run itself between rounds, never by a task,
+    so nothing retries or quarantines it."""
 
 
 class InputNotFoundError(FileNotFoundError):

@@ -10,8 +10,10 @@ Items flowing between the shuffles are tagged tuples; the group key is always `i
 - `(BANDS, ("b", group), keys, roots)`: a map shard's distinct bucket keys of one bucket group
   (uint64 bytes) with the smallest document id of each within that map shard (int64 bytes, or
   two int64 per id where ids are wide);
-- `(EDGE, node, other)`: one direction of an undirected candidate edge, grouped under `node`
-  in the rounds, and under `node`'s block in the last stage.
+- `(EDGE, node, other)`: one direction of an undirected candidate edge, grouped under `node`;
+- `(LABEL, block, node, root)`: what a round found `node`'s component to be if the graph has
+  settled, grouped under `node`'s block (so with the block itself): used by the last stage when
+  the round's count says the graph had settled, dropped by the next round otherwise.
 
 A document id is its origin (`zephyr.shuffle.origin`: `shard << 40 | position` in the
 pipeline's input) where the signature stage reads its source, and `(origin + 1) << 64 | local`
@@ -29,39 +31,43 @@ identical pages is then O(map shards) pairs in its group and a star of edges, ne
 
 Components come from the large-star / small-star alternation (Kiveris et al., "Connected
 Components in MapReduce and Beyond", 2014): both keep every component connected and together
-converge to one star per component centred on its smallest node. Each reducer streams its
-group once, neighbours ascending, holding O(1) state: a node of huge degree is read, never
-held. The last stage (`apply_labels`, grouped by block) checks locally that the graph has become such a star forest (every node has
-either no smaller neighbour, or exactly one and no larger one) and raises otherwise, so a
-result is never silently wrong: more rounds (`cc_rounds`) fix it, and a rerun reuses the
-earlier stages.
+converge to one star per component centred on its smallest node, in about 2 log2(n) rounds for
+a chain of n documents (measured: benchmarks/README.md section 24). Each reducer streams its group once,
+neighbours ascending, holding O(1) state: a node of huge degree is read, never held. Each
+round also checks its input: a node with two smaller neighbours, or a smaller and a larger one,
+is counted under `UNSETTLED`; the others with a smaller neighbour get a LABEL. A round whose
+shards count none had a star forest for input, which every round leaves as it is: the runner
+then ends the rounds (`zephyr.plan.rounds`) and the last stage (`apply_labels`) reads that
+round's labels. So a result is never silently wrong, and the rounds are as many as the data needs.
 """
 
 from __future__ import annotations
 
-import itertools
 import pickle
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import zstandard
 
+from zephyr.counters import increment
 from zephyr.dedup import report
-from zephyr.errors import NotConvergedError  # re-exported: raised here, defined with the run's errors
+from zephyr.errors import NotConvergedError  # re-exported: raised for these rounds, defined with the run's errors
 from zephyr.shuffle import origin as origins
 from zephyr.shuffle.columnar import dumps
 
 __all__ = [
-    "BANDS", "BLOCK", "DOCS", "EDGE", "NotConvergedError", "apply_labels", "block_key", "block_of", "check_annotatable", "doc_id", "docs_block",
-    "large_star", "link_buckets", "local_stars", "node_of", "node_order", "origin_of", "small_star", "sort_key", "star_reducers", "wide_id",
+    "BANDS", "BLOCK", "DOCS", "EDGE", "LABEL", "STAR_REDUCERS", "UNSETTLED", "NotConvergedError", "apply_labels", "block_key",
+    "check_annotatable", "doc_id", "doc_position", "docs_block", "large_star", "link_buckets", "local_stars", "node_of",
+    "origin_of", "small_star", "sort_key", "wide_id",
 ]
 
-DOCS, EDGE, BANDS = 0, 1, 2
+DOCS, EDGE, BANDS, LABEL = 0, 1, 2, 3
 _SHARD_SHIFT = origins.SHIFT
 _LOCAL_BITS = 64  # of a wide id (see the module doc)
 _LOCAL = (1 << _LOCAL_BITS) - 1
 BLOCK = 512  # documents per block: a block is pickled, compressed and opened as one
+UNSETTLED = "zephyr/cc_unsettled"  # nodes a round found not yet in a star (summed over the rounds in a run's totals)
 
 
 def doc_id(shard: int, position: int) -> int:
@@ -134,13 +140,13 @@ def _ids_of(keys: bytes, ids: bytes) -> list[int] | np.ndarray:
 
 def node_of(item: tuple) -> Any:
     """The group key: a node (its local part: unique, and a 64-bit key that hashes fast where
-    ids are wide), a block or a bucket group."""
+    ids are wide), a block (a LABEL's is its node's block) or a bucket group."""
     return item[1] & _LOCAL if item[0] == EDGE else item[1]
 
 
 def sort_key(item: tuple) -> int:
-    """Within a group: a block or bucket items first, then neighbours ascending."""
-    return item[2] if item[0] == EDGE else -1
+    """Within a group: a block or bucket items first, then neighbours (or labels' nodes) ascending."""
+    return item[2] if item[0] == EDGE or item[0] == LABEL else -1
 
 
 def _edges(u: int, v: int) -> Iterator[tuple]:
@@ -213,28 +219,58 @@ def _neighbours(items: Iterator[tuple]) -> Iterator[int]:
             yield v
 
 
+class _Check:
+    """Whether node `u`'s neighbourhood, seen ascending, is settled: no smaller neighbour, or one
+    and no larger. O(1) state."""
+
+    __slots__ = ("u", "smaller", "unsettled")
+
+    def __init__(self, u: int):
+        self.u, self.smaller, self.unsettled = u, None, False
+
+    def see(self, v: int) -> None:
+        if self.smaller is not None:
+            self.unsettled = True  # a second smaller neighbour, or a larger one besides the smaller
+        elif v < self.u:
+            self.smaller = v
+
+    def verdict(self) -> Iterator[tuple]:
+        """Count `u` as unsettled, or give it its label if it has a smaller neighbour."""
+        if self.unsettled:
+            increment(UNSETTLED)
+        elif self.smaller is not None:
+            yield (LABEL, block_key(self.u), self.u, self.smaller)
+
+
 def large_star(key: Any, items: Iterator[tuple]) -> Iterator[tuple]:
     """Link every larger neighbour of u to the smallest of u and its neighbours."""
     first = next(items)
-    if first[0] == DOCS:
-        yield first
+    if first[0] != EDGE:  # a block passes on; the previous round's labels go
+        if first[0] == DOCS:
+            yield first
         return
-    u, m = first[1], None
+    u, m = first[1], None  # u: the node itself (`key` is its local part)
+    check = _Check(u)
     for v in _neighbours(_chain(first, items)):
+        check.see(v)
         if m is None:
             m = min(u, v)
         if v > u:
             yield from _edges(v, m)
+    yield from check.verdict()
 
 
 def small_star(key: Any, items: Iterator[tuple]) -> Iterator[tuple]:
     """Link u and its smaller neighbours to the smallest of them (larger neighbours do it from their side)."""
     first = next(items)
-    if first[0] == DOCS:
-        yield first
+    if first[0] != EDGE:  # a block passes on; the previous round's labels go
+        if first[0] == DOCS:
+            yield first
         return
-    u = m = first[1]
+    u = m = first[1]  # the node itself (`key` is its local part)
+    check = _Check(u)
     for v in _neighbours(_chain(first, items)):
+        check.see(v)
         if v >= u:
             break  # ascending: the rest are larger neighbours, emitted from their own groups
         if m == u:
@@ -243,6 +279,10 @@ def small_star(key: Any, items: Iterator[tuple]) -> Iterator[tuple]:
             yield from _edges(v, m)
     if m != u:
         yield from _edges(u, m)
+    yield from check.verdict()
+
+
+STAR_REDUCERS = (large_star, small_star)  # the rounds alternate them, large first
 
 
 def _chain(first: tuple, items: Iterator[tuple]) -> Iterator[tuple]:
@@ -250,49 +290,15 @@ def _chain(first: tuple, items: Iterator[tuple]) -> Iterator[tuple]:
     yield from items
 
 
-def block_of(item: tuple) -> Any:
-    """The last stage's group key: a block, and the edges of every node in it."""
-    return item[1] if item[0] == DOCS else block_key(item[1])
-
-
-def node_order(item: tuple) -> int:
-    """Within a block's group: the block first, then edges by node (a node's edges adjacent)."""
-    return -1 if item[0] == DOCS else item[1]
-
-
-def _labels(edges: Iterator[tuple], rounds: int) -> Iterator[tuple[int, int]]:
-    """(node, smallest id of its component) for each node of a block with a smaller neighbour,
-    from the edges after the rounds (adjacent per node, any order within). Raises
-    NotConvergedError where they are not yet a star forest: a node has two distinct smaller
-    neighbours, or a smaller and a larger one. O(1) state per node."""
-    for _, group in itertools.groupby(edges, key=node_of):
-        first = next(group)
-        u, smaller, larger = first[1], None, False
-        for item in _chain(first, group):
-            v = item[2]
-            if v > u:
-                larger = True
-            elif smaller is None:
-                smaller = v
-            elif v != smaller:
-                larger = True  # a second smaller neighbour: as unconverged as a larger one
-            if smaller is not None and larger:
-                shard, pos = doc_position(u)
-                raise NotConvergedError(
-                    f"deduplicate_fuzzy: connected components did not converge in cc_rounds={rounds} "
-                    f"(document {pos} of input shard {shard} still links to several nodes); rerun with a larger "
-                    "cc_rounds (the signature and bucket stages are reused)"
-                )
-        if smaller is not None:
-            yield u, smaller
-
-
-def apply_labels(key: Any, items: Iterator[tuple], *, rounds: int, annotate: bool, cluster_field: str, kept_field: str) -> Iterator[Any]:
-    """The last reducer: a block meets the edges of its nodes after the rounds; each document is
-    kept, dropped or annotated by its component's smallest id (a document without a smaller
-    neighbour is its cluster's first)."""
+def apply_labels(key: Any, items: Iterator[tuple], *, annotate: bool, cluster_field: str, kept_field: str) -> Iterator[Any]:
+    """The last reducer, over the output of a round whose input had settled: a block meets the
+    labels of its nodes; each document is kept, dropped or annotated by its component's smallest
+    id (a document without a label has no smaller neighbour: it is its cluster's first). A node's
+    edges, also there (grouped under the node), are not needed."""
     block = next(items)
-    labels = dict(_labels(items, rounds))
+    if block[0] != DOCS:
+        return
+    labels = {item[2]: item[3] for item in items}
     records = pickle.loads(zstandard.ZstdDecompressor().decompress(block[3]))
     origin = origins.current()  # a shuffle follows: each document goes on with its own origin
     seen = kept = 0
@@ -341,8 +347,3 @@ def _annotated(record: Any, ident: int, label: int, cluster_field: str, kept_fie
     # the cluster id: the kept document's id, or where ids are wide its 64-bit local part (unique,
     # where two documents made from one item after a shuffle share their origin)
     return {**record, cluster_field: label & _LOCAL, kept_field: [shard, pos]}
-
-
-def star_reducers(rounds: int) -> list[Callable]:
-    """The alternation of `rounds` star operations, large first."""
-    return [large_star if i % 2 == 0 else small_star for i in range(rounds)]

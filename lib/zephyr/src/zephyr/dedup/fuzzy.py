@@ -5,9 +5,12 @@ resume it stage by stage and skewed partitions split like any shuffle's):
    compressed once; their MinHash band keys, a few thousand documents at a time, become local
    bucket stars (edges) and one (key, smallest id) pair per bucket for its bucket group;
 2. buckets (group_by on the bucket group): each group links its buckets' map-shard roots;
-3. `cc_rounds` star rounds (group_by on node), alternating large-star and small-star;
-4. apply (group_by on block): each block meets the edges of its nodes once; each node checks
-   that the rounds converged and takes its label; documents are kept, dropped or annotated.
+3. star rounds (group_by on node), alternating large-star and small-star, as many as the data
+   needs (a `GroupByRounds` op, which `Dataset.deduplicate_fuzzy` makes of `apply`'s fields: the
+   runner adds a round while the last one found a node not yet in a star), at most `cc_rounds`
+   (default `DEFAULT_MAX_CC_ROUNDS`);
+4. apply (group_by on node, where a block meets its nodes' labels): documents are kept,
+   dropped or annotated.
 
 Only small integer tuples go through the bucket and component rounds; a block passes through
 them unopened (the plan is one linear chain, so it rides along; see docs/zephyr.md for the
@@ -26,14 +29,18 @@ import numpy as np
 from zephyr.dedup import components as cc
 from zephyr.dedup import report
 from zephyr.dedup.minhash import MinHasher
+from zephyr.errors import NotConvergedError
 from zephyr.naming import callable_name
 from zephyr.shuffle import origin as origins
 from zephyr.tasks import ShardInfo
 
-__all__ = ["DEFAULT_CC_ROUNDS", "DEFAULT_NUM_PERMS", "FuzzyParams", "apply"]
+__all__ = ["DEFAULT_MAX_CC_ROUNDS", "DEFAULT_NUM_PERMS", "FuzzyParams", "apply"]
 
 DEFAULT_NUM_PERMS = 220
-DEFAULT_CC_ROUNDS = 4
+# The most star rounds by default. A chain of n documents, the slowest shape measured, settles in
+# about 2 log2(n) + 1 rounds (20 for 10^3, 28 for 10^4: benchmarks/README.md section 24): 128 covers chains far longer
+# than a corpus can hold (2^60 documents), and a round that is not needed never runs.
+DEFAULT_MAX_CC_ROUNDS = 128
 BUCKET_GROUPS_PER_SHARD = 16  # bucket groups per bucket-stage shard: bounds a group's pairs
 _SIGNATURE_BATCH = 16 * cc.BLOCK  # documents whose band keys are sorted together on the map side
 
@@ -46,7 +53,7 @@ class FuzzyParams:
     bands: int
     rows: int
     seed: int
-    cc_rounds: int
+    cc_rounds: int  # the most star rounds (the runner stops as soon as they settle)
     annotate: bool
     cluster_field: str
     kept_field: str
@@ -118,19 +125,30 @@ class _Bound(functools.partial):
     partials), and named in plans."""
 
     def name_for_plan(self) -> str:
-        options = ", ".join(f"{k}={v!r}" for k, v in self.keywords.items() if k in ("annotate", "rounds"))
+        options = ", ".join(f"{k}={v!r}" for k, v in self.keywords.items() if k == "annotate")
         return f"{self.func.__name__}({options})"
 
 
-def apply(dataset, text: Callable[[Any], str], params: FuzzyParams):
-    """The stages of near-duplicate removal appended to `dataset` (lazy)."""
+def not_converged(rounds: int, unsettled: int) -> NotConvergedError:
+    """The error of star rounds that used their budget before the components settled."""
+    return NotConvergedError(
+        f"deduplicate_fuzzy: connected components did not converge in cc_rounds={rounds} rounds ({unsettled} documents "
+        f"still linked to several others in round {rounds}); rerun with a larger cc_rounds (None: at most "
+        f"{DEFAULT_MAX_CC_ROUNDS}): the signature and bucket stages and the finished rounds are reused"
+    )
+
+
+def apply(dataset, text: Callable[[Any], str], params: FuzzyParams) -> tuple[Any, dict]:
+    """The signature and bucket stages appended to `dataset` (lazy), and the fields of the
+    `GroupByRounds` op that follows them (the plan layer makes it): the component rounds and
+    the last stage."""
     n = params.num_output_shards
     hasher = MinHasher(params.ngram, params.bands, params.rows, params.seed)
     fields = (params.cluster_field, params.kept_field) if params.annotate else None
     ds = dataset.map_shard(Signatures(text, hasher, n, fields))
     ds = ds.group_by(cc.node_of, cc.link_buckets, sort_by=cc.sort_key, num_output_shards=n)
-    for reducer in cc.star_reducers(params.cc_rounds):
-        ds = ds.group_by(cc.node_of, reducer, sort_by=cc.sort_key, num_output_shards=n)
-    final = _Bound(cc.apply_labels, rounds=params.cc_rounds, annotate=params.annotate, cluster_field=params.cluster_field,
-                   kept_field=params.kept_field)
-    return ds.group_by(cc.block_of, final, sort_by=cc.node_order, num_output_shards=n)
+    final = _Bound(cc.apply_labels, annotate=params.annotate, cluster_field=params.cluster_field, kept_field=params.kept_field)
+    rounds = {"key": cc.node_of, "reducers": cc.STAR_REDUCERS, "final": final, "counter": cc.UNSETTLED,
+              "max_rounds": params.cc_rounds, "exhausted": not_converged, "sort_by": cc.sort_key, "num_output_shards": n,
+              "name": "cc"}
+    return ds, rounds

@@ -37,6 +37,7 @@ from zephyr.io.files import remove_temporaries_for
 from zephyr.io.temporaries import sweep_dead_temporaries
 from zephyr.plan.compile import Plan, Stage, check_writers, stage_output_paths
 from zephyr.plan.ops import WRITE_OPS, written_files
+from zephyr.plan.rounds import next_round, unsettled, with_stage_after
 from zephyr.shuffle.scatter import ScatterSink
 from zephyr.status.record import final_output_dir
 from zephyr.tasks import ShardResult, ShardTask, StageProgram
@@ -123,7 +124,10 @@ class Execution:
             first = len(self.plan.stages) - 1
             self.counters["zephyr/stages_skipped_outputs_exist"] += first
         self._started = started
-        for stage, program in list(zip(self.plan.stages, self.programs))[first:]:
+        index = first
+        while index < len(self.plan.stages):  # rounds of a GroupByRounds may add stages as it goes
+            stage, program = self.plan.stages[index], self.programs[index]
+            index += 1
             tasks = self._tasks(stage, previous)
             previous = None  # the map summaries are in the reduce tasks now; free them
             if len(tasks) != stage.num_shards:  # a skewed partition was cut into key ranges
@@ -141,6 +145,8 @@ class Execution:
             if not final:
                 previous = list(ordered)
                 _remove_write_temporaries(stage)
+                if stage.rounds is not None:
+                    self._after_round(stage, previous)
                 continue
             for result in ordered:
                 if result.shard == stage.num_shards - 1:
@@ -155,6 +161,25 @@ class Execution:
             error = self.quarantine.error()
             error.results = handed
             raise error
+
+    def _after_round(self, stage: Stage, results: list[ShardResult]) -> None:
+        """Round `stage` of a GroupByRounds is done: if its input had not settled, the next round
+        goes in after it (`zephyr.plan.rounds`); past the budget the run fails with the op's error."""
+        record = stage.rounds.record
+        self.counters[f"zephyr/{record.name}_rounds"] = stage.rounds.number
+        left = unsettled(stage, results)
+        if not left:
+            return
+        if stage.rounds.number >= record.max_rounds:
+            raise record.exhausted(stage.rounds.number, left)
+        following = self.scratch.bind_stage(next_round(stage))
+        logger.info("zephyr: stage %d (round %d) found %d not settled; round %d follows", stage.index, stage.rounds.number,
+                    left, following.rounds.number)
+        self.plan = with_stage_after(self.plan, following)
+        program = stage_program(following, self.backend.requires_pickling)
+        later = [replace(p, index=p.index + 1) for p in self.programs[following.index :]]
+        self.programs[following.index :] = [program, *later]
+        self.status.stage_inserted(self.plan, following.index)
 
     def _resize(self, stage: Stage, num_shards: int) -> Stage:
         stage = replace(stage, num_shards=num_shards)

@@ -118,11 +118,13 @@ class ScratchSpace:
 
     def bind(self, plan):
         """`plan` with each scatter stage's sink writing under its root in this scratch dir."""
-        stages = tuple(
-            replace(s, sink=replace(s.sink, root=f"{self.dir}/{s.fingerprint}")) if isinstance(s.sink, ScatterSink) else s
-            for s in plan.stages
-        )
-        return replace(plan, stages=stages)
+        return replace(plan, stages=tuple(self.bind_stage(s) for s in plan.stages))
+
+    def bind_stage(self, stage):
+        """`stage` with its sink, if it scatters, writing under its root in this scratch dir."""
+        if not isinstance(stage.sink, ScatterSink):
+            return stage
+        return replace(stage, sink=replace(stage.sink, root=f"{self.dir}/{stage.fingerprint}"))
 
     def mark(self, stage) -> None:
         if isinstance(stage.sink, ScatterSink):

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zephyr.cost import StageCost
-from zephyr.errors import NotConvergedError, ShardError, TaskLost
+from zephyr.errors import ShardError, TaskLost
 from zephyr.execution.interrupts import check_interrupted
 from zephyr.execution.memory import MemorySizer
 from zephyr.execution.pool import TaskPool
@@ -298,10 +298,6 @@ class StageLoop:
         charged = getattr(self.pool, "charged_to_user", None)  # the status: out of memory at the ceiling is the user's
         if charged is not None:
             charged(task)
-        if error.error_type == NotConvergedError.__name__:
-            # a verdict on the data, not a fault: another attempt fails the same way, and a run
-            # without the shard would keep wrong clusters; the run raises it as itself
-            raise NotConvergedError(f"stage {self.index}, shard {task.shard}: {error.error_message}") from error
         if self._user_failures[task.shard] > self.pool.max_user_retries:
             if self._quarantine is not None:
                 self._set_aside(task, error, self._user_failures[task.shard])

@@ -4,6 +4,7 @@
 - `ops`, `shuffle_ops`: the op records a chain is made of (data, not behaviour).
 - `sources`: where a pipeline's input shards come from (files, lists, Parquet row-group slices).
 - `compile`: the planner: fuses ops into stages, cut at each shuffle; `Plan`, `Stage`.
+- `rounds`: the rounds of a `GroupByRounds`, which the runner adds as stages while a run goes.
 - `pushdown`: the one optimizer rule: projections and filters folded into the loaders.
 - `overlap`: a pipeline's outputs must not be among its own inputs (checked when planning).
 - `fingerprint`: the identity of a stage's code and inputs, which resume and provenance key on;

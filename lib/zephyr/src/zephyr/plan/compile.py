@@ -22,6 +22,7 @@ from zephyr.plan.fingerprint import Identity, fingerprint, identify
 from zephyr.plan.batch_span import plan_labels
 from zephyr.plan.column_check import check_columns
 from zephyr.plan.pushdown import push_down
+from zephyr.plan.rounds import Rounds, round_reader
 from zephyr.shuffle.reduce import Concatenate, FirstPerKey, HashPartition, ReduceGroups, RoundRobin, ScatterSink, ShuffleReader, keep_first
 from zephyr.plan.sizing import Sizing, size_shards
 from zephyr.plan.sources import SourceShard, resolve_source, with_path_versions
@@ -49,6 +50,7 @@ class Stage:
     fingerprint: str = ""  # covers the source and every op up to and including this stage
     # why a rerun cannot reuse this stage's work ('' when it can; see `fingerprint.identify`)
     not_resumable: str = ""
+    rounds: Rounds | None = None  # a round of a GroupByRounds: the runner may add the next (`zephyr.plan.rounds`)
 
     def describe(self) -> str:
         label = self.input_label
@@ -56,7 +58,8 @@ class Stage:
             label += f" (never cut into key ranges for skew: {self.input.kept_whole})"
         chain = " -> ".join([label] + plan_labels(self.ops, self.sink, [o.describe() for o in self.ops]))
         sink = f" => {self.sink.describe()}" if self.sink is not None else ""
-        return f"stage {self.index} [{self.num_shards} shards]: {chain}{sink}"
+        rounds = f" ({self.rounds.describe()})" if self.rounds is not None else ""
+        return f"stage {self.index} [{self.num_shards} shards]: {chain}{sink}{rounds}"
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,7 @@ def compile_plan(dataset) -> Plan:
     ident = identify(("format", SCRATCH_FORMAT), ("source", dataset.source), ("inputs", _inputs(shards, sizing)))
     before, shuffle = ident, None  # the identity before the last shuffle stage, and its record
     for record in dataset.ops:
-        if isinstance(record, (sop.GroupBy, sop.Deduplicate, sop.Reshard)):
+        if isinstance(record, (sop.GroupBy, sop.GroupByRounds, sop.Deduplicate, sop.Reshard)):
             sink, reader = _shuffle_for(record, num_shards)
             chain = push_down(tuple(current))
             stage_input = _kept_whole(stage_input, chain)
@@ -113,6 +116,8 @@ def compile_plan(dataset) -> Plan:
             if isinstance(stage_input, tuple) and chain and all(_parsed_json(o) for o in chain):
                 sink = replace(sink, parsed_json=True)  # its items come straight from orjson.loads
             stages.append(Stage(len(stages), chain, num_shards, stage_input, sink, label, ident.digest, ident.reason))
+            if isinstance(record, sop.GroupByRounds):
+                ident, reader = _first_round(record, stages, ident, reader)
             current, num_shards, stage_input, label = [], sink.num_partitions, reader, reader.label
         elif isinstance(record, sop.SortedMergeJoin) and (joint := _joint_shuffle(record, stages, shuffle, current)):
             check_writers(stages[-1])
@@ -156,6 +161,17 @@ def _dedups(stages: list[Stage]) -> tuple[DedupStages, ...]:
 def _applies_labels(stage: Stage) -> bool:
     mode = getattr(stage.input, "mode", None)
     return getattr(getattr(mode, "reducer", None), "func", None) is components.apply_labels
+
+
+def _first_round(record: sop.GroupByRounds, stages: list[Stage], ident: Identity, reader: ShuffleReader) -> tuple[Identity, ShuffleReader]:
+    """Append round 1 of `record`: it reads the rounds' shuffle (`reader`) and writes it again;
+    the runner adds rounds after it while the data needs them (`zephyr.plan.rounds`). Returns its
+    identity and the reader of the stage after the rounds: `record.final` over the last one's output."""
+    round_sink, final = _shuffle_for(record.final_op(), reader.num_partitions)
+    ident = _identify_stage(ident, reader, (), round_sink)
+    stages.append(Stage(len(stages), (), reader.num_partitions, reader, round_sink, reader.label, ident.digest, ident.reason,
+                        Rounds(record)))
+    return ident, final
 
 
 def _outputs(stages: list[Stage]):
@@ -243,6 +259,9 @@ def _reader_of(stage_input: Any) -> Any:
 
 
 def _shuffle_for(record, num_shards: int) -> tuple[ScatterSink, ShuffleReader]:
+    if isinstance(record, sop.GroupByRounds):  # into round 1
+        sink, _ = _shuffle_for(record.round_op(1), num_shards)
+        return sink, round_reader(record, 1, sink.num_partitions)
     if isinstance(record, sop.Reshard):
         n = record.num_shards
         return ScatterSink(n, RoundRobin()), ShuffleReader(n, Concatenate(), record.describe())

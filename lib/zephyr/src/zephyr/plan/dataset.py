@@ -483,11 +483,14 @@ class Dataset:
         id) and `kept_field` ([input shard, position] of the item kept); an item that already
         has either field raises ValueError rather than lose it.
 
-        Lazy; runs as 2 + `cc_rounds` shuffles (7 stages with the default 4 rounds) in which
-        each task streams its groups; items are compressed once into blocks of 512 that ride
-        through the shuffles unopened, so the output is hash-partitioned by block into
-        `num_output_shards`, each block's items in their input order. Raises NotConvergedError (naming the item) if the component
-        rounds were too few for the data: rerun with more, the earlier stages are reused.
+        Lazy; runs as 3 shuffles plus one per round of connected components, as many rounds
+        as the data needs (the run adds one while the last found an item not yet in its
+        cluster's star; about 2 log2(n) + 1 for a chain of n near copies, 2 for a template
+        shared by many pages), at most `cc_rounds` (None: 128). In each, a task streams its groups; items are
+        compressed once into blocks of 512 that ride through the shuffles unopened, so the output
+        is hash-partitioned by block into `num_output_shards`, each block's items in their input
+        order. Raises NotConvergedError if the components had not settled after `cc_rounds`
+        rounds: rerun with more, the earlier stages and rounds are reused.
         """
 
         text = _expr_key(text)
@@ -505,9 +508,9 @@ class Dataset:
             if bands > num_perms:
                 raise ValueError(f"bands ({bands}) cannot exceed num_perms ({num_perms}): each band needs at least one row")
             rows = num_perms // bands
-        cc_rounds = fuzzy.DEFAULT_CC_ROUNDS if cc_rounds is None else cc_rounds
-        if not isinstance(cc_rounds, int) or isinstance(cc_rounds, bool) or cc_rounds < 0:
-            raise ValueError(f"cc_rounds must be a non-negative integer, got {cc_rounds!r}")
+        cc_rounds = fuzzy.DEFAULT_MAX_CC_ROUNDS if cc_rounds is None else cc_rounds
+        if not isinstance(cc_rounds, int) or isinstance(cc_rounds, bool) or cc_rounds < 1:
+            raise ValueError(f"cc_rounds (the most rounds of connected components) must be a positive integer or None, got {cc_rounds!r}")
         if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
             raise TypeError(f"seed must be an integer, got {seed!r}")
         seed = int(seed)  # a NumPy integer too
@@ -525,7 +528,8 @@ class Dataset:
         params = fuzzy.FuzzyParams(
             ngram, bands, rows, seed, cc_rounds, bool(annotate), cluster_field, kept_field, num_output_shards
         )
-        return fuzzy.apply(self, text, params)
+        ds, rounds = fuzzy.apply(self, text, params)
+        return ds._then(sop.GroupByRounds(**rounds))  # the components, in as many rounds as they need
 
     def reshard(self, num_shards: int | None) -> Dataset:
         """Redistribute items into `num_shards` shards, round-robin (None: no-op).

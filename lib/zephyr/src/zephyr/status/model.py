@@ -169,6 +169,15 @@ class RunStatus:
             if st.done == st.num_shards:  # every shard resumed (or none at all): no task will report it done
                 st.state, st.ended = StageState.DONE, st.started
 
+    def stage_inserted(self, plan: Plan, index: int) -> None:
+        """The runner added `plan.stages[index]` while the run went (a round: `zephyr.plan.rounds`);
+        the stages from there on, none started yet, move one later."""
+        with self._lock:
+            self._stages.insert(index, _stage_of(plan.stages[index]))
+            self._dedups = getattr(plan, "dedups", ())  # a dedup's last stage may have moved
+            for st, stage in zip(self._stages[index + 1 :], plan.stages[index + 1 :]):
+                st.index, st.name, st.description = stage.index, f"stage {stage.index}", stage.describe()
+
     def watch_starts(self, index: int, started: Callable[[], set[int] | None]) -> None:
         """How to tell which of stage `index`'s shards in flight are running (the rest wait in
         the backend's queue): `started()` gives their indices, or None when it cannot tell."""
