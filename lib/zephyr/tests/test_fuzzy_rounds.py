@@ -102,6 +102,23 @@ def test_a_chain_needs_more_rounds_than_the_old_fixed_four_and_gets_them(local_b
     assert execution.counters["zephyr/cc_rounds"] == len([s for s in execution.status.snapshot()["stages"] if "round " in s["description"]])
 
 
+def test_a_chain_after_an_exact_dedup_gets_its_rounds_on_wide_ids(local_backend):
+    """After a shuffle a document's id is wide (its origin, then its place in the signature
+    stage): the rounds settle on those as on narrow ones. Oracle: the exact copies (later in the
+    input) go, and the clusters are the chain and the lone document."""
+    chain = chain_docs(200)
+    copies = [{"id": f"copy{i}", "text": chain[i]["text"]} for i in range(0, 200, 7)]
+    shards = in_shards(chain + [{"id": "alone", "text": "nothing shared here"}] + copies, 3)
+    execution = local_backend.execute(_dataset(shards).deduplicate(_text).deduplicate_fuzzy(_text, annotate=True, **EXACT))
+    got = {r["id"]: tuple(r["fuzzy_kept"]) for r in execution}
+    assert set(got) == {d["id"] for d in chain} | {"alone"}
+    clusters = defaultdict(set)
+    for doc_id, kept in got.items():
+        clusters[kept].add(doc_id)
+    assert sorted(map(sorted, clusters.values())) == sorted([sorted(d["id"] for d in chain), ["alone"]])
+    assert execution.counters["zephyr/cc_rounds"] > 4
+
+
 @pytest.mark.slow
 def test_a_10000_link_chain_finishes_with_the_right_components(local_backend):
     """The chain's documents in path order (ids ascending along it: the slowest order measured)."""
