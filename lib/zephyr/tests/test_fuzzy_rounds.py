@@ -131,11 +131,12 @@ def test_a_10000_link_chain_finishes_with_the_right_components(local_backend):
 
 
 @pytest.mark.slow
-def test_a_100000_member_cluster_finishes_with_the_right_components(local_backend):
-    """One cluster of 10^5 identical pages over 4 shards (a node of degree 10^5 in the rounds) and
-    distinct pages. 10^5, not 10^6: 10^6 takes minutes here (benchmarks/README.md). Pairs are at
-    Jaccard 1 or 0, so any banding finds exactly "shares a word"."""
-    members = 100_000
+def test_a_30000_member_cluster_finishes_with_the_right_components(local_backend):
+    """One cluster of 30,000 identical pages over 4 shards (a node of degree 30,000 in the rounds)
+    and distinct pages. Not 10^6: that takes minutes here (benchmarks/README.md section 24, run
+    with `bench_cc_rounds.py --cluster 1000000`). Pairs are at Jaccard 1 or 0, so any banding
+    finds exactly "shares a word"."""
+    members = 30_000
     page = "the same boilerplate page in every shard"
     docs = [{"id": i, "text": page} for i in range(members)] + [{"id": f"u{i}", "text": f"u{i}x u{i}y"} for i in range(20)]
     random.Random(2).shuffle(docs)

@@ -105,4 +105,7 @@ def test_a_worker_that_crashed_while_exiting_is_reported_from_its_forwarded_cras
     for _, pid, exit_type, *_ in reported:
         assert int(pid) in pids and exit_type == "None"  # Ray's own record: an intended exit
     assert "crashed, by the crash dump it logged" in done.stdout and "SIGABRT received" in done.stdout
-    assert "zephyr: after the run" not in done.stderr  # reported once, by the call that found it
+    # reported once, by the call that found it: the close does not report those again (it may
+    # report a worker that crashed later, while the idle ones were let go)
+    again = [line for line in done.stderr.splitlines() if line.startswith("zephyr: after the run")]
+    assert not [line for line in again for _, pid, *_ in reported if f" pid {pid} " in line], again
