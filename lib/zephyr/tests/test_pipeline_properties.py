@@ -16,7 +16,7 @@ shard by shard (a final map_shard keeps its stage whole). Writer round trips
 (write_jsonl/write_parquet, read back) run on the records the writers handle, and on items
 write_jsonl must refuse; the writer defects the suite pinned have named tests below.
 
-CI runs the root conftest's 'ci' profile (fixed seed, 50 examples; Ray: 15). A longer run:
+CI runs the root conftest's 'ci' profile (fixed seed, 50 examples; Ray: 15; a failure is not shrunk). A longer run:
 
     HYPOTHESIS_PROFILE=nightly uv run pytest lib/zephyr/tests/test_pipeline_properties.py
 
