@@ -235,7 +235,7 @@ def group_by(model, key, reducer, sort_by=None, num_output_shards=None, combiner
 
 
 def deduplicate(model, key, num_output_shards=None):
-    """The first record per key, first by input shard, then position."""
+    """The first record per key in `records()` order: the input's order where `in_input_order`."""
     firsts = [items[0] for _, items in _groups(model.records(), key).values()]
     return _bag(firsts, num_output_shards or len(model.shards), model.in_input_order)
 
