@@ -4,10 +4,10 @@ Ray running for later runs, which connect to it instead of paying Ray's start-up
 Hermetic: every head lives under this module's own `ZEPHYR_RAY_DIR`, and Ray's address file is
 looked up under its own `RAY_TMPDIR`, so no other test's `ray start` (which writes
 /tmp/ray/ray_current_cluster) is ever picked up; every head is stopped in a finalizer, pass or
-fail. The module shares its heads across tests, in order: one head serves the reuse, `ray start`
-detection and idle-stop tests (the test itself holds a lease, as a run does, until the idle test
-lets go), a second is killed behind zephyr's back, and the third, started in its place, is stopped
-with `zephyr ray stop`.
+fail. The module shares its heads across tests, in order: one head serves the reuse, warm-worker,
+`ray start` detection and idle-stop tests (the test itself holds a lease, as a run does, until the
+idle test lets go), a second is killed behind zephyr's back, and the third, started in its place,
+is stopped with `zephyr ray stop`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from zephyr.backends.ray_head import Lease, head_dir, read_state, stop_head
+import zephyr
+from zephyr.backends.ray_head import Lease, head_dir, read_state, start_head, stop_head
 
 PROBE = textwrap.dedent(
     """
@@ -31,7 +32,7 @@ PROBE = textwrap.dedent(
     from zephyr import Dataset, flow_backend
 
     def probe(i):
-        return {"i": i, "square": i * i, "cwd": os.getcwd(), "mark": os.environ.get("REUSE_MARK")}
+        return {"i": i, "square": i * i, "cwd": os.getcwd(), "mark": os.environ.get("REUSE_MARK"), "pid": os.getpid()}
 
     def main():
         ds = Dataset.from_list(list(range(6))).map(probe).write_jsonl(sys.argv[1] + "/part-{shard}.jsonl")
@@ -47,9 +48,11 @@ def oracle(cwd: Path, mark: str) -> list[dict]:
     return [{"i": i, "square": i * i, "cwd": str(cwd), "mark": mark} for i in range(6)]
 
 
-def written(out: Path) -> list[dict]:
+def written(out: Path) -> tuple[list[dict], set[int]]:
+    """The probe's rows (without the worker pid), and the pids of the workers that wrote them."""
     rows = [json.loads(line) for path in out.glob("part-*.jsonl") for line in path.read_text().splitlines()]
-    return sorted(rows, key=lambda row: row["i"])
+    pids = {row.pop("pid") for row in rows}
+    return sorted(rows, key=lambda row: row["i"]), pids
 
 
 def session_members(session: int) -> list[int]:
@@ -63,6 +66,20 @@ def session_members(session: int) -> list[int]:
         if fields[3] == str(session) and fields[0] != "Z":
             members.append(int(entry.name))
     return members
+
+
+def warm_workers(session: int, cwd: Path, mark: str) -> set[int]:
+    """Idle Ray workers of the head's session started for runs in `cwd` with REUSE_MARK=`mark`."""
+    found = set()
+    for pid in session_members(session):
+        try:
+            idle = Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::IDLE")
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if idle and f"REUSE_MARK={mark}".encode() in environ and f"ZEPHYR_DRIVER_CWD={cwd}".encode() in environ:
+            found.add(pid)
+    return found
 
 
 class Place:
@@ -85,20 +102,23 @@ class Place:
         return subprocess.run([sys.executable, "-m", "zephyr", *args], cwd=self.root, env={**self.env, **(env or {})},
                               capture_output=True, text=True, timeout=600)
 
-    def probe(self, mark: str, env: dict | None = None) -> tuple[str, str]:
-        """Run the probe pipeline on `--backend=ray` in a directory of its own with REUSE_MARK=mark;
-        check its outputs against the oracle; return which Ray its line names, and where."""
+    def probe(self, mark: str, env: dict | None = None, cwd: Path | None = None) -> tuple[str, str, set[int]]:
+        """Run the probe pipeline on `--backend=ray` in `cwd` (default a new directory) with
+        REUSE_MARK=mark; check its outputs against the oracle; return which Ray its line names,
+        where, and the pids of the workers that ran its tasks."""
         self.runs += 1
-        cwd, out = self.root / f"cwd-{self.runs}", self.root / f"out-{self.runs}"
-        cwd.mkdir()
+        out = self.root / f"out-{self.runs}"
+        cwd = cwd or self.root / f"cwd-{self.runs}"
+        cwd.mkdir(exist_ok=True)
         result = subprocess.run([sys.executable, "-m", "zephyr", "--backend=ray", "--max-parallelism=2", str(self.script),
                                  str(out)], cwd=cwd, env={**self.env, "REUSE_MARK": mark, **(env or {})},
                                 capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-3000:]
         lines = LINE.findall(result.stderr)
         assert len(lines) == 1, result.stderr[-3000:]
-        assert written(out) == oracle(cwd, mark)  # the driver's environment and directory reached the workers
-        return lines[0]
+        rows, pids = written(out)
+        assert rows == oracle(cwd, mark)  # the driver's environment and directory reached the workers
+        return (*lines[0], pids)
 
     def address_file(self) -> Path:
         return self.ray_tmp / "ray" / "ray_current_cluster"
@@ -131,17 +151,39 @@ def held(place):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_the_second_run_reuses_the_ray_the_first_started(place, held):
-    kind, address = place.probe("first", env={"ZEPHYR_RAY_IDLE_MINUTES": TINY_IDLE_MINUTES})
+    kind, address, _ = place.probe("first", env={"ZEPHYR_RAY_IDLE_MINUTES": TINY_IDLE_MINUTES})
     state = read_state(place.directory)
     assert kind == "started a local Ray" and state is not None and address == state.gcs_address
     # a stale address file (nothing listens there) is not a `ray start` Ray: zephyr's own head is reused
     place.address_file().parent.mkdir(exist_ok=True)
     place.address_file().write_text("127.0.0.1:9")
-    kind, address = place.probe("second")
+    kind, address, _ = place.probe("second", cwd=place.root / "cwd")
     assert (kind, address) == ("reusing the local Ray", state.gcs_address)
     assert read_state(place.directory) == state  # the same head, not a new one on the same port
     live = [p.name for p in (place.directory / "leases").iterdir()]
     assert live == [held.path.name]  # each run's lease went with it; this test's own stays
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_run_like_the_last_gets_the_workers_it_left_started(place, held, wait_until):
+    state = read_state(place.directory)
+    assert state is not None, "the first test's head is gone"
+    cwd = place.root / "cwd"  # where the last run ran, with REUSE_MARK=second
+    expected = min(2, os.cpu_count())  # the run kept 2 tasks in flight (--max-parallelism=2), at most one per CPU
+
+    def started_ahead() -> set[int]:
+        warm = warm_workers(state.supervisor_pid, cwd, "second")
+        return warm if len(warm) >= expected else set()
+
+    warm = wait_until(started_ahead, "workers started ahead for the next run")
+    _, _, pids = place.probe("second", cwd=cwd)
+    assert pids and pids <= warm  # every task ran in a worker started ahead, with this run's environment
+    # zephyr's code changed since those workers imported it: the next run starts workers of its own
+    warm = wait_until(started_ahead, "workers started ahead for the next run")
+    os.utime(Path(zephyr.__file__))
+    _, _, pids = place.probe("second", cwd=cwd)
+    assert pids and not pids & warm
 
 
 @pytest.mark.ray
@@ -154,7 +196,7 @@ def test_a_ray_started_with_ray_start_is_used_as_it_is(place, held):
     place.address_file().write_text(state.gcs_address)
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": state.token_path}  # the user's settings for their Ray
     try:
-        assert place.probe("ray-start", env=auth) == ("using the Ray", state.gcs_address)
+        assert place.probe("ray-start", env=auth)[:2] == ("using the Ray", state.gcs_address)
     finally:
         place.address_file().unlink()
     assert read_state(place.directory) == state and state.alive  # zephyr leaves such a Ray running
@@ -175,14 +217,12 @@ def test_an_unused_head_stops_by_itself(place, held, wait_until):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_a_head_killed_behind_our_back_is_replaced_and_zephyr_ray_stop_ends_it(place, wait_until):
-    place.probe("before-kill")
-    killed = read_state(place.directory)
-    assert killed is not None
+    killed = start_head(place.directory)  # as the first run would (see the first test)
     for pid in session_members(killed.supervisor_pid):  # as `kill -9` or the OOM killer would
         os.kill(pid, signal.SIGKILL)
     wait_until(lambda: not session_members(killed.supervisor_pid), "the killed head's processes to end")
     assert read_state(place.directory) == killed  # its record is left behind, pointing at nothing
-    kind, address = place.probe("after-kill")
+    kind, address, _ = place.probe("after-kill")
     fresh = read_state(place.directory)
     assert kind == "started a local Ray" and fresh is not None and address == fresh.gcs_address
     assert fresh.supervisor_pid != killed.supervisor_pid and not Path(killed.temp_dir).exists()
@@ -244,3 +284,18 @@ def test_a_ray_backend_refuses_an_unknown_local_ray():
 
     with pytest.raises(ValueError, match="local_ray must be one of embedded, reuse; got 'shared'"):
         RayBackend(local_ray="shared")
+
+
+@pytest.mark.slow
+def test_a_head_that_cannot_start_fails_the_run_in_one_line_naming_its_log(tmp_path):
+    """The supervisor cannot write the head's token (a directory stands in its place): it exits
+    before starting Ray, and the run says so, with the way out, instead of a traceback."""
+    place = Place(tmp_path)
+    (place.directory / "auth_token").mkdir(parents=True)
+    result = place.run("--backend=ray", str(place.script), str(tmp_path / "out"))
+    assert result.returncode == 1, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("zephyr: error: LocalRayError: ")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr.split(errors[0])[0], result.stderr[-3000:]
+    assert "its supervisor exited with 1" in errors[0] and f"{place.directory / 'supervisor.log'}" in errors[0]
+    assert "--local-ray=embedded" in errors[0] and "IsADirectoryError" in result.stderr
+    assert not list((tmp_path / "out").glob("part-*")) and read_state(place.directory) is None

@@ -31,6 +31,7 @@ from typing import Any
 from zephyr.backends.base import Backend, TaskLost
 from zephyr.backends.ray_local import describe_ray, start_local_ray
 from zephyr.backends.ray_reuse import connect_reused
+from zephyr.backends.ray_warm import warm_next_run
 from zephyr.backends.ray_errors import lost_cause, out_of_memory_cause
 from zephyr.backends.ray_crashes import CrashWatch
 from zephyr.backends.ray_running import RunningMarks, call_marked
@@ -81,7 +82,8 @@ class RayBackend(Backend):
         self._remote = None
         self._sized: dict[int, Any] = {}  # task memory budget -> the remote function asking for it
         self._owns_ray = False  # this backend started Ray (embedded) or connected to it (reuse): it ends that on close
-        self._lease = None  # reuse: the claim that keeps zephyr's local Ray up while this run uses it
+        self._reused = None  # reuse: the connection (its lease keeps zephyr's local Ray up while this run uses it)
+        self._busy = 0  # the most calls in flight at once: how many workers to start ahead for the next run
         self._running = RunningMarks()  # which tasks run now, which wait for a CPU
         self._crashes = CrashWatch()  # worker processes of this job that crashed (ray_crashes)
         self._reported: set[tuple[str, int]] = set()  # crashes a run has reported
@@ -102,7 +104,8 @@ class RayBackend(Backend):
                 if local == "embedded":  # a fresh embedded Ray even when a `ray start` cluster runs on this machine
                     self.where = start_local_ray(self.verbose, **kwargs)
                 elif local == "reuse":
-                    self.where, self._lease = connect_reused(self.verbose, kwargs)
+                    self._reused = connect_reused(self.verbose, kwargs)
+                    self.where = self._reused.where
                 else:
                     context = ray.init(**{"address": self.address, **kwargs})
                     self.where = describe_ray(context, embedded=False)
@@ -174,6 +177,7 @@ class RayBackend(Backend):
         key = self._running.new_key()
         handle = self._remote_for(getattr(arg, "memory", None)).remote(self.bound(fn), shared, arg, key)
         self._running.remember(handle, key)
+        self._busy = max(self._busy, self._running.in_flight)
         return handle
 
     def submit_again(self, fn: Callable, shared: Any, arg: Any, first: Any) -> Any:
@@ -275,11 +279,14 @@ class RayBackend(Backend):
                 if (crash["host"], crash["pid"]) not in self._reported:
                     logger.warning("zephyr: after the run, a %s", describe_crash(crash))
         self._crashes.stop()
+        reused, self._reused = self._reused, None
+        if reused is not None and reused.head is not None and ray.is_initialized():
+            warm_next_run(reused.head, self._busy, self.task_resources.num_cpus)
+        self._busy = 0
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
-        if self._lease is not None:
-            self._lease.release()
-            self._lease = None
+        if reused is not None and reused.lease is not None:
+            reused.lease.release()
         self._owns_ray = False
         self._remote = None
         self._sized = {}

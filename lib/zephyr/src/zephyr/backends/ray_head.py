@@ -202,6 +202,7 @@ def stop_head(directory: Path | None = None, timeout: float = STOP_TIMEOUT) -> H
         return None
     if state.alive:
         os.kill(state.supervisor_pid, signal.SIGTERM)
+        os.kill(state.supervisor_pid, signal.SIGCONT)  # a stopped (Ctrl-Z, SIGSTOP) supervisor handles it too
         deadline = time.monotonic() + timeout
         while state.alive and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -7,8 +7,8 @@ Started detached by the run that found no head; leads a session of its own. It r
 Ray's defaults, which another Ray on the machine may hold: Ray's API server takes 8265 even with
 the dashboard off), a short temp dir of its own (Ray's socket paths are limited to ~100
 characters; `ray start` writes its address file there, not in `/tmp/ray`, so a plain `ray.init()`
-never finds this head), no Ray dashboard (zephyr's own `--dashboard` serves the run's page), and
-token authentication with a token of its own. Its environment is a small one (`head_env`): the
+never finds this head), no Ray dashboard (zephyr's own `--dashboard` serves the run's page), no
+autoscaler, and token authentication with a token of its own. Its environment is a small one (`head_env`): the
 head outlives the run that started it, so it carries none of that run's variables; each run
 gives its workers its own environment (`zephyr.backends.ray_reuse`).
 
@@ -85,7 +85,8 @@ def ensure_token(directory: Path) -> Path:
 
 def start_command(temp_dir: str, ports: dict[str, int], num_cpus: int) -> list[str]:
     argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--disable-usage-stats",
-            f"--temp-dir={temp_dir}", "--node-ip-address=127.0.0.1", "--include-dashboard=false", "--dashboard-host=127.0.0.1"]
+            f"--temp-dir={temp_dir}", "--node-ip-address=127.0.0.1", "--include-dashboard=false", "--dashboard-host=127.0.0.1",
+            "--no-monitor"]  # one node of fixed size: no autoscaler (a process and ~45 MiB less)
     argv += [f"--{name}={port}" for name, port in ports.items()]
     return argv + ([f"--num-cpus={num_cpus}"] if num_cpus else [])
 
@@ -233,9 +234,9 @@ def main(argv: list[str]) -> int:
 
 
 def _ray_version() -> str:
-    import ray
+    from importlib.metadata import version  # not `import ray`: this process stays small (it lives as long as the head)
 
-    return ray.__version__
+    return version("ray")
 
 
 if __name__ == "__main__":

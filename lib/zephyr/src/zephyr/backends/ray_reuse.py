@@ -22,12 +22,13 @@ import logging
 import os
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from zephyr.backends.ray_head import HeadState, Lease, age_text, head_dir, running_head, start_head, stop_head
 from zephyr.backends.ray_local import workers_in_driver_env
+from zephyr.backends.ray_warm import STAMP_VARIABLE, code_stamp
 
-__all__ = ["CWD_VARIABLE", "connect_reused", "enter_driver_cwd", "job_runtime_env", "ray_start_address"]
+__all__ = ["CWD_VARIABLE", "Reused", "connect_reused", "enter_driver_cwd", "job_runtime_env", "ray_start_address"]
 
 logger = logging.getLogger("zephyr")
 
@@ -60,16 +61,23 @@ def ray_start_address() -> tuple[str, str] | None:
     return (address, path) if gcs_answers(address) else None  # else stale: that Ray is gone
 
 
-def connect_reused(verbose: bool, init_kwargs: dict[str, Any]) -> tuple[str, Lease | None]:
-    """Connect this driver to a local Ray that outlives the run (see the module docstring);
-    returns the line that says which, and the lease to release when the run ends (None for a
-    `ray start` Ray). Raises LocalRayError when zephyr's head could not be started."""
+class Reused(NamedTuple):
+    """A connection to a local Ray that outlives the run."""
+
+    where: str  # the line that says which Ray
+    lease: Lease | None  # to release when the run ends; None on a `ray start` Ray
+    head: HeadState | None  # zephyr's head; None on a `ray start` Ray
+
+
+def connect_reused(verbose: bool, init_kwargs: dict[str, Any]) -> Reused:
+    """Connect this driver to a local Ray that outlives the run (see the module docstring).
+    Raises LocalRayError when zephyr's head could not be started."""
     kwargs = {**({} if verbose else {"logging_level": logging.ERROR}), **init_kwargs}
     found = ray_start_address()
     if found is not None:
         address, path = found
         _connect(address, None, kwargs)
-        return f"using the Ray at {address} that `ray start` runs (found in {path}); zephyr leaves it running", None
+        return Reused(f"using the Ray at {address} that `ray start` runs (found in {path}); zephyr leaves it running", None, None)
     directory = head_dir()
     lease = Lease(directory)  # before reading the state: see zephyr.backends.ray_head_serve
     try:
@@ -84,7 +92,7 @@ def connect_reused(verbose: bool, init_kwargs: dict[str, Any]) -> tuple[str, Lea
     except BaseException:
         lease.release()
         raise
-    return describe_head(state, reused), lease
+    return Reused(describe_head(state, reused), lease, state)
 
 
 def describe_head(state: HeadState, reused: bool) -> str:
@@ -102,6 +110,7 @@ def job_runtime_env(runtime_env: dict | None) -> dict:
     runtime_env = dict(runtime_env or {})
     env_vars = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "__RAY"))}
     env_vars[CWD_VARIABLE] = os.getcwd()
+    env_vars[STAMP_VARIABLE] = code_stamp()  # see zephyr.backends.ray_warm
     runtime_env["env_vars"] = {**env_vars, **(runtime_env.get("env_vars") or {})}
     if "worker_process_setup_hook" in runtime_env:
         logger.warning("zephyr: runtime_env has its own worker_process_setup_hook; the workers start in the Ray's "
