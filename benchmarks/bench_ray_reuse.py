@@ -3,18 +3,23 @@ local Ray is already running, next to threadpool and to an embedded Ray started 
 
 Two workloads, each a `zephyr` command timed from outside as a user runs it:
   - seed: `zephyr --backend=B --max-parallelism=200 --memory=2GB experiments/seed_example.py`
-    (the README's quick start; a fresh `ZEPHYR_EXAMPLE_DIR` each run, so each run does its 4 tasks);
+    (the README's quick start; its `ZEPHYR_EXAMPLE_DIR` emptied before each run, so each run
+    does its 4 tasks);
   - clean: a 100k-document clean, `load_jsonl` -> `filter(col("text").str_len() >= 200)` ->
     `with_columns(text=strip+lower, words=word_count)` -> `write_jsonl`, over 8 JSON Lines files.
-Variants, alternating within each round: `threadpool`; `ray embedded` (`--local-ray=embedded`,
+Variants, in this order within each round: `threadpool`; `ray embedded` (`--local-ray=embedded`,
 a Ray started and stopped by the run: the behaviour before this issue); `ray reuse, first run`
-(after `zephyr ray stop`, so the run starts the head it leaves running); `ray reuse, second run`
-(the same command again: it connects). Every variant's outputs are checked equal to threadpool's.
+(after `zephyr ray stop`, so the run starts the head it leaves running; with
+`ZEPHYR_RAY_WARM_WORKERS=0`, so it starts no workers ahead); `ray reuse, second run, its own
+workers` (the same command again: it connects, and its job starts its workers); `ray reuse,
+second run, workers started ahead` (again: the previous run started its workers ahead). The reuse
+runs share one environment and directory, as a user's runs from one shell do. Every variant's
+outputs are checked equal to threadpool's.
 
-Figures per run: wall s; CPU s (user + system of the command and every process it waited for,
-plus the CPU the reused head's session spent during the run, its workers included; this process
-is a child subreaper, so an embedded Ray's orphaned processes are reaped here and counted);
-peak RSS of the command's process (or one it reaped). `--phases` adds where a second run's time
+Figures per run: wall s; CPU s (user + system of every process of the command's session, an
+embedded Ray's included, and of the reused head's session, its workers included, polled from
+/proc during the run and the 5 s after it, which covers the workers a run starts ahead for the
+next); peak RSS of the command's process (or one it waited for). `--phases` adds where a second run's time
 goes, measured in one driver against the running head: import, connect, the first task (the job's
 first worker starts, or one started ahead takes it), a tiny pipeline, and disconnecting; on the
 run's own workers with and without the `runtime_env` that gives the workers the driver's
@@ -26,14 +31,13 @@ environment and directory, and on workers the previous run started ahead (`ray_w
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -41,7 +45,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import load_average, machine, work_dir  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-PR_SET_CHILD_SUBREAPER = 36
 
 CLEAN = '''
 import sys
@@ -111,50 +114,73 @@ def make_docs(directory: Path, docs: int, files: int = 8) -> None:
     (directory / "done").touch()
 
 
-def head_session_cpu(ray_dir: Path) -> float:
-    """CPU s (user + system, with reaped children) of every process of the running heads' sessions."""
-    total = 0.0
-    sessions = set()
+def _sessions(ray_dir: Path) -> set[str]:
+    """The session ids of the running heads (each head's supervisor leads its own)."""
+    found = set()
     for state_file in ray_dir.glob("*/state.json"):
-        sessions.add(str(json.loads(state_file.read_text())["supervisor_pid"]))
-    if not sessions:
-        return 0.0
-    ticks = os.sysconf("SC_CLK_TCK")
-    for entry in Path("/proc").iterdir():
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            found.add(str(json.loads(state_file.read_text())["supervisor_pid"]))
+        except (OSError, ValueError, KeyError):  # written or removed as we read
             continue
-        if fields[3] in sessions:
-            total += sum(int(x) for x in fields[11:15]) / ticks
-    return total
+    return found
 
 
-def reap_orphans() -> float:
-    """Reap every exited child (orphans of a run land here: this process is a subreaper); their CPU s."""
-    cpu = 0.0
-    while True:
-        try:
-            pid, _, usage = os.wait4(-1, os.WNOHANG)
-        except ChildProcessError:
-            return cpu
-        if pid == 0:
-            return cpu
-        cpu += usage.ru_utime + usage.ru_stime
+class SessionCpu:
+    """CPU s (user + system) of every process of the given sessions, polled from /proc: a process
+    that exits is counted up to its last poll (an exited Ray worker's time reaches no parent's
+    rusage: Ray does not wait for them in a way that sums their times)."""
+
+    def __init__(self, sessions, interval: float = 0.1):
+        self.sessions = sessions  # a callable: the session ids to look at now
+        self.interval = interval
+        self.ticks = os.sysconf("SC_CLK_TCK")
+        self.first: dict[int, int] = {}
+        self.last: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._poll(baseline=True)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _poll(self, baseline: bool = False) -> None:
+        sessions = self.sessions()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[3] in sessions:
+                pid, used = int(entry.name), int(fields[11]) + int(fields[12])
+                self.first.setdefault(pid, used if baseline else 0)
+                self.last[pid] = used
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._poll()
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        self._poll()
+        return sum(self.last[pid] - self.first[pid] for pid in self.last) / self.ticks
 
 
 def run_command(argv: list[str], env: dict, cwd: Path, log: Path, ray_dir: Path) -> dict:
-    before = head_session_cpu(ray_dir)
+    """One command in a session of its own; wall s, CPU s of its session and of the heads' (the
+    SETTLE_S after it included), and its process's peak RSS."""
+    driver: list[str] = []
+    cpu = SessionCpu(lambda: _sessions(ray_dir) | set(driver))
     start = time.perf_counter()
     with open(log, "w") as out:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        driver.append(str(proc.pid))
         _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({os.waitstatus_to_exitcode(status)}):\n{log.read_text()[-3000:]}")
     time.sleep(SETTLE_S)
-    cpu = usage.ru_utime + usage.ru_stime + reap_orphans() + head_session_cpu(ray_dir) - before
-    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu.stop(), 2), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}
 
 
 def outputs(out: Path) -> list[str]:
@@ -168,7 +194,6 @@ def one_round(work: Path, env: dict, zephyr: list[str], docs_dir: Path, ray_dir:
         for name, flags, extra in VARIANTS:
             if name == "ray reuse, first run":
                 subprocess.run([*zephyr, "ray", "stop"], env=env, check=True, capture_output=True)
-                reap_orphans()  # the stopped head's supervisor (a child here since its run ended): counted already
             shared = "reuse" if "reuse" in name else name.replace(" ", "_")
             run_dir = work / f"r{r}-{workload}-{shared}"  # the reuse runs: one directory, as from one shell
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -232,7 +257,6 @@ def main() -> None:
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--json", default=None, help="write every figure here")
     args = parser.parse_args()
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     with work_dir(args.work_dir, "bench-ray-reuse-") as work_path:
         work = Path(work_path)
         ray_dir = work / "zephyr-ray"
@@ -251,7 +275,6 @@ def main() -> None:
             head_pss = _session_pss_mib(ray_dir)
         finally:
             subprocess.run([*zephyr, "ray", "stop"], env=env, capture_output=True)
-            reap_orphans()
     report(rounds, phase, head_pss, loads)
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": machine(), "load_averages": loads, "rounds": rounds,

@@ -292,7 +292,10 @@ def test_a_head_that_cannot_start_fails_the_run_in_one_line_naming_its_log(tmp_p
     before starting Ray, and the run says so, with the way out, instead of a traceback."""
     place = Place(tmp_path)
     (place.directory / "auth_token").mkdir(parents=True)
-    result = place.run("--backend=ray", str(place.script), str(tmp_path / "out"))
+    try:
+        result = place.run("--backend=ray", str(place.script), str(tmp_path / "out"))
+    finally:
+        place.stop_all()  # none should have started; if one did, it does not outlive the test
     assert result.returncode == 1, result.stderr[-3000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("zephyr: error: LocalRayError: ")]
     assert len(errors) == 1 and "Traceback" not in result.stderr.split(errors[0])[0], result.stderr[-3000:]

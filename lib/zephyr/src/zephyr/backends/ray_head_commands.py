@@ -39,9 +39,14 @@ def _status() -> int:
 
 
 def _stop() -> int:
-    stopped = [state for directory in head_dirs() if (state := stop_head(directory)) is not None]
-    for state in stopped:
-        print(f"stopped the local Ray at {state.gcs_address} ({_whose(state)})")
+    stopped = 0
+    for directory in head_dirs():
+        users = len(leases(directory)[0])
+        state = stop_head(directory)
+        if state is not None:
+            stopped += 1
+            note = f"; {users} run(s) using it lost their Ray" if users else ""
+            print(f"stopped the local Ray at {state.gcs_address} ({_whose(state)}){note}")
     if not stopped:
         print(f"no local Ray of zephyr's runs was running ({base_dir()})")
     return 0
