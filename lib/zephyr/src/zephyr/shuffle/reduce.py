@@ -280,6 +280,7 @@ class _ColumnarMerge:
         self.inp = inp
         self.fan_in = fan_in
         self.budget = budget
+        self.total = 0
 
     def _source(self, rng: tuple) -> Iterator[pa.RecordBatch]:
         path, shard, _, head, start, end, schema_len = rng
@@ -315,9 +316,11 @@ class _ColumnarMerge:
         if schema is None:
             return iter(())
         conformed = [(conform(b, schema) for b in stream) for stream in streams]
-        return merge_slices(conformed, schema, self.budget)
+        # the task's bytes (a pass's group holds less: its slices are then smaller than they could be)
+        return merge_slices(conformed, schema, self.budget, self.total, self.inp.lo, self.inp.hi)
 
     def chunks(self, ranges: list) -> Iterator[columnar_merge.Chunk] | None:
+        self.total = sum(r[5] - r[4] for r in ranges)
         sources = [lambda r=r: self._source(r) for r in ranges]
         if len(sources) <= self.fan_in:
             return self._merged([s() for s in sources])

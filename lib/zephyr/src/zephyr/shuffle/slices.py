@@ -1,23 +1,25 @@
 """The reduce side's merge of sorted columnar runs in hash-range slices, each sorted in one go.
 
 Each source is a sorted stream of record batches (one partition, or one key range of it, from
-one run). Every source reads ahead up to its share of the slice budget; the *frontier* is the
-smallest last hash any unfinished source holds. No unread row can have a smaller hash, so the
-held rows below the frontier are all the rows of their keys: they become one slice, ordered by
-`merge.sort_order` (a stable sort on the hash; Arrow's multi-column sort where hashes collide
-or a sort value is involved) and handed on as one `merge.Chunk`. Rows at the frontier wait for
-the next slice, so a key never spans two slices and slices come in hash order: the output is
-the same rows in the same order as a row-by-row k-way merge.
+one run). Hashes are uniform over the task's key range, so the range is cut at *targets*
+spaced to hold about `budget` bytes of the task's runs each. For a slice every source reads
+ahead until its last hash reaches the target; no unread row can then have a smaller hash, so
+the held rows below the target are all the rows of their keys. They become one slice, ordered
+by `merge.sort_order` (a stable sort on the hash; Arrow's multi-column sort where hashes
+collide or a sort value is involved) and handed on as one `merge.Chunk`. A key never spans two
+slices and slices come in hash order: the output is the same rows in the same order as a
+row-by-row k-way merge.
 
 A merge that takes one batch per source per round (`merge.merge_sorted`) pays Python work per
 source per round: with 32 runs, 2M documents took ~1,200 rounds and ~35,000 cursor steps, a
-fifth of the job's CPU (benchmarks/README.md, section 26). Slices of a few tens of MiB take a
-handful. Memory: the held batches (the budget, plus at most one batch per source) and the
-slice's concatenated copy. When the rows of one hash in one source exceed that source's share
-(a hot key of a `group_by` without a combiner: a deduplicate's runs hold each key once), no
-slice can be cut below the frontier: the rest of the task then takes the batch-per-round merge,
-which holds one batch per source whatever the groups, and the run says so
-(`zephyr/shuffle_slice_fallbacks`, and a warning).
+fifth of the job's CPU (benchmarks/README.md, section 26). Slices of an eighth of the task's
+memory take a handful. Memory: a source stops reading ahead at twice its share of the budget
+(a dense hash range), and the slice is then cut lower, at the smallest last hash such a source
+holds (the same argument: nothing unread sorts below it); the held batches and the slice's
+concatenated copy are all a slice holds. When a source's whole read-ahead is one hash (a hot key
+of a `group_by` without a combiner: a deduplicate's runs hold each key once), no slice can be
+cut: the rest of the task then takes the batch-per-round merge, which holds one batch per
+source whatever the groups, and the run says so (`zephyr/shuffle_slice_fallbacks`, a warning).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from zephyr import counters
+from zephyr.shuffle.keys import HASH_SPACE
 from zephyr.shuffle.merge import Chunk, merge_sorted, sort_order
 from zephyr.shuffle.runs import BATCH_BYTES
 
@@ -46,14 +49,19 @@ class _Source:
         self.bytes = 0
         self.done = False
 
-    def fill(self, share: int) -> None:
-        while not self.done and self.bytes < share:
+    def fill(self, target: int | None, cap: int) -> bool:
+        """Read ahead until the last hash held reaches `target` (None: to the end), or `cap`
+        bytes are held; whether it stopped short of the target (at the cap)."""
+        while not self.done and (not self.held or target is None or self.last_hash() < target):
+            if self.bytes >= cap:
+                return True
             batch = next(self._batches, None)
             if batch is None:
                 self.done = True
             elif batch.num_rows:
                 self.held.append(batch)
                 self.bytes += batch.nbytes
+        return False
 
     def last_hash(self) -> int:
         return int(self.held[-1].column("h")[-1].as_py())
@@ -79,16 +87,19 @@ class _Source:
         yield from self._batches
 
 
-def merge_slices(sources: list[Iterator[pa.RecordBatch]], schema: pa.Schema, budget: int) -> Iterator[Chunk]:
-    """Sorted chunks of the union of sorted sources that share `schema`, a slice of about
-    `budget` bytes at a time (see the module doc)."""
+def merge_slices(sources: list[Iterator[pa.RecordBatch]], schema: pa.Schema, budget: int, total: int = 0,
+                 lo: int = 0, hi: int | None = None) -> Iterator[Chunk]:
+    """Sorted chunks of the union of sorted sources that share `schema`, whose `total` bytes have
+    hashes in [lo, hi), a slice of about `budget` bytes at a time (see the module doc)."""
     opened = [_Source(s) for s in sources]
-    share = max(BATCH_BYTES, budget // max(1, len(opened)))
+    hi = HASH_SPACE if hi is None else hi
+    step = max(1, (hi - lo) // max(1, -(-total // max(1, budget))))
+    cap = max(2 * BATCH_BYTES, 2 * budget // max(1, len(opened)))
+    target = _next(lo, step, hi)
     while True:
-        for source in opened:
-            source.fill(share)
-        live = [s for s in opened if not s.done]
-        frontier = min(s.last_hash() for s in live) if live else None
+        short = [s.last_hash() for s in opened if s.fill(target, cap)]
+        live = any(not s.done for s in opened)
+        frontier = min(short) if short else (target if live else None)
         pieces = [piece for s in opened for piece in s.below(frontier)]
         if pieces:
             table = pa.Table.from_batches(pieces, schema=schema).combine_chunks()
@@ -97,9 +108,16 @@ def merge_slices(sources: list[Iterator[pa.RecordBatch]], schema: pa.Schema, bud
             yield Chunk(table, sort_order(table))
         elif frontier is None:
             return
-        else:  # one hash's rows fill a source's share: merge the rest a batch per round
+        elif short:  # a source's read-ahead is all one hash: merge the rest a batch per round
             counters.increment("zephyr/shuffle_slice_fallbacks")
-            logger.warning("shuffle reduce: the rows of one key hash fill a source's share of the task's memory "
-                           "(%d bytes); merging the rest of this task a batch at a time", share)
+            logger.warning("shuffle reduce: the rows of one key hash fill a run's read-ahead (%d bytes); "
+                           "merging the rest of this task a batch at a time", cap)
             yield from merge_sorted([s.rest() for s in opened], schema)
             return
+        if not short and target is not None:
+            target = _next(target, step, hi)
+
+
+def _next(target: int, step: int, hi: int) -> int | None:
+    """The next slice's target hash; None for the last slice (everything left)."""
+    return None if target + step >= hi else target + step
