@@ -246,9 +246,11 @@ def merge_fan_in(memory: int | None) -> int:
 
 
 def slice_budget(memory: int | None) -> int:
-    """Bytes of runs a reduce task sorts at once (`slices`): an eighth of its memory (held, then
-    concatenated: twice that, plus a batch per open run, at most a quarter by `merge_fan_in`)."""
-    return (memory if memory else 2 * DEFAULT_BUFFER) // 8
+    """Bytes of runs a reduce task sorts at once (`slices`): a sixteenth of its memory (held, then
+    concatenated: twice that, plus a batch per open run, at most a quarter by `merge_fan_in`).
+    An eighth peaked 65 MiB higher per Ray worker than the batch-per-round merge on a 2M-document
+    dedup at 256 MiB for the same CPU (benchmarks/README.md, section 26)."""
+    return (memory if memory else 2 * DEFAULT_BUFFER) // 16
 
 
 def _in_range(inp: ReduceInput) -> Callable[[int], bool] | None:

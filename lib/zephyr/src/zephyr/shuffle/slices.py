@@ -12,7 +12,7 @@ row-by-row k-way merge.
 
 A merge that takes one batch per source per round (`merge.merge_sorted`) pays Python work per
 source per round: with 32 runs, 2M documents took ~1,200 rounds and ~35,000 cursor steps, a
-fifth of the job's CPU (benchmarks/README.md, section 26). Slices of an eighth of the task's
+fifth of the job's CPU (benchmarks/README.md, section 26). Slices of a sixteenth of the task's
 memory take a handful. Memory: a source stops reading ahead at twice its share of the budget
 (a dense hash range), and the slice is then cut lower, at the smallest last hash such a source
 holds (the same argument: nothing unread sorts below it); the held batches and the slice's
