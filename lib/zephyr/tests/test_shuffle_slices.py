@@ -7,9 +7,9 @@ import random
 import zlib
 
 import numpy as np
-import pytest
 import orjson
 import pyarrow as pa
+import pytest
 from zephyr import Dataset, col, counters, create_backend
 from zephyr.shuffle.slices import merge_slices
 

@@ -11,15 +11,16 @@ slices and slices come in hash order: the output is the same rows in the same or
 row-by-row k-way merge.
 
 A merge that takes one batch per source per round (`merge.merge_sorted`) pays Python work per
-source per round: with 32 runs, 2M documents took ~1,200 rounds and ~35,000 cursor steps, a
-fifth of the job's CPU (benchmarks/README.md, section 26). Slices of a sixteenth of the task's
-memory take a handful. Memory: a source stops reading ahead at twice its share of the budget
-(a dense hash range), and the slice is then cut lower, at the smallest last hash such a source
-holds (the same argument: nothing unread sorts below it); the held batches and the slice's
-concatenated copy are all a slice holds. When a source's whole read-ahead is one hash (a hot key
-of a `group_by` without a combiner: a deduplicate's runs hold each key once), no slice can be
-cut: the rest of the task then takes the batch-per-round merge, which holds one batch per
-source whatever the groups, and the run says so (`zephyr/shuffle_slice_fallbacks`, a warning).
+source per round: with 32 runs, 2M documents took ~1,200 rounds and ~35,000 cursor steps, an
+eighth of the job's CPU with the sort (benchmarks/README.md, section 26). Slices of a
+sixteenth of the task's memory take a few per task. Memory: a source stops reading ahead at
+twice its share of the budget (a dense hash range), and the slice is then cut lower, at the
+smallest last hash such a source holds (the same argument: nothing unread sorts below it); the
+held batches and the slice's concatenated copy are all a slice holds. When a source's whole
+read-ahead is one hash (a hot key of a `group_by` without a combiner: a deduplicate's runs hold
+each key once), no slice can be cut: the rest of the task then takes the batch-per-round merge,
+which holds one batch per source whatever the groups, and the run says so
+(`zephyr/shuffle_slice_fallbacks`, a warning).
 """
 
 from __future__ import annotations
