@@ -22,6 +22,7 @@ run (libraries loaded and warmed by it) and the fastest later one ("warm").
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -94,6 +95,7 @@ def run_zephyr(spec: dict) -> dict:
         "peak_rss_mib": round(max(peaks.values()), 1) if peaks else None,
         "rss_note": "per Ray worker", "engine_blocks": execution.counters.get("zephyr/engine_blocks", 0),
         "python_expressions": execution.counters.get("zephyr/python_expressions", 0),
+        "shuffle_slices": execution.counters.get("zephyr/shuffle_slices", 0),
         "parquet_batches_as_records": execution.counters.get("zephyr/parquet_batches_as_records", 0)}
 
 
@@ -220,9 +222,12 @@ def run_job(args, work: str, job: str, paths: list[str], variants: list[str]) ->
         print(f"{job} {variant}: {r['seconds']:.2f} s, peak RSS {r['peak_rss_mib']} MiB, load {before}", flush=True)
     ok = [r for r in results if "failed" not in r]
     if job == "dedup":
-        reference = next(r["kept_ids"] for r in ok if r["name"] == "zephyr-records")
+        reference = next((r["kept_ids"] for r in ok if r["name"] == "zephyr-records"), None)
         for r in ok:
-            r["same_ids_as_records"] = r.pop("kept_ids") == reference
+            ids = r.pop("kept_ids")
+            r["kept_ids_digest"] = hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()[:16]
+            if reference is not None:
+                r["same_ids_as_records"] = ids == reference
     names = [r["name"] for r in ok]
     if set(ZEPHYR) <= set(names):
         ok[names.index("zephyr-batches")]["same_records_as_records"] = same_records(
@@ -263,6 +268,7 @@ def main(argv=None) -> None:
                         help="which peers (default polars,duckdb,daft; '' for none); also polars-streaming, duckdb-bounded")
     parser.add_argument("--peer-memory", default="",
                         help="duckdb-bounded's memory_limit (default: zephyr's --memory times --cores, what its tasks may hold)")
+    parser.add_argument("--no-records", action="store_true", help="skip zephyr on records (ZEPHYR_COLUMNAR=0)")
     parser.add_argument("--work-dir", default=None, help="where corpora and outputs go (default: a temp dir, removed after)")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -270,7 +276,7 @@ def main(argv=None) -> None:
     if args.child:
         child_main(json.loads(args.child))
         return
-    variants = list(ZEPHYR) + [p for p in args.peers.split(",") if p]
+    variants = list(ZEPHYR[:1] if args.no_records else ZEPHYR) + [p for p in args.peers.split(",") if p]
     out = {"benchmark": "columnar", "machine": machine(), "load_before": load_average(), "params": vars(args) | {"child": None}}
     with work_dir(args.work_dir, "zephyr-bench-columnar-") as work:
         for job in args.jobs.split(","):

@@ -1,4 +1,7 @@
-"""The reduce side's k-way merge of columnar runs, a batch at a time.
+"""The reduce side's sorted chunks and the modes that read them; the batch-per-round k-way merge.
+
+`slices.merge_slices` makes the chunks; `merge_sorted` below is its fallback for a hash group
+larger than a run's share of the task's memory (it holds one batch per run whatever the groups).
 
 Each source is a sorted stream of record batches (one partition, or one key range of it, from
 one run). A round takes, from every source's current batch, the rows whose full sort key

@@ -10,8 +10,9 @@ each partition becomes one reduce task, or several key ranges when it is far lar
 median (skew); the largest partitions are reported on the progress bar and in the summary.
 
 Reduce side (`ShuffleReader.read`): a task reads its byte range of every run. When every run
-is columnar with one schema, runs are merged a batch at a time with NumPy/Arrow
-(`merge.merge_sorted`) and only the rows handed on are turned back into Python; otherwise
+is columnar with one schema, runs are merged in hash-range slices sized to the task's memory,
+each sorted in one go with NumPy/Arrow (`slices.merge_slices`), and only the rows handed on
+are turned back into Python; otherwise
 records are merged one at a time (`heapq.merge`). Either way the order is (hash, key bytes,
 sort value, origin): deduplicate keeps the first item in the pipeline's input (by input
 shard, position: `zephyr.shuffle.origin`), `sort_by` orders items within a group, and
@@ -43,6 +44,7 @@ from zephyr.io.temporaries import make_temp_dir
 from zephyr.shuffle.run_index import ReduceInput, ReduceTasks, RunIndex
 from zephyr.shuffle.runs import compression_for, read_arrow_range, read_pickle_range, write_pickle_frames
 from zephyr.shuffle.scatter import DEFAULT_BUFFER, HashPartition, RoundRobin, ScatterSink, keep_first, unorderable_sort_by
+from zephyr.shuffle.slices import merge_slices
 from zephyr.shuffle.keys import key_bytes, partition_of
 from zephyr.dedup import report
 from zephyr.shuffle.origin import SHIFT, Origin, published
@@ -187,7 +189,7 @@ class ShuffleReader:
         counters.increment("zephyr/shuffle_bytes_read", sum(r[5] - r[4] for r in ranges))
         fan_in = merge_fan_in(task.memory)
         if all(r[2] == "arrow" for r in ranges):
-            chunks = _ColumnarMerge(inp, fan_in).chunks(ranges)
+            chunks = _ColumnarMerge(inp, fan_in, slice_budget(task.memory)).chunks(ranges)
             if chunks is not None:
                 return self.mode.apply_columnar(chunks, origin)
         return self._read_pickled(inp, ranges, fan_in, origin)
@@ -243,6 +245,14 @@ def merge_fan_in(memory: int | None) -> int:
     return max(MIN_FAN_IN, budget // _MEMORY_PER_OPEN_RUN)
 
 
+def slice_budget(memory: int | None) -> int:
+    """Bytes of runs a reduce task sorts at once (`slices`): a sixteenth of its memory (held, then
+    concatenated: twice that, plus a batch per open run, at most a quarter by `merge_fan_in`).
+    An eighth peaked 65 MiB higher per Ray worker than the batch-per-round merge on a 2M-document
+    dedup at 256 MiB for the same CPU (benchmarks/README.md, section 26)."""
+    return (memory if memory else 2 * DEFAULT_BUFFER) // 16
+
+
 def _in_range(inp: ReduceInput) -> Callable[[int], bool] | None:
     if inp.pieces == 1:
         return None
@@ -266,11 +276,13 @@ def _pickled_records(rng: tuple, inp: ReduceInput, keyed: bool) -> Iterator[tupl
 
 
 class _ColumnarMerge:
-    """The batch-at-a-time merge of Arrow runs; None from `chunks` when their schemas differ."""
+    """The merge of Arrow runs (in slices, `slices.merge_slices`); None from `chunks` when their schemas differ."""
 
-    def __init__(self, inp: ReduceInput, fan_in: int):
+    def __init__(self, inp: ReduceInput, fan_in: int, budget: int):
         self.inp = inp
         self.fan_in = fan_in
+        self.budget = budget
+        self.total = 0
 
     def _source(self, rng: tuple) -> Iterator[pa.RecordBatch]:
         path, shard, _, head, start, end, schema_len = rng
@@ -306,9 +318,11 @@ class _ColumnarMerge:
         if schema is None:
             return iter(())
         conformed = [(conform(b, schema) for b in stream) for stream in streams]
-        return columnar_merge.merge_sorted(conformed, schema)
+        # the task's bytes (a pass's group holds less: its slices are then smaller than they could be)
+        return merge_slices(conformed, schema, self.budget, self.total, self.inp.lo, self.inp.hi)
 
     def chunks(self, ranges: list) -> Iterator[columnar_merge.Chunk] | None:
+        self.total = sum(r[5] - r[4] for r in ranges)
         sources = [lambda r=r: self._source(r) for r in ranges]
         if len(sources) <= self.fan_in:
             return self._merged([s() for s in sources])
