@@ -59,6 +59,9 @@ os.environ.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
 # test holds at a gate, or one Ray retries after a node kill, can pass the 10 s threshold, and
 # tests count attempts. The straggler tests (test_stragglers*.py) turn it on explicitly.
 os.environ.setdefault("ZEPHYR_SPECULATION", "off")
+# The `zephyr` command's Ray without an address: an embedded one per run, as before issue 41, not
+# the local Ray it leaves running for reuse (test_ray_reuse.py tests that, in directories of its own).
+os.environ.setdefault("ZEPHYR_LOCAL_RAY", "embedded")
 
 # Property-based tests (hypothesis): CI runs a fixed seed and a bounded example count, so a
 # run is reproducible and takes minutes; `HYPOTHESIS_PROFILE=nightly` explores far more

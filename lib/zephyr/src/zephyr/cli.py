@@ -16,6 +16,11 @@ pipeline cancels its in-flight tasks and the command exits with 130 or 143 (see 
     zephyr status URL_OR_RECORD [--json]     print a run's state (see zephyr.status.commands)
     zephyr dashboard RECORD [--html FILE]    serve (or save) a finished run's page again
     zephyr verify DIR                        check DIR's outputs against its run record
+    zephyr ray status | stop                 the local Ray that `--backend=ray` runs leave for reuse
+
+Without `--address` (or `RAY_ADDRESS`), `--backend=ray` reuses a local Ray (`--local-ray=reuse`,
+the default, or `$ZEPHYR_LOCAL_RAY`): the first run starts one that outlives it, later runs
+connect to it (see zephyr.backends.ray_reuse); `--local-ray=embedded` starts a Ray inside the run.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import time
 from collections.abc import Sequence
 
 from zephyr.backends import Backend, backend_names, create_backend, set_flow_backend
+from zephyr.backends.ray_head import LocalRayError
 from zephyr.errors import InputNotFoundError, PlanError, ShardError
 from zephyr.execution.quarantine import (DEFAULT_MAX_QUARANTINED, ON_SHARD_FAILURE, QuarantinedShardsError, QuarantineLimitError,
                                          check_max_quarantined)
@@ -59,6 +65,7 @@ EPILOG = """examples:
   zephyr status gs://bucket/clean/                        # a finished run, from its .zephyr-run.json
   zephyr --on-shard-failure=quarantine script.py          # set poison shards aside; exit 3 listing them
   zephyr verify gs://bucket/clean/                        # every recorded output there, whole, and nothing else
+  zephyr ray stop                                         # stop the local Ray that --backend=ray runs reuse
 """
 
 EXIT_QUARANTINED = 3  # the run finished, except the shards it quarantined
@@ -68,6 +75,8 @@ EXIT_DEADLINE = 30.0  # seconds after SIGINT/SIGTERM: cancel, drain (at most 10 
 LAUNCHER_STOP_DEADLINE = float(os.environ.get("ZEPHYR_LAUNCHER_STOP_DEADLINE", "60"))
 
 _SUBCOMMANDS = {"status": "status_main", "dashboard": "dashboard_main", "verify": "verify_main"}
+LOCAL_RAY_ENV = "ZEPHYR_LOCAL_RAY"  # the default of --local-ray
+LOCAL_RAY = ("reuse", "embedded")
 
 
 def _positive_int(text: str) -> int:
@@ -112,7 +121,7 @@ def _bare_dashboard(argv: list[str], parser: argparse.ArgumentParser) -> list[st
 
 # Options of ours that a script rarely takes and that change where or how it runs: after the script
 # they are refused with the corrected command (a script that does take one gets it after `--`).
-_MISPLACED = ("--backend", "--max-parallelism", "--memory", "--num-cpus", "--num-gpus", "--resources", "--address",
+_MISPLACED = ("--backend", "--max-parallelism", "--memory", "--num-cpus", "--num-gpus", "--resources", "--address", "--local-ray",
               "--scratch-dir", "--on-shard-failure", "--max-quarantined", "--cluster", "--dry-run", "--entry-point",
               "--dashboard", "--dashboard-host")
 
@@ -176,7 +185,14 @@ def build_parser() -> argparse.ArgumentParser:
         "run record (default: $ZEPHYR_PRICE_PER_CORE_HOUR, else unpriced)",
     )
     parser.add_argument("--resources", type=_resources, default=None, help='custom Ray resources per task as JSON, e.g. \'{"TPU": 4}\'')
-    parser.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS, else start a local Ray)")
+    parser.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS, else a local Ray: --local-ray)")
+    parser.add_argument(
+        "--local-ray", choices=LOCAL_RAY, default=None,
+        help="without an address: 'reuse' connects to a local Ray left running by an earlier run (or a `ray start`), "
+        "starting one for later runs if none runs (`zephyr ray stop` stops it; it stops by itself after "
+        "$ZEPHYR_RAY_IDLE_MINUTES, default 30, unused); 'embedded' starts a Ray inside this run and stops it at the end "
+        f"(default: ${LOCAL_RAY_ENV}, else reuse)",
+    )
     parser.add_argument(
         "--scratch-dir", default=None,
         help="where shuffles spill (default: $ZEPHYR_SCRATCH_DIR, else .zephyr-scratch beside the output); "
@@ -363,13 +379,28 @@ def make_backend(args: argparse.Namespace) -> Backend:
     if args.backend == "ray":
         options["address"] = args.address
         options["verbose"] = args.verbose
+        options["local_ray"] = _local_ray(args.local_ray)
     elif args.address:
         raise argparse.ArgumentTypeError("--address only applies to --backend=ray")
+    elif args.local_ray:
+        raise argparse.ArgumentTypeError("--local-ray only applies to --backend=ray")
     return create_backend(args.backend, args.max_parallelism, **options)
+
+
+def _local_ray(chosen: str | None) -> str:
+    """--local-ray, else $ZEPHYR_LOCAL_RAY, else reuse."""
+    value = chosen or os.environ.get(LOCAL_RAY_ENV) or "reuse"
+    if value not in LOCAL_RAY:
+        raise ValueError(f"{LOCAL_RAY_ENV} must be one of {', '.join(LOCAL_RAY)}; got {value!r}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["ray"] and not os.path.isfile("ray"):
+        from zephyr.backends.ray_head_commands import ray_main
+
+        return ray_main(argv[1:])
     if argv and argv[0] in _SUBCOMMANDS and not os.path.isfile(argv[0]):
         from zephyr.status import commands  # the status page server (aiohttp): only for these commands
 
@@ -417,7 +448,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except QuarantinedShardsError as e:
             print(f"zephyr: error: {type(e).__name__}: {e}", file=sys.stderr)
             return EXIT_QUARANTINED
-        except (ShardError, PlanError, InputNotFoundError, OutputBusyError, QuarantineLimitError) as e:  # zephyr's own: one line
+        except (ShardError, PlanError, InputNotFoundError, OutputBusyError, QuarantineLimitError, LocalRayError) as e:  # one line
             print(f"zephyr: error: {type(e).__name__}: {e}", file=sys.stderr)
             return 1
         except KeyboardInterrupt:  # Ray's waits re-raise a signal's exception as a bare KeyboardInterrupt

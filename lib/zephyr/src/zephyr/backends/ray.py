@@ -1,7 +1,10 @@
 """The Ray backend: one Ray task per shard per stage, a bounded window driven by `ray.wait`.
 
-Connects to `address` (or `RAY_ADDRESS`) when given, else starts an embedded local Ray (and
-shuts it down on `close()`); a driver that already called `ray.init()` is used as it is. Token-authenticated clusters need nothing here: Ray reads
+Connects to `address` (or `RAY_ADDRESS`) when given. Else, with `local_ray="embedded"` (the
+default for library use), starts an embedded local Ray and shuts it down on `close()`; with
+`local_ray="reuse"` (the `zephyr` command's default), connects to a local Ray that outlives the
+run, started by an earlier run or with `ray start` (`zephyr.backends.ray_reuse`), and disconnects
+on `close()`. A driver that already called `ray.init()` is used as it is. Token-authenticated clusters need nothing here: Ray reads
 `RAY_AUTH_MODE=token` and the token (`RAY_AUTH_TOKEN_PATH` or `~/.ray/auth_token`) itself.
 
 Failures are sorted for the runner: a task the cluster lost (its worker or node died, see
@@ -27,6 +30,8 @@ from typing import Any
 
 from zephyr.backends.base import Backend, TaskLost
 from zephyr.backends.ray_local import describe_ray, start_local_ray
+from zephyr.backends.ray_reuse import connect_reused
+from zephyr.backends.ray_warm import warm_next_run
 from zephyr.backends.ray_errors import lost_cause, out_of_memory_cause
 from zephyr.backends.ray_crashes import CrashWatch
 from zephyr.backends.ray_running import RunningMarks, call_marked
@@ -42,6 +47,7 @@ __all__ = ["RayBackend"]
 logger = logging.getLogger("zephyr")
 
 NODE_LABEL = "ray.io/node-id"  # the label Ray gives every node: its id
+LOCAL_RAY = ("embedded", "reuse")  # what a backend without an address runs on (`local_ray`)
 
 
 @contextlib.contextmanager
@@ -62,9 +68,12 @@ class RayBackend(Backend):
     requires_pickling = True
 
     def __init__(self, max_parallelism: int | None = None, *, address: str | None = None, ray_task_retries: int = 3,
-                 init_kwargs: dict | None = None, verbose: bool = False, **options):
+                 init_kwargs: dict | None = None, verbose: bool = False, local_ray: str = "embedded", **options):
         super().__init__(max_parallelism, **options)
+        if local_ray not in LOCAL_RAY:
+            raise ValueError(f"local_ray must be one of {', '.join(LOCAL_RAY)}; got {local_ray!r}")
         self.address = address or os.environ.get("RAY_ADDRESS") or None
+        self.local_ray = local_ray
         self.ray_task_retries = ray_task_retries
         self.init_kwargs = dict(init_kwargs or {})
         self.verbose = verbose  # False: Ray's own INFO/WARNING lines stay in its log files
@@ -72,7 +81,9 @@ class RayBackend(Backend):
         self.on_start: list[Callable[[str], None]] = []  # called with `where` when Ray starts or connects
         self._remote = None
         self._sized: dict[int, Any] = {}  # task memory budget -> the remote function asking for it
-        self._owns_ray = False
+        self._owns_ray = False  # this backend started Ray (embedded) or connected to it (reuse): it ends that on close
+        self._reused = None  # reuse: the connection (its lease keeps zephyr's local Ray up while this run uses it)
+        self._busy = 0  # the most calls in flight at once: how many workers to start ahead for the next run
         self._running = RunningMarks()  # which tasks run now, which wait for a CPU
         self._crashes = CrashWatch()  # worker processes of this job that crashed (ray_crashes)
         self._reported: set[tuple[str, int]] = set()  # crashes a run has reported
@@ -86,15 +97,19 @@ class RayBackend(Backend):
         import ray
 
         if not ray.is_initialized():
-            embedded = self.address is None
-            logger.info("zephyr: %s", f"connecting to Ray at {self.address}" if self.address else "starting a local Ray")
+            local = self.local_ray if self.address is None else None
+            logger.info("zephyr: %s", f"connecting to Ray at {self.address}" if self.address else f"a local Ray ({local})")
+            kwargs = {"log_to_driver": True, **self.init_kwargs}
             with _keeping_sigterm_handler():
-                if embedded:  # a fresh embedded Ray even when a `ray start` cluster runs on this machine
-                    self.where = start_local_ray(self.verbose, **{"log_to_driver": True, **self.init_kwargs})
+                if local == "embedded":  # a fresh embedded Ray even when a `ray start` cluster runs on this machine
+                    self.where = start_local_ray(self.verbose, **kwargs)
+                elif local == "reuse":
+                    self._reused = connect_reused(self.verbose, kwargs)
+                    self.where = self._reused.where
                 else:
-                    context = ray.init(**{"address": self.address, "log_to_driver": True, **self.init_kwargs})
+                    context = ray.init(**{"address": self.address, **kwargs})
                     self.where = describe_ray(context, embedded=False)
-            self._owns_ray = embedded
+            self._owns_ray = local is not None
             for callback in self.on_start:
                 callback(self.where)
         if self._remote is None:
@@ -162,6 +177,7 @@ class RayBackend(Backend):
         key = self._running.new_key()
         handle = self._remote_for(getattr(arg, "memory", None)).remote(self.bound(fn), shared, arg, key)
         self._running.remember(handle, key)
+        self._busy = max(self._busy, self._running.in_flight)
         return handle
 
     def submit_again(self, fn: Callable, shared: Any, arg: Any, first: Any) -> Any:
@@ -237,7 +253,7 @@ class RayBackend(Backend):
     def spans_machines(self) -> bool:
         import ray
 
-        if self.address is None and not ray.is_initialized():
+        if self.address is None and self.local_ray == "embedded" and not ray.is_initialized():
             return False  # the embedded Ray this backend would start is this machine alone
         ray = self._ray()
         addresses = {node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")}
@@ -263,8 +279,14 @@ class RayBackend(Backend):
                 if (crash["host"], crash["pid"]) not in self._reported:
                     logger.warning("zephyr: after the run, a %s", describe_crash(crash))
         self._crashes.stop()
+        reused, self._reused = self._reused, None
+        if reused is not None and reused.head is not None and ray.is_initialized():
+            warm_next_run(reused.head, self._busy, self.task_resources.num_cpus)
+        self._busy = 0
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
+        if reused is not None and reused.lease is not None:
+            reused.lease.release()
         self._owns_ray = False
         self._remote = None
         self._sized = {}

@@ -65,6 +65,11 @@ class RunningMarks:
     def remember(self, handle: Any, key: str) -> None:
         self._keys[handle] = key
 
+    @property
+    def in_flight(self) -> int:
+        """How many calls are in flight now."""
+        return len(self._keys)
+
     def forget(self, handle: Any) -> None:
         self._keys.pop(handle, None)
         self._where.pop(handle, None)
