@@ -2,6 +2,7 @@
 
     uv run python experiments/quickstart.py                  # outputs under ./scratch/quickstart/
     uv run python experiments/quickstart.py --prefix /tmp/qs # /tmp/qs/quickstart/; or gs://bucket/dir, or MARIN_PREFIX
+    uv run python experiments/quickstart.py --docs-per-shard 375 --train-steps 60   # a smaller run (the test's)
 
 Five executor steps, each with a versioned output path, so a second run skips everything and
 changing a versioned parameter (say `MIN_WORDS`) reruns only what depends on it:
@@ -24,6 +25,7 @@ Zephyr steps run on the flow backend: an embedded local Ray unless `RAY_ADDRESS`
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 import logging
@@ -47,6 +49,7 @@ logger = logging.getLogger("quickstart")
 
 NUM_RAW_SHARDS = 8
 DOCS_PER_SHARD = 1500
+TRAIN_STEPS = 300
 MIN_WORDS = 20
 TPU_TYPE = "v4-8"
 
@@ -343,11 +346,12 @@ def format_summary(summary: dict) -> str:
 
 # ---- the experiment -------------------------------------------------------------------------------
 
-def build_steps(min_words: int = MIN_WORDS, num_steps: int = 300) -> list[ExecutorStep]:
+def build_steps(min_words: int = MIN_WORDS, num_steps: int = TRAIN_STEPS,
+                docs_per_shard: int = DOCS_PER_SHARD) -> list[ExecutorStep]:
     raw = ExecutorStep(
         name="quickstart/raw",
         fn=generate_raw,
-        config=RawConfig(this_output_path(), versioned(NUM_RAW_SHARDS), versioned(DOCS_PER_SHARD), versioned(0)),
+        config=RawConfig(this_output_path(), versioned(NUM_RAW_SHARDS), versioned(docs_per_shard), versioned(0)),
         description="A deterministic synthetic crawl with duplicates and low-quality pages.",
     )
     cleaned = ExecutorStep(
@@ -394,17 +398,27 @@ def start_ray() -> None:
     set_flow_backend(create_backend("ray", max_parallelism=32, memory="512MiB"))
 
 
+def _size_options(args: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    """The run's size (`--docs-per-shard`, `--train-steps`; the defaults make the full run) and
+    the executor's own options (`--prefix`, `--dry_run`, ...), which draccus parses."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--docs-per-shard", type=int, default=DOCS_PER_SHARD)
+    parser.add_argument("--train-steps", type=int, default=TRAIN_STEPS)
+    return parser.parse_known_args(args)
+
+
 def main(args=None) -> dict:
     import draccus
 
     from marin.execution import Executor
     from marin.execution.main import ExecutorMainConfig
 
+    size, args = _size_options(args)
     config = draccus.parse(config_class=ExecutorMainConfig, args=args)
     if config.prefix is None and not os.environ.get("MARIN_PREFIX"):  # the default, not a MARIN_PREFIX to warn about
         # ./scratch: the steps' own names (`quickstart/raw`, ...) put the outputs under ./scratch/quickstart/
         config = dataclasses.replace(config, prefix=os.path.join(os.getcwd(), "scratch"))
-    steps = build_steps()
+    steps = build_steps(num_steps=size.train_steps, docs_per_shard=size.docs_per_shard)
     pending = Executor(config.prefix or os.environ["MARIN_PREFIX"]).dry_run(steps, config.run_only, out=lambda line: None)
     if not config.dry_run and any(action != "skip" for action in pending.values()):
         start_ray()  # only when some step will run: a finished quickstart reruns in seconds

@@ -107,6 +107,16 @@ def _args(root: Path) -> list[str]:
             "--classifier-train", str(root / "labelled.jsonl"), "--classifier-threshold", str(THRESHOLD)]
 
 
+@pytest.fixture(scope="module")
+def english_pages(run):
+    """The pages the language filter kept, each with the first rule it breaks (None: it passes)
+    and its text as the rules leave it (C4 removes lines): the rules run once for two tests."""
+    out, _ = run
+    documents = read_records(_step_dir(out, "documents"))
+    kept = [r for r in documents if r["language"] == "en" and r["language_score"] >= 0.65]
+    return [(r, *first_broken_rule(r["text"], QualityFilter())) for r in kept]
+
+
 def _step_dir(out: Path, name: str) -> Path:
     [path] = (out / "curate_web").glob(f"{name}-*")
     return path
@@ -167,7 +177,7 @@ def jaccard(a: str, b: str, n: int = 5) -> float:
 
 
 @pytest.mark.slow
-def test_summary_counts_equal_a_recount_of_the_files(crawl, run):
+def test_summary_counts_equal_a_recount_of_the_files(crawl, run, english_pages):
     root, _ = crawl
     out, _ = run
     summary = _summary(out)
@@ -193,15 +203,14 @@ def test_summary_counts_equal_a_recount_of_the_files(crawl, run):
     tokens = sum(len(r["text"].encode()) + 1 for r in clean)  # the byte tokenizer: bytes and an end-of-document id
     assert steps["tokens"]["tokens"] == tokens == sum(np.load(p).size for p in _step_dir(out, "tokens").glob("part-?????.npy"))
     # each rule's drops, counted again in plain Python on the pages the language filter kept
-    kept = [r for r in documents if r["language"] == "en" and r["language_score"] >= 0.65]
-    assert len(kept) == steps["language"]["out"]
-    rules = Counter(first_broken_rule(r["text"], QualityFilter())[0] for r in kept)
+    assert len(english_pages) == steps["language"]["out"]
+    rules = Counter(rule for _, rule, _ in english_pages)
     assert {k: v for k, v in rules.items() if k} == {k: v for k, v in steps["quality"]["dropped"].items() if v}
     assert (out / "summary" / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow
-def test_the_classifier_scores_are_the_trained_model_s(run):
+def test_the_classifier_scores_are_the_trained_model_s(run, english_pages):
     import fasttext
 
     out, _ = run
@@ -211,9 +220,8 @@ def test_the_classifier_scores_are_the_trained_model_s(run):
         labels, scores = model.predict(" ".join(record["text"].split()), k=-1)
         assert record["quality_score"] == pytest.approx(min(dict(zip(labels, scores))["__label__hq"], 1.0), abs=1e-4)
     # what it dropped: the pages that passed the rules and score below the threshold, scored here
-    passed = [r for r in read_records(_step_dir(out, "documents")) if r["language"] == "en" and r["language_score"] >= 0.65]
-    passed = [kept for r in passed for kept in QualityFilter()(r)]  # as the rules leave them (C4 removes lines)
-    below = sum(dict(zip(*model.predict(" ".join(r["text"].split()), k=-1)))["__label__hq"] < THRESHOLD for r in passed)
+    passed = [text for _, rule, text in english_pages if rule is None]  # as the rules leave them (C4 removes lines)
+    below = sum(dict(zip(*model.predict(" ".join(text.split()), k=-1)))["__label__hq"] < THRESHOLD for text in passed)
     steps = {row["step"]: row for row in _summary(out)["steps"]}
     assert steps["classifier"]["dropped"] == {"below_threshold": below} and below > 0
 

@@ -121,6 +121,32 @@ def test_clean_step_matches_an_independent_count_of_the_raw_data(tmp_path):
     assert low <= c["docs/out"] <= high < expected["after_exact_dedup"]
 
 
+# the end-to-end test's size: a quarter of the default corpus (12,000 documents) and 60 training
+# steps of 300 (its loss has fallen by more than 0.5 nats/byte by step 50); the executor's
+# skipping and reruns do not depend on the size, and the clean step's counts at the default size
+# are checked against `count_apart` by the threadpool test above
+DOCS_PER_SHARD, TRAIN_STEPS = 375, 60
+SIZE = ("--docs-per-shard", str(DOCS_PER_SHARD), "--train-steps", str(TRAIN_STEPS))
+
+
+def test_the_size_options_reach_the_steps_and_the_default_is_the_full_run(tmp_path):
+    """A dry run (nothing runs, no Ray): without options, the 8 x 1,500 documents and 300 steps
+    the quickstart documents; with the test's options, the smaller run (other output paths)."""
+    from marin.execution import Executor
+
+    qs = _quickstart()
+
+    def planned(steps):
+        return set(Executor(str(tmp_path)).dry_run(steps, None, out=lambda line: None))
+
+    default = set(qs.main(["--prefix", str(tmp_path), "--dry_run", "true"]))
+    assert default == planned(qs.build_steps(min_words=20, num_steps=300, docs_per_shard=1500))
+    [raw] = [s for s in qs.build_steps() if s.name == "quickstart/raw"]
+    assert raw.config.num_shards.value * raw.config.docs_per_shard.value == 12_000
+    smaller = set(qs.main(["--prefix", str(tmp_path), "--dry_run", "true", *SIZE]))
+    assert smaller == planned(qs.build_steps(num_steps=TRAIN_STEPS, docs_per_shard=DOCS_PER_SHARD)) and not smaller & default
+
+
 def run(*args, timeout=600):
     return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
 
@@ -129,13 +155,13 @@ def run(*args, timeout=600):
 @pytest.mark.slow
 def test_quickstart_end_to_end_then_skip_then_partial_rerun(tmp_path):
     prefix = tmp_path / "prefix"
-    first = run("experiments/quickstart.py", "--prefix", str(prefix))
+    first = run("experiments/quickstart.py", "--prefix", str(prefix), *SIZE)
     assert first.returncode == 0, first.stderr[-4000:]
     assert "quickstart summary" in first.stdout
     [summary_dir] = list((prefix / "quickstart").glob("summary-*"))
     summary = orjson.loads((summary_dir / "summary.json").read_bytes())
     docs = summary["documents"]
-    assert docs["raw"] == 12_000
+    assert docs["raw"] == _quickstart().NUM_RAW_SHARDS * DOCS_PER_SHARD
     assert docs["raw"] > docs["after_filters"] > docs["after_dedup"] == docs["tokenized"] > 0
     assert set(summary["dropped_by_filter"]) == {"too_short", "symbols", "repetitive", "shouting"}
     assert sum(summary["dropped_by_filter"].values()) == docs["raw"] - docs["after_filters"]
@@ -154,12 +180,12 @@ def test_quickstart_end_to_end_then_skip_then_partial_rerun(tmp_path):
     assert summary["dedup_rate"] == pytest.approx((expected["after_filters"] - expected["after_dedup"]) / expected["after_filters"])
     assert "near copies removed" in first.stdout
     losses = [loss for _, loss in summary["loss_curve"]]
-    assert summary["train"]["steps"] == 300 and losses[-1] < losses[0] - 0.5  # it learned
+    assert summary["train"]["steps"] == TRAIN_STEPS and losses[-1] < losses[0] - 0.5  # it learned
     assert summary["train"]["devices"] == 4  # data-parallel over the simulated v4-8 host's 4 chips
     assert (summary_dir / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     outputs = {p.name: p.stat().st_mtime_ns for p in (prefix / "quickstart").iterdir()}
 
-    second = run("experiments/quickstart.py", "--prefix", str(prefix))
+    second = run("experiments/quickstart.py", "--prefix", str(prefix), *SIZE)
     assert second.returncode == 0, second.stderr[-4000:]
     assert "quickstart summary" in second.stdout
     assert {p.name: p.stat().st_mtime_ns for p in (prefix / "quickstart").iterdir()} == outputs  # nothing rewritten
@@ -176,7 +202,7 @@ def test_quickstart_end_to_end_then_skip_then_partial_rerun(tmp_path):
         import ray.cloudpickle; ray.cloudpickle.register_pickle_by_value(qs)  # Ray pickles with its own copy
         from marin.execution import Executor
         qs.start_ray()
-        outcome = Executor({str(prefix)!r}).run(qs.build_steps(min_words=30))
+        outcome = Executor({str(prefix)!r}).run(qs.build_steps(min_words=30, num_steps={TRAIN_STEPS}, docs_per_shard={DOCS_PER_SHARD}))
         for path, status in sorted(outcome.items()):
             print(path.rsplit("/", 1)[-1].rsplit("-", 1)[0], status)
         """

@@ -385,24 +385,6 @@ def test_run_on_tpu_joins_the_hosts_of_a_slice_into_one_jax_program(sim):
     assert {(count, devices, total) for count, _, devices, _, total, _ in alone} == {(1, CHIPS_PER_HOST, 4.0)}
 
 
-def test_training_on_a_multi_host_slice_uses_every_chip_of_both_hosts(sim, token_shards, tmp_path):
-    ckpt, config = str(tmp_path / "ckpt"), dict(batch_size=8, seq_len=16, num_steps=8, checkpoint_every=4, seed=2)
-    result = train_on_tpu(tiny_lm.train_step, tiny_lm.init_state, token_shards, tpu_type="v4-16",
-                          checkpoint_path=ckpt, **config)
-    assert result.step == 8 and latest_step(ckpt) == 8 and sorted(os.listdir(ckpt)) == ["4", "8"]
-    assert result.num_processes == 2 and result.mesh == {"data": 2 * CHIPS_PER_HOST}
-    # the same job in this process on 8 devices gives the same parameters
-    reference = train_loop(tiny_lm.train_step, tiny_lm.init_state, token_shards,
-                           checkpoint_path=str(tmp_path / "reference"), mesh=_mesh(8), **config)
-    np.testing.assert_allclose(result.metrics["loss"], reference.metrics["loss"], rtol=1e-5)
-    template = jax.eval_shape(tiny_lm.init_state, jax.random.key(2))
-    two_hosts, one_host = load_checkpoint(ckpt, template), load_checkpoint(reference.checkpoint_path, template)
-    assert two_hosts.data_position == one_host.data_position
-    for a, b in zip(jax.tree_util.tree_leaves(two_hosts.state["params"]),
-                    jax.tree_util.tree_leaves(one_host.state["params"]), strict=True):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-6)
-
-
 def test_training_runs_as_an_executor_step(sim, tmp_path):
     execution = pytest.importorskip("marin.execution")
     ExecutorStep, executor_main = execution.ExecutorStep, execution.executor_main
@@ -426,8 +408,10 @@ def test_training_runs_as_an_executor_step(sim, tmp_path):
 
 def test_multi_host_training_survives_losing_a_host(sim, token_shards, tmp_path, wait_until, caplog):
     """A v4-16 host dies mid-run: the whole slice restarts (a replacement host joins), the two
-    hosts form a new JAX program, restore the last complete checkpoint onto the mesh, and end
-    with the parameters of an uninterrupted 8-device run."""
+    hosts form a new JAX program over every chip of both, restore the last complete checkpoint
+    onto the mesh, and end with the parameters and loss of an uninterrupted 8-device run in this
+    process. It is also the test of training on every chip of a multi-host slice: each attempt is
+    such a run."""
     config = dict(batch_size=8, seq_len=16, num_steps=50, checkpoint_every=5, seed=4)
     ckpt, marker = str(tmp_path / "ckpt"), str(tmp_path / "marker")
     outcome = {}
@@ -459,10 +443,14 @@ def test_multi_host_training_survives_losing_a_host(sim, token_shards, tmp_path,
     assert "error" not in outcome, outcome.get("error")
     result = outcome["result"]
     assert result.step == 50 and result.resumed_from is not None and result.num_processes == 2
+    assert result.mesh == {"data": 2 * CHIPS_PER_HOST}
     assert preemptions(caplog) >= 1  # the kill landed: it cost the run an attempt
+    # one checkpoint per 5 steps, the last two kept (`keep=2`), the dead attempt's partial save removed
+    assert latest_step(ckpt) == 50 and sorted(os.listdir(ckpt)) == ["45", "50"]
 
     reference = train_loop(tiny_lm.train_step, tiny_lm.init_state, token_shards,
                            checkpoint_path=str(tmp_path / "reference"), mesh=_mesh(8), **config)
+    np.testing.assert_allclose(result.metrics["loss"], reference.metrics["loss"], rtol=1e-5)
     template = jax.eval_shape(tiny_lm.init_state, jax.random.key(config["seed"]))
     resumed, uninterrupted = load_checkpoint(ckpt, template), load_checkpoint(reference.checkpoint_path, template)
     assert resumed.data_position == uninterrupted.data_position

@@ -682,17 +682,37 @@ def _stdlib_streams(module) -> Callable[[bytes], int]:
     return count
 
 
+def _zstd_block_starts(data: bytes) -> list[int]:
+    """Where each block of a one-frame zstd file starts (RFC 8878: the frame header's fields
+    sized by its descriptor byte, then blocks, each a 3-byte header and its content)."""
+    assert data[:4] == b"\x28\xb5\x2f\xfd"
+    descriptor = data[4]
+    single_segment = (descriptor >> 5) & 1
+    position = 5 + (1 - single_segment) + (0, 1, 2, 4)[descriptor & 3] + (single_segment, 2, 4, 8)[descriptor >> 6]
+    starts, last = [], 0
+    while not last:
+        starts.append(position)
+        header = int.from_bytes(data[position:position + 3], "little")
+        last, kind, size = header & 1, (header >> 1) & 3, header >> 3
+        position += 3 + (1 if kind == 1 else size)  # an RLE block's content is one byte
+    assert position + 4 * ((descriptor >> 2) & 1) == len(data)  # the last block, then the checksum if any
+    return starts
+
+
 @pytest.mark.parametrize("suffix, count", [(".zst", _zstd_frames), (".gz", _gzip_members),
                                            (".bz2", _stdlib_streams(bz2)), (".xz", _stdlib_streams(lzma))])
 def test_our_compressed_output_is_one_frame_so_every_cut_is_detected(tmp_path, suffix, count):
     path = tmp_path / f"o.jsonl{suffix}"
-    records = [{"i": i, "text": f"row {i} " * (i % 7)} for i in range(40_000)]  # several MB: many zstd blocks
+    # 1 MB of JSON lines: two bzip2 blocks (900 kB each), eight zstd blocks (128 KiB each)
+    records = [{"i": i, "text": f"row {i} " * (i % 7)} for i in range(20_000)]
     write_jsonl_file(records, str(path))
     data = path.read_bytes()
     assert count(data) == 1  # one frame: the only frame boundary is the end of the file
     cut = tmp_path / f"cut.jsonl{suffix}"
-    step = max(1, len(data) // 300)
-    for end in [*range(0, len(data), step), len(data) - 1]:
+    # each cut is read up to its end: 100 cuts, and in zstd one at and one on each side of every block boundary
+    blocks = _zstd_block_starts(data) if suffix == ".zst" else []
+    assert suffix != ".zst" or len(blocks) >= 5
+    for end in sorted({*range(0, len(data), max(1, len(data) // 100)), len(data) - 1, *(b + d for b in blocks for d in (-1, 0, 1))}):
         cut.write_bytes(data[:end])
         with pytest.raises(TruncatedInputError):
             list(read_jsonl(str(cut)))
