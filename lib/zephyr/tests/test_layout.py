@@ -32,7 +32,8 @@ LAYERS = [
 ]
 # what may be imported inside a function: heavy or optional, where a path must not need it
 LAZY_OK = ("pyarrow", "ray", "rensa", "tqdm", "fsspec", "gcsfs", "vortex", "zephyr.status.server", "zephyr.status.commands",
-           "zephyr.io.warc")  # fastwarc, loaded only where WARC files are read or cut
+           "zephyr.io.warc",  # fastwarc, loaded only where WARC files are read or cut
+           "grpc")  # Ray's gRPC, only when a run on a reused Ray starts the next run's workers
 # (module, import) pairs allowed to point upward: the reference project's `zephyr.execution.ZephyrContext`
 # path, resolved on first use by the package's __getattr__ so that the runner never imports the backends
 COMPAT_UPWARD = {("zephyr.execution", "zephyr.context")}

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 
 from zephyr.backends import Backend, backend_names, create_backend, set_flow_backend
 from zephyr.backends.ray_head import LocalRayError
+from zephyr.backends.ray_head_commands import ray_main
 from zephyr.errors import InputNotFoundError, PlanError, ShardError
 from zephyr.execution.quarantine import (DEFAULT_MAX_QUARANTINED, ON_SHARD_FAILURE, QuarantinedShardsError, QuarantineLimitError,
                                          check_max_quarantined)
@@ -398,7 +399,6 @@ def _local_ray(chosen: str | None) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["ray"] and not os.path.isfile("ray"):
-        from zephyr.backends.ray_head_commands import ray_main
 
         return ray_main(argv[1:])
     if argv and argv[0] in _SUBCOMMANDS and not os.path.isfile(argv[0]):

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib.metadata import version  # not `import ray`: this process stays small (it lives as long as the head)
 from pathlib import Path
 
 from zephyr.backends.ray_head import HeadState, forget_state, kill_session, leases, session_processes, start_time, write_state
@@ -234,7 +235,6 @@ def main(argv: list[str]) -> int:
 
 
 def _ray_version() -> str:
-    from importlib.metadata import version  # not `import ray`: this process stays small (it lives as long as the head)
 
     return version("ray")
 

@@ -39,10 +39,8 @@ TIMEOUT_S = 10.0
 def code_stamp() -> str:
     """The newest modification time (ns) among zephyr's source files and the `site-packages`
     folders on sys.path (a package installed or removed changes its folder's)."""
-    import zephyr
-
     newest = 0
-    for root, _, files in os.walk(Path(zephyr.__file__).parent):
+    for root, _, files in os.walk(Path(__file__).resolve().parents[1]):  # the zephyr package
         for name in files:
             if name.endswith(".py"):
                 newest = max(newest, os.stat(os.path.join(root, name)).st_mtime_ns)
