@@ -16,9 +16,10 @@ import zlib
 import numpy as np
 import polars as pl
 import polars_hash  # noqa: F401
+import pyarrow as pa
 import xxhash
 
-from zephyr.shuffle.keys import SEED, hash_key_bytes, hash_keys, splitmix64
+from zephyr.shuffle.keys import SEED, hash_key_bytes, hash_keys, key_column_of, splitmix64
 
 
 def crc_splitmix(kbs: list[bytes]) -> np.ndarray:
@@ -53,6 +54,10 @@ def main() -> None:
             "record path: xxhash.xxh64_intdigest per key": lambda: np.fromiter(
                 (xxhash.xxh64_intdigest(k, seed=SEED) for k in kbs), dtype=np.uint64, count=len(kbs)),
             "record path: Binary column + polars-hash xxhash64 (after)": lambda: hash_key_bytes(kbs),
+            "record path, Arrow key column: pa.array + CRC-32 per key (before)": lambda: (
+                pa.array(kbs, pa.large_binary()), crc_splitmix(kbs)),
+            "record path, Arrow key column: Binary column + xxhash64 + to Arrow (after)": lambda: key_column_of(
+                pl.Series(kbs, dtype=pl.Binary)),
             "frame path: CRC-32 per key + splitmix64 (before; to_list)": lambda: crc_splitmix(column.to_list()),
             "frame path: polars-hash xxhash64 (after)": lambda: hash_keys(column),
             "frame path: polars-hash xxh3_64": lambda: xxh3(column),
