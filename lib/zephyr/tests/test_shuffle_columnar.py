@@ -13,7 +13,7 @@ import pytest
 from zephyr import Dataset, create_backend
 from zephyr.shuffle.columnar import columns_of, key_column, records_of
 from zephyr.execution.summary import format_summary
-from zephyr.shuffle.keys import hash_key_array, hash_key_bytes, key_bytes, partition_of
+from zephyr.shuffle.keys import key_bytes, partition_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -280,17 +280,6 @@ def test_progress_bar_names_the_largest_partition(capsys):
     assert sorted(backend.execute(ds.group_by(lambda r: r["k"], lambda k, items: (k, sum(1 for _ in items))))) == [("a", 50), ("b", 1)]
     err = capsys.readouterr().err
     assert "largest partition " in err  # on the reduce stage's bar: the biggest partition and its size
-
-
-@settings(max_examples=100, deadline=None)
-@given(keys=st.lists(st.binary(max_size=40), min_size=1, max_size=30), cut=st.integers(0, 30))
-def test_key_hashes_from_an_arrow_column_are_the_record_paths(keys, cut):
-    """`hash_key_array` (lengths from the offsets) against `hash_key_bytes` of the Python
-    bytes, on whole and sliced arrays: rows must land in the same partitions on both paths."""
-    import pyarrow as pa
-
-    array = pa.array(keys, pa.large_binary()).slice(min(cut, len(keys) - 1))
-    assert hash_key_array(array).tolist() == hash_key_bytes(array.to_pylist()).tolist()
 
 
 @settings(max_examples=150, deadline=None)

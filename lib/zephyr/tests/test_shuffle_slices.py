@@ -80,17 +80,17 @@ def path_lines(path) -> list[bytes]:
         return f.read().splitlines()
 
 
-def _weak_hash(kbs) -> np.ndarray:
+def _weak_hash(kb, hashed: list) -> np.ndarray:
     """16 distinct hashes: different texts collide all the time."""
-    values = kbs.to_pylist() if isinstance(kbs, pa.Array) else kbs
-    return np.array([zlib.crc32(k) % 16 << 40 for k in values], dtype=np.uint64)
+    hashed.append(len(kb))
+    return np.array([zlib.crc32(k) % 16 << 40 for k in kb.to_list()], dtype=np.uint64)
 
 
 def test_deduplicate_of_a_partition_many_times_the_slice_budget_keeps_the_first_in_input(monkeypatch, tmp_path):
-    from zephyr.shuffle import columnar, frame_keys
+    from zephyr.shuffle import keys
 
-    monkeypatch.setattr(frame_keys, "hash_key_array", _weak_hash)
-    monkeypatch.setattr(columnar, "hash_key_bytes", _weak_hash)
+    hashed: list[int] = []
+    monkeypatch.setattr(keys, "hash_keys", lambda kb: _weak_hash(kb, hashed))  # every path hashes its keys there
     rng = random.Random(11)
     texts = [f"doc {i} " + "w" * rng.randint(200, 2000) for i in range(1500)]
     paths = []
@@ -113,5 +113,6 @@ def test_deduplicate_of_a_partition_many_times_the_slice_budget_keeps_the_first_
     list(execution)
     kept = [orjson.loads(line)["id"] for p in sorted(out_dir.glob("*.jsonl")) for line in path_lines(p)]
     assert sorted(kept) == sorted(expected)
+    assert sum(hashed) == 3 * 2500  # every key took the weak hash
     assert execution.counters["zephyr/shuffle_slices"] > 4  # ~10 MB of runs in 1 MiB slices
     assert execution.counters["zephyr/shuffle_runs"] > 3

@@ -85,8 +85,9 @@ class Plan:
 # fingerprint: a zephyr that writes or hashes them differently never resumes another's scratch
 # (2: keys told apart by type, issue 21; 3: namedtuple keys by their fields, other objects' keys
 # pickled without the memo; 4: runs of stages that read a shuffle hold each record's origin,
-# `zephyr.shuffle.origin`, and fuzzy dedup's ids and blocks carry it).
-SCRATCH_FORMAT = 4
+# `zephyr.shuffle.origin`, and fuzzy dedup's ids and blocks carry it; 5: key hashes are seeded
+# xxHash64 of the key bytes, `zephyr.shuffle.keys`, where they were CRC-32 through splitmix64).
+SCRATCH_FORMAT = 5
 
 
 def compile_plan(dataset) -> Plan:

@@ -36,12 +36,13 @@ from typing import Any
 import cloudpickle
 import numpy as np
 import orjson
+import polars as pl
 import pyarrow as pa
 
 from zephyr.switches import switched_on
 from zephyr.io.json_records import json_exact
 from zephyr.io.jsonl import json_values
-from zephyr.shuffle.keys import hash_key_bytes
+from zephyr.shuffle.keys import key_column_of
 
 __all__ = [
     "batch_rows", "columns_of", "conform", "dumps", "is_json", "json_lines", "key_column", "key_of", "payload_columns", "payload_of",
@@ -202,7 +203,7 @@ def key_column(keys: Sequence[Any]) -> tuple[pa.Array, np.ndarray] | None:
         kbs = [b"j%d" % k for k in keys]
     else:
         return None
-    return pa.array(kbs, pa.large_binary()), hash_key_bytes(kbs)
+    return key_column_of(pl.Series(kbs, dtype=pl.Binary))
 
 
 def key_of(kb: bytes) -> Any:

@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from zephyr.engine.frame import Frame
 from zephyr.expr.key import is_column_key
-from zephyr.shuffle.keys import hash_key_array
+from zephyr.shuffle.keys import key_column_of
 
 __all__ = ["frame_keys"]
 
@@ -29,6 +29,4 @@ def frame_keys(frame: Frame, key) -> tuple[pa.Array, np.ndarray] | None:
     tag = _TAGS.get(column.dtype)
     if tag is None or column.null_count():
         return None
-    kb = pl.select(pl.concat_str([pl.lit(tag), column.cast(pl.String)]).cast(pl.Binary)).to_series()
-    kb = kb.to_arrow(compat_level=pl.CompatLevel.oldest()).cast(pa.large_binary())
-    return kb, hash_key_array(kb)
+    return key_column_of(pl.select(pl.concat_str([pl.lit(tag), column.cast(pl.String)]).cast(pl.Binary)).to_series())

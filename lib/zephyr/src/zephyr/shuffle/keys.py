@@ -6,23 +6,33 @@ partition records are ordered by `(h, kb, sort value, origin)`, so equal keys ar
 adjacent and a partition can be cut into key ranges at any `h` boundary without splitting a key.
 `h` only spreads and orders records: equality is always decided on `kb`.
 
-The hash is CRC-32 of `kb` (with its length) through the splitmix64 finalizer: the CRC is one
-C call per key (`map(zlib.crc32, ...)`), the mixing is vectorized in NumPy, and both are the
-same in every process and on every machine (unlike Python's salted `hash`).
+The hash is xxHash64 (the published algorithm, seeded with `SEED`) of `kb`'s bytes, computed a
+column at a time in native code (the `polars-hash` plugin over a Polars Binary column), the
+same in every process and on every machine (unlike Python's salted `hash` or Polars' own
+`Series.hash`, which may change between Polars versions). Both paths hash one column: the
+frame path the key bytes Polars builds, the record path a column built from its batch's
+`bytes`. The seed keeps `h` apart from the `hash` expression (`zephyr.expr.functions`:
+xxHash64 with seed 0 over the same bytes), so data sampled by `hash(key) % m` still spreads
+over every partition.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 
 import numpy as np
+import polars as pl
+import polars_hash  # noqa: F401  (registers the `nchash` namespace on Polars expressions)
+import pyarrow as pa
 
 from zephyr.canonical import key_bytes
 
-__all__ = ["HASH_SPACE", "hash_key_array", "hash_key_bytes", "key_bytes", "partition_of", "split_points", "splitmix64"]
+__all__ = ["HASH_SPACE", "SEED", "hash_key_bytes", "hash_keys", "key_bytes", "key_column_of", "partition_of",
+           "split_points", "splitmix64"]
 
 HASH_SPACE = 1 << 64
+SEED = 0x9E3779B97F4A7C15  # any fixed value but 0 (the `hash` expression's); part of SCRATCH_FORMAT
+_HASH = pl.col("kb").nchash.xxhash64(seed=SEED)  # built once; a call still costs ~0.2 ms CPU (a chunk is ~1 MiB)
 
 
 def splitmix64(z: np.ndarray) -> np.ndarray:
@@ -33,27 +43,19 @@ def splitmix64(z: np.ndarray) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
-def _mix(crc: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """splitmix64 over (crc | length << 32): uniform 64-bit values."""
-    return splitmix64(crc.astype(np.uint64) | (lengths.astype(np.uint64) << np.uint64(32)))
+def hash_keys(kb: pl.Series) -> np.ndarray:
+    """The 64-bit hashes (uint64) of a Binary column of canonical key encodings (no nulls)."""
+    return kb.to_frame("kb").select(_HASH).to_series().to_numpy()
 
 
 def hash_key_bytes(kbs: Sequence[bytes]) -> np.ndarray:
-    """The 64-bit hashes (uint64) of a batch of canonical key encodings."""
-    n = len(kbs)
-    crc = np.fromiter(map(zlib.crc32, kbs), dtype=np.uint32, count=n)
-    lengths = np.fromiter(map(len, kbs), dtype=np.int64, count=n)
-    return _mix(crc, lengths)
+    """`hash_keys` of a batch of key encodings held as Python `bytes`."""
+    return hash_keys(pl.Series(kbs, dtype=pl.Binary))
 
 
-def hash_key_array(kb) -> np.ndarray:
-    """`hash_key_bytes` of a large_binary Arrow array of key bytes (its lengths from its
-    offsets, not from a Python object per key)."""
-    n = len(kb)
-    crc = np.fromiter(map(zlib.crc32, kb.to_pylist()), dtype=np.uint32, count=n)
-    _, offsets, _ = kb.buffers()
-    bounds = np.frombuffer(offsets, dtype=np.int64, count=kb.offset + n + 1)[kb.offset :]
-    return _mix(crc, np.diff(bounds))
+def key_column_of(kb: pl.Series) -> tuple[pa.Array, np.ndarray]:
+    """(a Binary column of key bytes as the large_binary Arrow array runs hold, its hashes)."""
+    return kb.to_arrow(compat_level=pl.CompatLevel.oldest()).cast(pa.large_binary()), hash_keys(kb)
 
 
 def partition_of(kb: bytes, num_partitions: int) -> int:
