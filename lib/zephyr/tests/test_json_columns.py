@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from zephyr import Dataset, col, counters, create_backend
 from zephyr.engine.scan import SCAN_FALLBACKS, jsonl_frames
+from zephyr.execution.summary import engine_lines
 from zephyr.io.jsonl import BadRecordError
 
 SAFE_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
@@ -128,6 +129,7 @@ def test_a_block_the_native_reader_cannot_hold_exactly_is_parsed_by_orjson_and_t
     assert [r.get("text") for f in frames for r in f.records()][:1] == ["first"]
     told = [r.getMessage() for r in caplog.records if "native scan" in r.getMessage()]
     assert len(told) == 1 and str(path) in told[0] and reason in told[0], told
+    assert any("1 block(s) of JSON lines" in line for line in engine_lines(counts))  # the run's summary says so
 
 
 def test_records_are_parsed_from_the_lines_only_when_asked_for(tmp_path):
