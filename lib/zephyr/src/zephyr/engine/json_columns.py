@@ -11,7 +11,7 @@ surrogate into NUL, and keeps the first of two keys where orjson keeps the last.
 Where Arrow's reader is lenient, the checks here cover it: a line must start with "{" (Arrow
 reads `null` as a null row, and crashes on one as the first line), a block must be valid UTF-8
 (Arrow does not check fields it skips), a line holding `NaN`/`Infinity` or nesting deeper than
-orjson allows is checked by orjson, one line must give one row, and a float column must hold no
+orjson allows or an integer of hundreds of digits (beyond a double: orjson refuses it) is checked by orjson, one line must give one row, and a float column must hold no
 integral value (Arrow reads the integer `1` as 1.0 where orjson gives an int). A column's type
 comes from the block before or, for the first block, from the first lines by orjson; a
 column holding nested values or integers beyond 64 bits is not read here.
@@ -36,6 +36,8 @@ _KINDS = {str: pa.string(), float: pa.float64(), bool: pa.bool_()}
 _ARROW_OF_POLARS = {pl.String: pa.string(), pl.Int64: pa.int64(), pl.Float64: pa.float64(), pl.Boolean: pa.bool_()}
 _NON_JSON = (b"NaN", b"Infinity")  # Arrow's reader takes these; orjson (and JSON) refuse them
 _MAX_DEPTH = 1024  # orjson refuses deeper nesting; Arrow's reader does not
+_LONG_INTEGER = 309  # digits of an integer orjson reads as a float beyond a double (and refuses); Arrow skips it
+_STRIDE = _LONG_INTEGER // 2 - 1  # a run of _LONG_INTEGER digits holds two sampled bytes this far apart
 _TYPE_LINES = 16  # lines read by orjson to find the type of a column the block before did not give
 _INT64 = 2**63
 
@@ -84,11 +86,14 @@ def _lenient_input(block: bytes, starts: np.ndarray) -> str | None:
     suspects = {int(i) for i in np.flatnonzero(ends - starts > 2 * _MAX_DEPTH)
                 if block.count(b"[", starts[i], ends[i]) + block.count(b"{", starts[i], ends[i]) > _MAX_DEPTH}
     suspects.update(int(np.searchsorted(starts, at, "right")) - 1 for at in _places(block, _NON_JSON))
+    digit = (data[::_STRIDE] - np.uint8(48)) < 10  # bytes below "0" wrap past 9
+    runs = np.flatnonzero(digit[:-1] & digit[1:]) * _STRIDE
+    suspects.update((np.searchsorted(starts, runs, "right") - 1).tolist())
     for i in sorted(suspects):
         try:
             orjson.loads(block[starts[i] : ends[i]])
         except orjson.JSONDecodeError:
-            return "a line orjson refuses (NaN, Infinity or deep nesting)"
+            return "a line orjson refuses (NaN, Infinity, deep nesting or an integer beyond a double)"
     return None
 
 
