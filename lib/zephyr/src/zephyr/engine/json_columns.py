@@ -61,6 +61,7 @@ def read_columns(block: bytes, starts: np.ndarray, names: list[str], types: dict
     if table.num_rows != len(starts):
         return f"{table.num_rows} rows from {len(starts)} lines (several JSON documents on a line)"
     df = pl.from_arrow(table) if names else pl.DataFrame()
+    df.columns = names  # Polars names a column "" "column_0"
     return _integral_floats(df) or df
 
 
