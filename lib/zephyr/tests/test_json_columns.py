@@ -193,3 +193,12 @@ def test_odd_field_names_are_read_as_orjson_reads_them(tmp_path):
     assert counts.get(SCAN_FALLBACKS, 0) == 0 and frames[0].parsed is None
     for name in ("a/b", "a.b", "", "\u00e9"):
         assert frames[0].df.get_column(name).to_list() == [orjson.loads(line).get(name) for line in lines]
+
+
+def test_a_column_null_in_the_first_block_is_typed_by_the_next(tmp_path):
+    path = tmp_path / "in.jsonl"
+    lines = [b'{"text":null}'] * 20 + [b'{"text":"a"}'] * 20
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    frames, counts = scan(path, ("text",), 100)
+    assert counts.get(SCAN_FALLBACKS, 0) == 0 and len(frames) > 2
+    assert [v for f in frames for v in f.values("text")] == [None] * 20 + ["a"] * 20

@@ -1,19 +1,20 @@
 """The columns a stage needs from a block of JSON lines, read natively and exactly, or a reason not.
 
 Arrow's JSON reader with an explicit schema reads only the named fields (measured on the dedup
-corpus: ~3x less CPU than orjson parsing every line into dicts and building the column; section
-28 of benchmarks/README.md). With a schema it is strict where the record path's parser (orjson)
+corpus: 1.6-2x less CPU than orjson parsing every line into dicts and building the column,
+checks included; section 28 of benchmarks/README.md). With a schema it is strict where the record path's parser (orjson)
 is: it refuses a value of another type than its column's, a key given twice, a lone surrogate
 escape, an integer beyond 64 bits in an integer column, a number beyond a double, and any syntax
-error. (Polars' reader is faster still but silently turns `1` into "1" in a string column, a lone
+error. (Polars' reader is a little cheaper but silently turns `1` into "1" in a string column, a lone
 surrogate into NUL, and keeps the first of two keys where orjson keeps the last.)
 
 Where Arrow's reader is lenient, the checks here cover it: a line must start with "{" (Arrow
 reads `null` as a null row, and crashes on one as the first line), a block must be valid UTF-8
-(Arrow does not check fields it skips), a line holding `NaN`/`Infinity` or nesting deeper than
-orjson allows or an integer of hundreds of digits (beyond a double: orjson refuses it) is checked by orjson, one line must give one row, and a float column must hold no
-integral value (Arrow reads the integer `1` as 1.0 where orjson gives an int). A column's type
-comes from the block before or, for the first block, from the first lines by orjson; a
+(Arrow does not check fields it skips), a line holding `NaN`/`Infinity`, nesting deeper than
+orjson allows or an integer of 309 digits or more (beyond a double: orjson refuses it) is
+checked by orjson, one line must give one row, and a float column must hold no integral value
+(Arrow reads the integer `1` as 1.0 where orjson gives an int). A column's type comes from the
+block before or, where that held no value of it, from the block's first lines by orjson; a
 column holding nested values or integers beyond 64 bits is not read here.
 
 `read_columns` returns the reason where any of this fails; the caller then parses the block
@@ -70,6 +71,8 @@ def arrow_types(df: pl.DataFrame, untyped: dict, types: dict) -> None:
     for name, dtype in df.schema.items():
         if dtype in _ARROW_OF_POLARS:
             types[name] = _ARROW_OF_POLARS[dtype]
+        elif types.get(name) == pa.null():  # no value seen yet: the next block looks again
+            del types[name]
     for name in untyped:
         types.pop(name, None)
 
