@@ -2,9 +2,9 @@
 
 A `Frame` holds what the stage's column ops need as Polars columns of one type each (`df`),
 and what the rows are: for JSON lines, each row's line as it was read (`lines`) and its record
-as orjson parsed it (`base`); for Parquet (or a `map_batches` result), the whole row in `df`
-(`complete`). Column ops change `df` and note which fields they set (`assigned`) or kept
-(`selected`); the rows' JSON and records are made from those only when something needs them
+as orjson parses it (`base`, parsed from the line when first asked for); for Parquet (or a
+`map_batches` result), the whole row in `df` (`complete`). Column ops change `df` and note
+which fields they set (`assigned`) or kept (`selected`); the rows' JSON and records are made from those only when something needs them
 (`json_lines`, `records`), so a row that no op changed is written as the line it was read
 from, byte for byte, and a field no op reads is never converted.
 
@@ -25,6 +25,7 @@ import polars as pl
 import pyarrow as pa
 
 from zephyr import counters
+from zephyr.io.jsonl import json_values
 
 __all__ = ["PYTHON_COLUMN", "Frame", "Pieces", "typed_series", "records_of"]
 
@@ -63,7 +64,7 @@ class Frame:
     df: pl.DataFrame
     n: int  # rows (a frame may hold no typed column)
     lines: pa.Array | None = None  # each row's JSON line with its newline, as read (JSON input)
-    base: list | None = None  # each row's record as read (JSON input); None: `df` is the whole row
+    parsed: list | None = None  # each row's record, once parsed from `lines` (see `base`)
     untyped: dict = field(default_factory=dict)  # name -> list of Python values
     assigned: tuple = ()  # fields set by with_columns, in order (a new one goes last in the record)
     selected: tuple | None = None  # the fields select kept, in order
@@ -71,7 +72,7 @@ class Frame:
     order: tuple = ()  # a whole frame's fields in record order (first seen first)
 
     def __post_init__(self) -> None:
-        if self.base is None:
+        if self.complete:
             self.whole = True
         if self.whole and not self.order:
             self.order = tuple(self.df.columns) + tuple(n for n in self.untyped if n not in self.df.columns)
@@ -82,7 +83,15 @@ class Frame:
     @property
     def complete(self) -> bool:
         """Whether `df` (with `untyped`) is every field of every row."""
-        return self.base is None
+        return self.lines is None and self.parsed is None
+
+    @property
+    def base(self) -> list | None:
+        """Each row's record as read (JSON input), parsed from its line by orjson on first use;
+        None where `df` is the whole row."""
+        if self.parsed is None and self.lines is not None:
+            self.parsed = json_values(self.lines.to_pylist())
+        return self.parsed
 
     def schema(self) -> dict[str, Any]:
         return dict(self.df.schema)
@@ -107,7 +116,7 @@ class Frame:
             df=self.df.filter(mask) if self.df.width else self.df,
             n=sum(keep),
             lines=self.lines.filter(pa.array(keep)) if self.lines is not None else None,
-            base=list(itertools.compress(self.base, keep)) if self.base is not None else None,
+            parsed=list(itertools.compress(self.parsed, keep)) if self.parsed is not None else None,
             untyped={k: list(itertools.compress(v, keep)) for k, v in self.untyped.items()},
         )
 

@@ -1,18 +1,17 @@
 """Reading into the engine: JSON lines and Parquet row batches as Frames.
 
-JSON lines are parsed by orjson, the record path's own parser (`zephyr.io.jsonl`): it is what
-makes every value exact (Polars' JSON reader turns a number in a string column into a string,
-an integer beyond 64 bits into null and a lone surrogate escape into NUL; see
-benchmarks/README.md), it reads any formatting of the lines at one speed, and its errors name
-the file and line. Parsing costs about what Polars' parser costs on the same lines; everything
-after it (expressions, keys, partitioning, writing) is native. Only the columns the stage's
-ops read become Polars columns; each row keeps its line, so a row no op changes is written as
-it was read. Parquet row batches come from `zephyr.io.parquet` (its projection, filter and
+Only the columns the stage's ops read are read from JSON lines, natively by Arrow's JSON
+reader where that gives exactly what orjson (the record path's parser) gives
+(`zephyr.engine.json_columns`); a block it cannot read exactly is parsed by orjson as the record
+path parses it (its errors name the file and line), counted and told. Each row keeps its line,
+so a row no op changes is written as it was read, and its record is parsed from that line only
+when something asks for records (`Frame.base`). Parquet row batches come from `zephyr.io.parquet` (its projection, filter and
 row-group pushdown) and are whole rows already.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import numpy as np
@@ -21,9 +20,13 @@ import pyarrow as pa
 
 from zephyr import counters
 from zephyr.engine.frame import PYTHON_COLUMN, Frame, typed_series
+from zephyr.engine.json_columns import arrow_types, read_columns
 from zephyr.io.jsonl import decode_block_lines, jsonl_blocks, span_label
 
-__all__ = ["ALL_COLUMNS", "block_bytes", "frame_of_table", "jsonl_frames"]
+__all__ = ["ALL_COLUMNS", "SCAN_FALLBACKS", "block_bytes", "frame_of_table", "jsonl_frames"]
+
+logger = logging.getLogger("zephyr")
+SCAN_FALLBACKS = "zephyr/engine_scan_fallbacks"  # blocks the native scan could not read exactly
 
 MIN_BLOCK = 1024 * 1024
 MAX_BLOCK = 8 * 1024 * 1024
@@ -42,15 +45,43 @@ def block_bytes(memory: int | None) -> int:
 def jsonl_frames(path: str, on_bad_record: str, size: int, needed: frozenset | None,
                  span: tuple[int, int] | None = None) -> Iterator[Frame]:
     """The blocks of a JSON-lines file (or of the lines starting in a `span` of its bytes) as
-    Frames holding the `needed` columns typed."""
+    Frames holding the `needed` columns typed: read natively where that is exact
+    (`zephyr.engine.json_columns`), else by orjson, counted in `zephyr/engine_scan_fallbacks`
+    and told once per file with the reason."""
     where = span_label(path, span)
+    types: dict = {}  # column -> Arrow type, from the blocks before
+    told = False
     for block, line_no in jsonl_blocks(path, size, span):
-        records, kept = decode_block_lines(block, where, line_no, on_bad_record)
-        if not records:
-            continue
+        if not block.endswith(b"\n"):
+            block += b"\n"
+        frame = None
+        if needed is not None:
+            offsets = _line_offsets(block)
+            columns = read_columns(block, offsets[:-1], sorted(needed), types)
+            if isinstance(columns, str):
+                counters.increment(SCAN_FALLBACKS)
+                if not told:
+                    logger.warning("%s (a block from line %d): the native scan cannot read it exactly: %s; "
+                                   "such blocks are parsed by orjson", where, line_no + 1, columns)
+                    told = True
+            else:
+                frame = Frame(columns, len(offsets) - 1, lines=_lines_array(block, offsets))
+        if frame is None:
+            frame = _frame_of_block(block, where, line_no, on_bad_record, needed)
+            if frame is None:
+                continue
+        arrow_types(frame.df, frame.untyped, types)
         counters.increment("zephyr/engine_blocks")
-        lines = _lines_of_block(block) if kept is None else pa.array([line + b"\n" for line in kept], pa.large_binary())
-        yield _frame_of_records(records, lines, needed)
+        yield frame
+
+
+def _frame_of_block(block: bytes, where: str, line_no: int, on_bad_record: str, needed: frozenset | None) -> Frame | None:
+    """The block's Frame from its records as orjson parses them (the record path's parser)."""
+    records, kept = decode_block_lines(block, where, line_no, on_bad_record)
+    if not records:
+        return None
+    lines = _lines_of_block(block) if kept is None else pa.array([line + b"\n" for line in kept], pa.large_binary())
+    return _frame_of_records(records, lines, needed)
 
 
 def _frame_of_records(records: list, lines: pa.Array, needed: frozenset | None) -> Frame:
@@ -65,17 +96,25 @@ def _frame_of_records(records: list, lines: pa.Array, needed: frozenset | None) 
         else:
             typed.append(series)
     whole = needed is None
-    return Frame(pl.DataFrame(typed), len(records), lines=lines, base=records, untyped=untyped, whole=whole,
+    return Frame(pl.DataFrame(typed), len(records), lines=lines, parsed=records, untyped=untyped, whole=whole,
                  order=tuple(names) if whole else ())
+
+
+def _line_offsets(block: bytes) -> np.ndarray:
+    """The offset of each line of `block` (which ends in a newline), and its length last."""
+    ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10) + 1
+    return np.concatenate(([0], ends)).astype(np.int64)
+
+
+def _lines_array(block: bytes, offsets: np.ndarray) -> pa.Array:
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(block)])
 
 
 def _lines_of_block(block: bytes) -> pa.Array:
     """Each line of `block` with its newline, as a large_binary array over the block's bytes."""
     if not block.endswith(b"\n"):
         block += b"\n"
-    ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10) + 1
-    offsets = np.concatenate(([0], ends)).astype(np.int64)
-    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(ends), [None, pa.py_buffer(offsets), pa.py_buffer(block)])
+    return _lines_array(block, _line_offsets(block))
 
 
 def frame_of_table(table: pa.Table) -> Frame:

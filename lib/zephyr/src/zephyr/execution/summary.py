@@ -5,6 +5,7 @@ from __future__ import annotations
 from zephyr.counters import public
 from zephyr.dedup.report import dedup_section, format_dedups
 from zephyr.engine.frame import PYTHON_COLUMN
+from zephyr.engine.scan import SCAN_FALLBACKS
 from zephyr.execution.progress import format_largest
 from zephyr.execution.runner import Execution
 from zephyr.status.costs import cost_line
@@ -58,6 +59,9 @@ def engine_lines(counters: dict) -> list[str]:
     if counters.get("zephyr/python_expressions"):
         lines.append(f"  in Python, not the engine: {counters['zephyr/python_expressions']:,} block(s) of an expression Polars "
                      "could compute otherwise (types it cannot hold exactly, integer arithmetic, nested fields)")
+    if counters.get(SCAN_FALLBACKS):
+        lines.append(f"  parsed by orjson, not the engine's scan: {counters[SCAN_FALLBACKS]:,} block(s) of JSON lines its reader "
+                     "could not read exactly (the log names each file's first and why)")
     return lines
 
 
