@@ -402,6 +402,7 @@ HEAVIEST_FIRST = (
     "tests/test_curate_web.py",  # ~300 (2026-11-28, on a loaded machine: two runs of the experiment, one on Ray)
     "lib/marin/tests/test_tpu_ray.py",  # 211
     "tests/test_resilience_storage.py",  # 179
+    "lib/zephyr/tests/test_ray_reuse.py",  # ~170 (2026-11-29: 259 at load 10-12, 162 at load 2-3; 3 Ray head starts)
     "lib/marin/tests/test_cluster_local_e2e.py",  # 140
     "tests/test_benchmarks_smoke.py",  # 134
     "tests/test_seed_instructions.py",  # 92

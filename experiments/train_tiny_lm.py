@@ -92,6 +92,21 @@ def report(outcomes: dict[str, str]) -> str:
             f"checkpoints in {result['checkpoint_path']}")
 
 
+def main(args: list[str] | None = None) -> None:
+    """Ray only when a step will run: a finished run reports its result in seconds."""
+    import draccus
+
+    from marin.execution import Executor
+    from marin.execution.main import ExecutorMainConfig
+
+    config = draccus.parse(config_class=ExecutorMainConfig, args=args)
+    steps = [tokens, train_step]
+    prefix = config.prefix or os.environ.get("MARIN_PREFIX")
+    if prefix and not config.dry_run and any(
+            action != "skip" for action in Executor(prefix).dry_run(steps, config.run_only, out=lambda line: None).values()):
+        _connect_or_simulate()  # (without a prefix executor_main stops, saying what to pass)
+    print(report(executor_main(steps, description="Tiny byte-level LM trained with marin.tpu.", config=config)), flush=True)
+
+
 if __name__ == "__main__":
-    _connect_or_simulate()
-    print(report(executor_main([tokens, train_step], description="Tiny byte-level LM trained with marin.tpu.")), flush=True)
+    main()

@@ -1,6 +1,6 @@
 """`experiments/train_tiny_lm.py` as a user runs it (issue 24, item 3): every log line once,
 the executor's step lines on the console, and a last line with the final step, loss and
-checkpoint path, also when a rerun skips the training."""
+checkpoint path, also when a rerun skips the training (and starts no Ray)."""
 
 from __future__ import annotations
 
@@ -48,6 +48,8 @@ def test_train_tiny_lm_prints_each_line_once_and_ends_with_its_result(tmp_path):
     assert match, first[-5:]
     assert int(match.group(1)) == 200 and float(match.group(2)) > 0
     assert Path(match.group(3)).is_dir() and match.group(3).startswith(str(tmp_path))
+    assert any(l.startswith("train_tiny_lm: started a local Ray") for l in first), first[-5:]
     again = _run(tmp_path)
     assert any(l.startswith("train_tiny_lm: already trained (skipped) to step 200") for l in again), again[-5:]
     assert any("Step tiny_lm/train already succeeded; skipping" in l for l in again)
+    assert not any("started a local Ray" in l for l in again), again  # nothing to run: no Ray started

@@ -61,9 +61,12 @@ def test_seed_command_line_runs_on_an_embedded_ray(tmp_path):
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_ray_backend_writes_expected_files_and_forwards_script_options(script, tmp_path):
+def test_ray_backend_writes_expected_files_and_forwards_script_options(script, tmp_path, ray_shared):
+    """On the test session's Ray (`--address`): the command starting a Ray of its own is the
+    seed command's test above (and test_embedded_ray.py's)."""
     out = tmp_path / "out"
-    result = zephyr("--backend", "ray", "--max-parallelism", "2", str(script), "--out", str(out), "--verbose")
+    address = ray_shared.get_runtime_context().gcs_address
+    result = zephyr("--backend", "ray", "--max-parallelism", "2", "--address", address, str(script), "--out", str(out), "--verbose")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "script args: ['--out', '%s', '--verbose']" % out in result.stdout
     assert sorted(p.name for p in out.glob("part-*")) == [f"part-{i:02d}.jsonl" for i in range(4)]

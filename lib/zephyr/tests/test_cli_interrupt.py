@@ -106,13 +106,21 @@ def interrupt_mid_stage(run: Run, background, wait_until, signal_and_wait, signu
     return stderr
 
 
-def rerun_matches_a_clean_run(run: Run, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def clean_out(tmp_path_factory) -> Path:
+    """The outputs of one uninterrupted run (threadpool, the gate open), for the module: what a
+    rerun after an interrupt must write, byte for byte, on any backend."""
+    run = Run(tmp_path_factory.mktemp("clean"), ["--backend=threadpool"])
+    run.gate.touch()
+    clean = subprocess.run(run.args(run.out), env=run.env, capture_output=True, text=True, timeout=300)
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    return run.out
+
+
+def rerun_matches_a_clean_run(run: Run, clean_out: Path) -> None:
     run.gate.touch()
     rerun = subprocess.run(run.args(run.out), env=run.env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    clean_out = tmp_path / "clean"
-    clean = subprocess.run(run.args(clean_out), env=run.env, capture_output=True, text=True, timeout=300)
-    assert clean.returncode == 0, clean.stderr[-3000:]
     names = [f"part-{i:05d}.jsonl" for i in range(4)]
     assert sorted(p.name for p in run.out.iterdir() if not p.name.startswith(".")) == names
     assert not run.temporaries()
@@ -123,10 +131,10 @@ def rerun_matches_a_clean_run(run: Run, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_threadpool_run_interrupted_mid_stage(tmp_path, background, wait_until, signal_and_wait, signum):
+def test_threadpool_run_interrupted_mid_stage(tmp_path, background, wait_until, signal_and_wait, signum, clean_out):
     run = Run(tmp_path, ["--backend=threadpool"])
     interrupt_mid_stage(run, background, wait_until, signal_and_wait, signum)
-    rerun_matches_a_clean_run(run, tmp_path)
+    rerun_matches_a_clean_run(run, clean_out)
 
 
 # Prepended to PIPELINE: once the file $FIRE exists, the driver's main thread sends itself SIGINT
@@ -149,7 +157,8 @@ SIGNAL_INSIDE_GC = textwrap.dedent(
 )
 
 
-def test_an_interrupt_whose_exception_python_dropped_still_stops_the_run(tmp_path, background, wait_until, signal_and_wait):
+def test_an_interrupt_whose_exception_python_dropped_still_stops_the_run(tmp_path, background, wait_until, signal_and_wait,
+                                                                         clean_out):
     """Regression: a SIGINT handled while the driver ran a gc callback (hypothesis installs one,
     so does any profiler) raised `Interrupted` there; Python printed and dropped it, the run went
     on, and every later Ctrl-C was taken for a second one and ignored."""
@@ -164,17 +173,17 @@ def test_an_interrupt_whose_exception_python_dropped_still_stops_the_run(tmp_pat
     stderr = interrupt_mid_stage(run, background, wait_until, fire_and_wait, signal.SIGINT)
     assert (tmp_path / "fire.sent").exists() and "Exception ignored" in stderr  # the fault landed: dropped in the callback
     run.script.write_text(PIPELINE)
-    rerun_matches_a_clean_run(run, tmp_path)
+    rerun_matches_a_clean_run(run, clean_out)
 
 
 @pytest.mark.ray
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_ray_run_interrupted_mid_stage(tmp_path, background, wait_until, signal_and_wait, ray_shared, signum):
+def test_ray_run_interrupted_mid_stage(tmp_path, background, wait_until, signal_and_wait, ray_shared, signum, clean_out):
     """On Ray the driver cancels the shard tasks (Ray raises KeyboardInterrupt in them) and waits for them."""
     address = ray_shared.get_runtime_context().gcs_address
     run = Run(tmp_path, ["--backend=ray", f"--address={address}"])
     interrupt_mid_stage(run, background, wait_until, signal_and_wait, signum)
-    rerun_matches_a_clean_run(run, tmp_path)
+    rerun_matches_a_clean_run(run, clean_out)
 
 
 def descendants(pid: int) -> set[int]:
