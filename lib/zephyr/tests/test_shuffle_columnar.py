@@ -316,3 +316,21 @@ def test_the_batch_merge_orders_rows_as_a_plain_sort(runs, batch_rows):
     for row in sorted(rows):
         first_of.setdefault(row[:2], row)
     assert firsts == sorted(first_of.values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.sampled_from([0, 1, 7, 65535, 65536, 2**32 - 1]), st.sampled_from([0, 3, 2**63, 2**64 - 1]),
+                               st.sampled_from([b"sa", b"sb"])), max_size=40))
+def test_a_spill_orders_rows_by_partition_hash_key_then_position(rows):
+    """The map side's order (partition, h, kb, pos) against Python's sort of the same tuples (hash
+    ties with equal or different key bytes, partitions past 16 bits)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from zephyr.shuffle.merge import sort_order
+
+    table = pa.table({"p": pa.array([r[0] for r in rows], pa.uint32()), "h": pa.array([r[1] for r in rows], pa.uint64()),
+                      "kb": pa.array([r[2] for r in rows], pa.large_binary()), "pos": pa.array(range(len(rows)), pa.int64())})
+    expected = sorted(range(len(rows)), key=lambda i: (rows[i][0], rows[i][1], rows[i][2], i))
+    assert sort_order(table, leading="p").tolist() == expected
+    assert np.asarray(sort_order(table)).tolist() == sorted(range(len(rows)), key=lambda i: (rows[i][1], rows[i][2], i))
