@@ -9,8 +9,9 @@ error. (Polars' reader is a little cheaper but silently turns `1` into "1" in a 
 surrogate into NUL, and keeps the first of two keys where orjson keeps the last.)
 
 Where Arrow's reader is lenient, the checks here cover it: a line must start with "{" (Arrow
-reads `null` as a null row, and crashes on one as the first line), a block must be valid UTF-8
-(Arrow does not check fields it skips), a line holding `NaN`/`Infinity`, nesting deeper than
+reads `null` as a null row, and crashes on one as the first line) and end with "}" (else a line
+cut short and a line of two objects give one row a line, misplaced), a block must be valid UTF-8
+(Arrow does not check fields it skips), a line holding `NaN`/`Inf`/`Infinity`, nesting deeper than
 orjson allows or an integer of 309 digits or more (beyond a double: orjson refuses it) is
 checked by orjson, one line must give one row, and a float column must hold no integral value
 (Arrow reads the integer `1` as 1.0 where orjson gives an int). A column's type comes from the
@@ -35,7 +36,7 @@ __all__ = ["arrow_types", "read_columns"]
 
 _KINDS = {str: pa.string(), float: pa.float64(), bool: pa.bool_()}
 _ARROW_OF_POLARS = {pl.String: pa.string(), pl.Int64: pa.int64(), pl.Float64: pa.float64(), pl.Boolean: pa.bool_()}
-_NON_JSON = (b"NaN", b"Infinity")  # Arrow's reader takes these; orjson (and JSON) refuse them
+_NON_JSON = (b"NaN", b"Inf")  # Arrow's reader takes NaN, Inf, Infinity (and -); orjson (and JSON) refuse them
 _MAX_DEPTH = 1024  # orjson refuses deeper nesting; Arrow's reader does not
 _LONG_INTEGER = 309  # digits of an integer orjson reads as a float beyond a double (and refuses); Arrow skips it
 _STRIDE = _LONG_INTEGER // 2 - 1  # a run of _LONG_INTEGER digits holds two sampled bytes this far apart
@@ -82,11 +83,14 @@ def _lenient_input(block: bytes, starts: np.ndarray) -> str | None:
     data = np.frombuffer(block, dtype=np.uint8)
     if len(starts) and not (data[starts] == ord("{")).all():
         return "a line that does not start with '{' (blank, indented, or not a JSON object)"
+    ends = np.append(starts[1:], len(block))
+    for i in np.flatnonzero(data[ends - 2] != ord("}")).tolist():  # the byte before each newline
+        if not block[starts[i] : ends[i]].rstrip(b" \t\r\n").endswith(b"}"):
+            return "a line that does not end with '}' (cut short, or not one JSON object)"
     try:
         block.decode("utf-8")
     except UnicodeDecodeError as e:
         return f"invalid UTF-8 at byte {e.start} of the block"
-    ends = np.append(starts[1:], len(block))
     suspects = {int(i) for i in np.flatnonzero(ends - starts > 2 * _MAX_DEPTH)
                 if block.count(b"[", starts[i], ends[i]) + block.count(b"{", starts[i], ends[i]) > _MAX_DEPTH}
     suspects.update(int(np.searchsorted(starts, at, "right")) - 1 for at in _places(block, _NON_JSON))
