@@ -15,7 +15,7 @@ from zephyr.engine.frame import Frame
 from zephyr.expr.key import ExprKey
 from zephyr.shuffle.columnar import key_column
 from zephyr.shuffle.frame_keys import frame_keys
-from zephyr.shuffle.keys import SEED, hash_key_bytes, key_bytes, key_column_of, partition_of
+from zephyr.shuffle.keys import PER_KEY_MAX, SEED, hash_key_bytes, key_bytes, key_column_of, partition_of
 
 # XXH64 with seed 0, as published with the algorithm: the oracle below must give them
 PUBLISHED = {b"": 0xEF46DB3751D8E999, b"a": 0xD24EC4F1A98C6E5B, b"abc": 0x44BC2CF5AD770999}
@@ -37,6 +37,16 @@ def test_record_path_hashes_are_seeded_xxhash64_of_the_bytes(keys):
     """Any bytes (not UTF-8, NUL, empty, long: pickled keys are arbitrary bytes)."""
     keys = keys + [b"", b"\xff\xfe\x00", b"\x80" * 5000]
     assert hash_key_bytes(keys).tolist() == [oracle(k) for k in keys]
+
+
+@settings(max_examples=20, deadline=None)
+@given(keys=KEYS)
+def test_a_batch_too_big_to_hash_key_by_key_hashes_as_its_keys_one_by_one(keys):
+    """Both ways `hash_key_bytes` takes (a column above PER_KEY_MAX keys, key by key below) give
+    the oracle's hashes."""
+    big = (keys + [b"", b"\xff\xfe\x00"]) * (PER_KEY_MAX // 2 + 1)
+    assert len(big) > PER_KEY_MAX
+    assert hash_key_bytes(big).tolist() == [oracle(k) for k in big] == [int(hash_key_bytes([k])[0]) for k in big]
 
 
 @settings(max_examples=100, deadline=None)
