@@ -11,10 +11,12 @@ checked on Ray's real exception classes.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import gc
 import json
 import math
 import os
+import threading
 import time
 
 import pytest
@@ -44,8 +46,8 @@ def no_other_task_measuring():
 
     gc.collect()
     deadline = time.monotonic() + QUIET_DEADLINE_S
-    while usage._active:
-        assert time.monotonic() < deadline, f"{usage._active} task(s) of an earlier test still running"
+    while usage.running():
+        assert time.monotonic() < deadline, f"{usage.running()} task(s) of an earlier test still running"
         time.sleep(0.05)
 
 
@@ -299,4 +301,44 @@ def test_interrupted_threadpool_tasks_leave_no_task_counted_as_measuring():
                 list(backend.execute(Dataset.from_list(list(range(4))).map(_fail_first_spin_others)))
     finally:
         backend.close()
-    assert usage._active == 0
+    assert usage.running() == 0
+
+
+def _open_and_abandon(usage):
+    """A task interrupted inside the measurement's own bookkeeping: it opened one, and its
+    exit never ran."""
+    usage.measuring().__enter__()
+    return usage.running()
+
+
+def test_a_measurement_whose_exit_never_ran_is_forgotten_once_its_task_has_ended():
+    """The interruption above lands where it lands; this makes the fault it can cause happen
+    every time: a measurement opened and never closed, in a thread that then went on (a pool's
+    thread runs the next task). Later tasks are measured as running alone: their peak is reset
+    and their usage not marked shared."""
+    from zephyr.execution import usage
+
+    with cf.ThreadPoolExecutor(1) as pool:
+        open_while_running = pool.submit(_open_and_abandon, usage).result()
+        assert open_while_running == 1  # the fault landed: counted while its task ran
+        assert usage.running() == 0
+        with usage.measuring() as alone:
+            assert usage.running() == 1
+        assert not alone.usage.shared
+
+        started, release = threading.Event(), threading.Event()
+
+        def running_task():
+            with usage.measuring():
+                started.set()
+                assert release.wait(QUIET_DEADLINE_S)
+
+        other = pool.submit(running_task)
+        try:
+            assert started.wait(QUIET_DEADLINE_S)
+            with usage.measuring() as beside:  # one really running is still counted
+                assert usage.running() == 2
+        finally:
+            release.set()
+        other.result()
+        assert beside.usage.shared

@@ -23,14 +23,14 @@ import resource
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from types import FrameType
 
 from zephyr.tasks import TaskUsage
 
-__all__ = ["current", "measuring", "peak_rss", "process_rss"]
+__all__ = ["current", "measuring", "peak_rss", "process_rss", "running"]
 
 _lock = threading.Lock()
-_active = 0  # tasks of this process measuring now
+_open: dict[int, tuple[int, FrameType]] = {}  # measurements open now: id -> (thread, frame that opened it)
 _starts = 0  # tasks of this process started so far (to tell whether another overlapped)
 _current = threading.local()  # .measurement: the task measuring in this thread
 _STATUS = "/proc/self/status"
@@ -96,44 +96,69 @@ def current() -> _Measurement | None:
     return getattr(_current, "measurement", None)
 
 
-@contextlib.contextmanager
-def measuring() -> Iterator[_Measurement]:
-    """Measure the enclosed task; `.usage` holds its `TaskUsage` once the block has ended
-    (also when it raised).
+def running() -> int:
+    """How many tasks of this process are measuring now (their frames still running, see `measuring`)."""
+    with _lock:
+        _forget_ended(sys._current_frames())
+        return len(_open)
 
-    The count of tasks measuring (`_active`) must come back down however the task ends: a
-    threadpool task may be interrupted by an exception raised asynchronously in its thread
-    (`zephyr.execution.interrupts`), which lands at a call or a loop's jump. So the count goes
-    up and is marked counted with no call between, and comes down first thing in the outermost
-    `finally`; a leaked count would keep later tasks from resetting the peak (and mark them
-    shared) for the rest of the process."""
-    global _active, _starts
-    counted = False
-    try:
+
+def _forget_ended(frames: dict[int, FrameType]) -> None:
+    """Drop open measurements whose task has ended without closing them (under `_lock`)."""
+    for token, (ident, frame) in list(_open.items()):
+        if not _on_stack(frame, frames.get(ident)):
+            del _open[token]
+
+
+def _on_stack(frame: FrameType, top: FrameType | None) -> bool:
+    while top is not None:
+        if top is frame:
+            return True
+        top = top.f_back
+    return False
+
+
+class measuring:  # noqa: N801 (used as a function: `with measuring() as m`)
+    """Measure the enclosed task; `.usage` of what it yields holds its `TaskUsage` once the
+    block has ended (also when it raised).
+
+    Whether another task of the process is running (so the peak is not reset, and the usage is
+    marked shared) is told by the measurements still open. A threadpool task may be interrupted
+    by an exception raised asynchronously in its thread (`zephyr.execution.interrupts`), a Ray
+    task by a cancel's `KeyboardInterrupt`; either can land anywhere in Python code, this class's
+    own bookkeeping included, so its exit may never run. An open measurement therefore counts
+    only while the frame that opened it is still on its thread's stack (`sys._current_frames`):
+    one left open by an interrupted task is forgotten once its task has ended, instead of
+    keeping every later task of the process from resetting the peak."""
+
+    def __init__(self) -> None:
+        self._measurement = _Measurement()
+
+    def __enter__(self) -> _Measurement:
+        global _starts
+        frame = sys._getframe(1)
         with _lock:
-            if _active == 0:
+            if _open:
+                _forget_ended(sys._current_frames())
+            if not _open:
                 _reset_peak()
-            overlapped = _active > 0
-            _active += 1
-            counted = True
+            self._overlapped = bool(_open)
+            _open[id(self)] = (threading.get_ident(), frame)
             _starts += 1
-            starts = _starts
-        measurement = _Measurement()
-        outer, _current.measurement = current(), measurement
-        rss0 = process_rss()
-        thread0, process0 = time.thread_time(), time.process_time()
-        try:
-            yield measurement
-        finally:
-            thread_s, process_s = time.thread_time() - thread0, time.process_time() - process0
-            _current.measurement = outer
-            peak = max(peak_rss(), rss0)
-            shared = overlapped or _starts != starts
-            children_cpu_s, children_rss = measurement._children_cpu_s, measurement._children_rss
-            measurement.usage = TaskUsage(cpu_s=(thread_s if shared else process_s) + children_cpu_s,
-                                          peak_rss=peak + children_rss, rss_rise=max(0, peak - rss0) + children_rss,
-                                          shared=shared)
-    finally:
-        if counted:
-            with _lock:
-                _active -= 1
+            self._starts = _starts
+        self._outer, _current.measurement = current(), self._measurement
+        self._rss0 = process_rss()
+        self._thread0, self._process0 = time.thread_time(), time.process_time()
+        return self._measurement
+
+    def __exit__(self, *exc: object) -> None:
+        thread_s, process_s = time.thread_time() - self._thread0, time.process_time() - self._process0
+        with _lock:
+            _open.pop(id(self), None)
+            shared = self._overlapped or _starts != self._starts
+        _current.measurement = self._outer
+        peak = max(peak_rss(), self._rss0)
+        measurement = self._measurement
+        measurement.usage = TaskUsage(cpu_s=(thread_s if shared else process_s) + measurement._children_cpu_s,
+                                      peak_rss=peak + measurement._children_rss,
+                                      rss_rise=max(0, peak - self._rss0) + measurement._children_rss, shared=shared)
