@@ -304,10 +304,12 @@ def test_interrupted_threadpool_tasks_leave_no_task_counted_as_measuring():
     assert usage.running() == 0
 
 
-def _open_and_abandon(usage):
+def _open_and_abandon(usage, kept: list):
     """A task interrupted inside the measurement's own bookkeeping: it opened one, and its
-    exit never ran."""
-    usage.measuring().__enter__()
+    exit never ran; the interrupt's traceback keeps the measurement alive (`kept`)."""
+    measurement = usage.measuring()
+    kept.append(measurement)
+    measurement.__enter__()
     return usage.running()
 
 
@@ -318,8 +320,9 @@ def test_a_measurement_whose_exit_never_ran_is_forgotten_once_its_task_has_ended
     and their usage not marked shared."""
     from zephyr.execution import usage
 
+    kept = []
     with cf.ThreadPoolExecutor(1) as pool:
-        open_while_running = pool.submit(_open_and_abandon, usage).result()
+        open_while_running = pool.submit(_open_and_abandon, usage, kept).result()
         assert open_while_running == 1  # the fault landed: counted while its task ran
         assert usage.running() == 0
         with usage.measuring() as alone:
