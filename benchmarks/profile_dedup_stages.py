@@ -88,6 +88,7 @@ def _instrument() -> None:
         (reduce._ColumnarMerge, "_source", "reduce: IPC read"), (merge, "sort_order", "reduce: sort"),
         (slices, "sort_order", "reduce: sort"), (merge, "merge_sorted", "reduce: merge (batch per round)"),
         (reduce, "merge_slices", "reduce: merge (slices)"), (merge, "_first_slices", "reduce: keep-first + take"),
+        (merge, "key_bytes_at", "reduce: key bytes (read or recomputed)"),
         (shard, "write_jsonl_file", "write: JSON lines"),
     ]:
         _wrap(owner, name, label)
@@ -99,6 +100,7 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--memory", default="256MiB")
     parser.add_argument("--corpus", default=None, help="corpus directory (default: under the temp dir, kept)")
+    parser.add_argument("--out", default=None, help="keep the dedup's output files here (to compare runs)")
     args = parser.parse_args()
     corpus = args.corpus or os.path.join(tempfile.gettempdir(), f"zephyr-dedup-corpus-{args.docs}")
     info = ensure_corpus(corpus, num_shards=args.shards, docs_per_shard=args.docs // args.shards,
@@ -111,7 +113,7 @@ def main() -> None:
     try:
         backend = create_backend("sync", memory=args.memory, progress=False, scratch_dir=os.path.join(work, "scratch"))
         ds = (Dataset.from_files(list(info.paths)).load_jsonl().deduplicate(col("text"))
-              .write_jsonl(os.path.join(work, "out", "part-{shard:05d}.jsonl")))
+              .write_jsonl(os.path.join(args.out or os.path.join(work, "out"), "part-{shard:05d}.jsonl")))
         start, wall = time.process_time(), time.perf_counter()
         _enter("driver, other")
         execution = backend.execute(ds)
@@ -121,7 +123,11 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"{args.docs:,} docs: {total:.2f} CPU s ({time.perf_counter() - wall:.1f} s wall); "
-          f"slices {execution.counters.get('zephyr/shuffle_slices', 0)}")
+          f"slices {execution.counters.get('zephyr/shuffle_slices', 0)}; "
+          f"spill {execution.counters.get('zephyr/shuffle_bytes_written', 0):,} bytes")
+    for stage in ("map", "reduce"):
+        seconds = sum(v for k, v in _exclusive.items() if k.startswith(stage + ":"))
+        print(f"{stage} stages: {seconds:.2f} CPU s")
     for label, seconds in sorted(_exclusive.items(), key=lambda kv: -kv[1]):
         print(f"| {label} | {seconds:.2f} | {seconds / total * 100:.0f}% |")
 

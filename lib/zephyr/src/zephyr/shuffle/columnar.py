@@ -45,7 +45,7 @@ from zephyr.io.jsonl import json_values
 from zephyr.shuffle.keys import key_column_of
 
 __all__ = [
-    "batch_rows", "columns_of", "conform", "dumps", "is_json", "json_lines", "key_column", "key_of", "payload_columns", "payload_of",
+    "columns_of", "conform", "dumps", "is_json", "json_lines", "key_column", "key_of", "payload_columns", "payload_of",
     "json_exact", "payload_names", "records_of", "sort_value_column", "unify_schemas",
 ]
 
@@ -253,15 +253,3 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
         return batch
     columns = [c if c.type == f.type else pa.nulls(len(c), f.type) for c, f in zip(batch.columns, schema)]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
-
-
-def batch_rows(batch: pa.RecordBatch, keyed: bool) -> Iterator[tuple]:
-    """`(h, kb, sort value, origin shard, pos, key, item)` per row of a shuffle batch (key None
-    unless keyed; the shard None unless the batch has a column of them, `zephyr.shuffle.origin`)."""
-    items = records_of(*payload_columns(batch))
-    kbs = batch.column("kb").to_pylist()
-    names = batch.schema.names
-    values = batch.column("sv").to_pylist() if "sv" in names else itertools.repeat(None)
-    shards = batch.column("s").to_pylist() if "s" in names else itertools.repeat(None)
-    keys = map(key_of, kbs) if keyed else itertools.repeat(None)
-    return zip(batch.column("h").to_pylist(), kbs, values, shards, batch.column("pos").to_pylist(), keys, items)

@@ -35,11 +35,12 @@ from zephyr.switches import switched_on
 from zephyr.engine.frame import Frame, Pieces
 from zephyr.shuffle.frame_keys import frame_keys
 from zephyr.engine.lines import json_lines
-from zephyr.shuffle.columnar import FIELDS_META, json_enabled, JSON_COLUMN, JSON_DESCRIPTION, batch_rows, conform, dumps, is_json, key_column, payload_of, sort_value_column, unify_schemas
+from zephyr.shuffle.columnar import FIELDS_META, json_enabled, JSON_COLUMN, JSON_DESCRIPTION, conform, dumps, is_json, key_column, payload_of, sort_value_column, unify_schemas
 from zephyr.io.files import atomic_write
 from zephyr.shuffle.merge import group_starts, sort_order
 from zephyr.naming import callable_name
 from zephyr.shuffle.run_index import BATCH_DTYPE, pack
+from zephyr.shuffle.run_keys import batch_rows, column_of_key, without_key_bytes
 from zephyr.shuffle.runs import ArrowRunWriter, write_pickle_frames
 from zephyr.shuffle.keys import hash_key_bytes, key_bytes
 from zephyr.shuffle.origin import Origin, split
@@ -305,12 +306,15 @@ class _Buffer:
         self.batches = []
         order = sort_order(table, leading="p")
         if combiner is keep_first:  # keep the first row per key without moving the others
-            order = order[group_starts(table.column("h").to_numpy()[order], table.column("kb"), order, None)]
+            order = order[group_starts(table.column("h").to_numpy()[order], table, order, None)]
             counters.increment("zephyr/combined_records", len(order))  # what crosses the shuffle
         table = table.take(pa.array(order))
         p = table.column("p").to_numpy()
         bounds = np.searchsorted(p, np.arange(self.sink.num_partitions + 1, dtype=np.uint32), side="left")
         table = table.drop_columns(["p"])
+        column = column_of_key(self.part.key) if self.hashed else None
+        if column is not None:  # the reduce recomputes the key bytes from the payload (`run_keys`)
+            table = without_key_bytes(table, column)
         path = stem + ".arrow"
         with atomic_write(path, remove_stale=False) as f:
             writer = ArrowRunWriter(f, path, table.schema, self.sink.num_partitions)
