@@ -45,7 +45,7 @@ def _leave() -> None:
 
 
 def _wrap(owner, name: str, label: str) -> None:
-    f = getattr(owner, name, None)
+    f = getattr(owner, name, None) if owner is not None else None
     if f is None:  # a stage an older checkout lacks (profiled for a before/after)
         return
     if inspect.isgeneratorfunction(f):
@@ -77,6 +77,11 @@ def _instrument() -> None:
     from zephyr.execution import engine_ops, shard
     from zephyr.shuffle import merge, reduce, runs, scatter, slices
 
+    try:
+        from zephyr.shuffle import run_keys  # runs without key bytes (an older checkout has none)
+    except ImportError:
+        run_keys = None
+
     for owner, name, label in [
         (scan, "jsonl_blocks", "map: read + decompress"), (scan, "decode_block_lines", "map: orjson parse"),
         (scan, "_frame_of_records", "map: key column to Polars"),
@@ -86,9 +91,10 @@ def _instrument() -> None:
         (scatter, "sort_order", "map: sort"), (scatter, "group_starts", "map: keep-first combine"),
         (runs.ArrowRunWriter, "write", "map: IPC write"), (scatter.ScatterSink, "write", "map: other"),
         (reduce._ColumnarMerge, "_source", "reduce: IPC read"), (merge, "sort_order", "reduce: sort"),
-        (slices, "sort_order", "reduce: sort"), (merge, "merge_sorted", "reduce: merge (batch per round)"),
+        (slices, "sort_order", "reduce: sort"), (merge.Chunk, "sorted", "reduce: sort"),
+        (merge, "merge_sorted", "reduce: merge (batch per round)"),
         (reduce, "merge_slices", "reduce: merge (slices)"), (merge, "_first_slices", "reduce: keep-first + take"),
-        (merge, "key_bytes_at", "reduce: key bytes (read or recomputed)"),
+        (run_keys, "_key_values", "reduce: keys read back from the payload"),
         (shard, "write_jsonl_file", "write: JSON lines"),
     ]:
         _wrap(owner, name, label)

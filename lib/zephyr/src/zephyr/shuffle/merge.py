@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from zephyr.shuffle.columnar import JSON_COLUMN, is_json, payload_columns, payload_names, records_of
-from zephyr.shuffle.run_keys import group_key, key_bytes_at
+from zephyr.shuffle.run_keys import group_key, key_bytes_at, keys_equal
 from zephyr.io.json_records import JsonLines
 from zephyr.dedup import report
 from zephyr.shuffle.origin import SHIFT, Origin, published
@@ -53,7 +53,13 @@ def with_shard(batch: pa.RecordBatch, shard: int) -> pa.RecordBatch:
 
 
 def sort_order(table: pa.Table, leading: str | None = None) -> np.ndarray:
-    """Row order by ([leading,] h, kb, sv, s, pos).
+    """Row order by ([leading,] h, kb, sv, s, pos) (see `sorted_rows`)."""
+    return sorted_rows(table, leading)[0]
+
+
+def sorted_rows(table: pa.Table, leading: str | None = None) -> tuple[np.ndarray, bool]:
+    """Row order by ([leading,] h, kb, sv, s, pos), and whether rows of equal hash are known
+    to be of equal keys (then `Chunk.starts` need not read their key bytes again).
 
     Rows mostly arrive in (s, pos) order: a source stage's spill buffer in position order, a
     merge round's pieces concatenated in run order (runs are listed by map shard, then run
@@ -73,11 +79,11 @@ def sort_order(table: pa.Table, leading: str | None = None) -> np.ndarray:
         same = _equal_neighbours(h, order)
         if not _has_collisions(table, order, same):
             if "s" not in names or _origin_ordered(table, order, same):
-                return order
-            return np.lexsort((_numpy(table, "pos"), _numpy(table, "s"), h, *lead))
+                return order, True
+            return np.lexsort((_numpy(table, "pos"), _numpy(table, "s"), h, *lead)), True
     keys = [(c, "ascending") for c in ((leading,) if leading else ()) + ("h", "kb", "sv", "s", "pos") if c in names]
     order = pc.sort_indices(table, sort_keys=keys).to_numpy()
-    return order if "kb" in names else _collisions_by_key(table, order, h[order])
+    return (order if "kb" in names else _collisions_by_key(table, order, h[order])), False
 
 
 def _collisions_by_key(table, order: np.ndarray, hs: np.ndarray) -> np.ndarray:
@@ -109,12 +115,11 @@ def _equal_neighbours(h: np.ndarray, order: np.ndarray) -> np.ndarray:
 
 
 def _has_collisions(table, order: np.ndarray, same: np.ndarray) -> bool:
-    """Whether two different key bytes share a hash among these rows (then h alone cannot order)."""
+    """Whether two different key bytes share a hash among these rows (then h alone cannot order).
+    Each row in a tie has its key read (or recomputed) once."""
     if not len(same):
         return False
-    left = key_bytes_at(table, order[same])
-    right = key_bytes_at(table, order[same + 1])
-    return not pc.all(pc.equal(left, right)).as_py()
+    return not keys_equal(table, order[same], order[same + 1]).all()
 
 
 def _origin_ordered(table, order: np.ndarray, same: np.ndarray) -> bool:
@@ -182,19 +187,30 @@ def merge_sorted(sources: list[Iterator[pa.RecordBatch]], schema: pa.Schema) -> 
         if not pieces:  # the cursor whose batch ends at the frontier always empties it: never here
             raise AssertionError(f"merge round made no progress at frontier {frontier!r:.200}")
         cursors = [c for c in cursors if c.batch is not None]
-        table = pa.Table.from_batches(pieces, schema=schema).combine_chunks()
-        yield Chunk(table, sort_order(table))
+        yield Chunk.sorted(pa.Table.from_batches(pieces, schema=schema).combine_chunks())
 
 
 class Chunk:
-    """Rows of a merge round (`table`, one chunk per column) and their sorted `order`."""
+    """Rows of a merge round (`table`, one chunk per column) and their sorted `order`;
+    `ties_equal`: rows of equal hash are known to be of equal keys."""
 
-    def __init__(self, table: pa.Table, order: np.ndarray):
-        self.table, self.order = table, order
+    def __init__(self, table: pa.Table, order: np.ndarray, ties_equal: bool = False):
+        self.table, self.order, self.ties_equal = table, order, ties_equal
+
+    @classmethod
+    def sorted(cls, table: pa.Table) -> Chunk:
+        return cls(table, *sorted_rows(table))
 
     def starts(self, previous: tuple | None) -> np.ndarray:
         """Per sorted row: does it start a new key (vs the row before, or the last chunk's key)?"""
-        return group_starts(_numpy(self.table, "h")[self.order], self.table, self.order, previous)
+        h = _numpy(self.table, "h")[self.order]
+        if not self.ties_equal:
+            return group_starts(h, self.table, self.order, previous)
+        starts = np.empty(len(h), dtype=bool)
+        starts[1:] = h[1:] != h[:-1]
+        if len(h):
+            starts[0] = _first_starts(h, self.table, self.order, previous)
+        return starts
 
     def last_key(self) -> tuple:
         row = int(self.order[-1])
@@ -244,11 +260,14 @@ def group_starts(h: np.ndarray, table, order: np.ndarray, previous: tuple | None
     starts[1:] = h[1:] != h[:-1]
     same = np.flatnonzero(~starts[1:]) + 1
     if len(same):  # equal hashes: a new key only if the key bytes differ (a collision)
-        differ = pc.not_equal(key_bytes_at(table, order[same]), key_bytes_at(table, order[same - 1]))
-        starts[same[differ.to_numpy(zero_copy_only=False)]] = True
-    starts[0] = (previous is None or int(h[0]) != previous[0]
-                 or key_bytes_at(table, order[:1])[0].as_py() != previous[1])
+        starts[same[~keys_equal(table, order[same], order[same - 1])]] = True
+    starts[0] = _first_starts(h, table, order, previous)
     return starts
+
+
+def _first_starts(h: np.ndarray, table, order: np.ndarray, previous: tuple | None) -> bool:
+    """Whether the first sorted row starts a key after the last chunk's `(h, kb)`."""
+    return previous is None or int(h[0]) != previous[0] or key_bytes_at(table, order[:1])[0].as_py() != previous[1]
 
 
 def payload_records(table: pa.Table) -> list:

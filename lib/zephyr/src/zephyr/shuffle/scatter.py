@@ -10,7 +10,7 @@ task's `memory` (256 MiB without a budget; an eighth for Arrow data, which the s
 twice) holds chunks; when full it is sorted by (partition, hash, key bytes, sort value,
 origin) with NumPy/Arrow (the origin is the item's position in a source stage, else the one
 its stage's reader published: `zephyr.shuffle.origin`), combined (deduplicate's keep-first is vectorized), and spilled as
-one run (`runs.py`). A buffer is columnar while every chunk converts with one schema (a buffer
+one run (`runs.py`; without the key bytes when the key is a plain column, `run_keys.py`). A buffer is columnar while every chunk converts with one schema (a buffer
 holding fields takes later chunks as fields); the first chunk that does not turns it (and
 what it holds) into pickles, so mixed data always shuffles exactly.
 When the shard is done its manifest (`map-NNNNN.json`, the run list with packed offsets) is
@@ -308,13 +308,13 @@ class _Buffer:
         if combiner is keep_first:  # keep the first row per key without moving the others
             order = order[group_starts(table.column("h").to_numpy()[order], table, order, None)]
             counters.increment("zephyr/combined_records", len(order))  # what crosses the shuffle
+        column = column_of_key(self.part.key) if self.hashed else None
+        if column is not None:  # sorted: the reduce reads keys back from the payload (`run_keys`)
+            table = without_key_bytes(table, column)
         table = table.take(pa.array(order))
         p = table.column("p").to_numpy()
         bounds = np.searchsorted(p, np.arange(self.sink.num_partitions + 1, dtype=np.uint32), side="left")
         table = table.drop_columns(["p"])
-        column = column_of_key(self.part.key) if self.hashed else None
-        if column is not None:  # the reduce recomputes the key bytes from the payload (`run_keys`)
-            table = without_key_bytes(table, column)
         path = stem + ".arrow"
         with atomic_write(path, remove_stale=False) as f:
             writer = ArrowRunWriter(f, path, table.schema, self.sink.num_partitions)
