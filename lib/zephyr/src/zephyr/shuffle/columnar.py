@@ -190,9 +190,10 @@ def records_of(columns: Sequence[pa.Array], description: dict) -> list:
     return [dict(zip(names, row)) for row in zip(*values)]
 
 
-def key_column(keys: Sequence[Any]) -> tuple[pa.Array, np.ndarray] | None:
-    """Canonical key bytes (`key_bytes`) as an Arrow column, and their hashes; None unless the
-    keys are all `str` or all 64-bit `int` (the kinds whose bytes decode back exactly)."""
+def key_column(keys: Sequence[Any], with_bytes: bool = True) -> tuple[pa.Array | None, np.ndarray] | None:
+    """Canonical key bytes (`key_bytes`) as an Arrow column (None without `with_bytes`), and
+    their hashes; None unless the keys are all `str` or all 64-bit `int` (the kinds whose bytes
+    decode back exactly)."""
     types = set(map(type, keys))
     if types == {str}:
         try:
@@ -203,7 +204,7 @@ def key_column(keys: Sequence[Any]) -> tuple[pa.Array, np.ndarray] | None:
         kbs = [b"j%d" % k for k in keys]
     else:
         return None
-    return key_column_of(pl.Series(kbs, dtype=pl.Binary))
+    return key_column_of(pl.Series(kbs, dtype=pl.Binary), with_bytes)
 
 
 def key_of(kb: bytes) -> Any:

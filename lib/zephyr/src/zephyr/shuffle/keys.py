@@ -60,8 +60,11 @@ def hash_key_bytes(kbs: Sequence[bytes]) -> np.ndarray:
     return hash_keys(pl.Series(kbs, dtype=pl.Binary))
 
 
-def key_column_of(kb: pl.Series) -> tuple[pa.Array, np.ndarray]:
-    """(a Binary column of key bytes as the large_binary Arrow array runs hold, its hashes)."""
+def key_column_of(kb: pl.Series, with_bytes: bool = True) -> tuple[pa.Array | None, np.ndarray]:
+    """(a Binary column of key bytes as the large_binary Arrow array runs hold, or None without
+    `with_bytes`; its hashes)."""
+    if not with_bytes:
+        return None, hash_keys(kb)
     return kb.to_arrow(compat_level=pl.CompatLevel.oldest()).cast(pa.large_binary()), hash_keys(kb)
 
 

@@ -87,8 +87,9 @@ def sorted_rows(table: pa.Table, leading: str | None = None) -> tuple[np.ndarray
 
 
 def _collisions_by_key(table, order: np.ndarray, hs: np.ndarray) -> np.ndarray:
-    """`order` (by hash, then the rest of the key but key bytes), with each run of equal hashes
-    ordered by its rows' key bytes, stably (rows of one key keep their order)."""
+    """`order` (by [leading,] hash, then the rest of the key but key bytes), with each run of
+    equal hashes ordered by its rows' key bytes, stably (rows of one key keep their order; runs
+    stay where they are)."""
     tied = np.zeros(len(hs), dtype=bool)
     equal = hs[1:] == hs[:-1]
     tied[1:] |= equal
@@ -97,8 +98,8 @@ def _collisions_by_key(table, order: np.ndarray, hs: np.ndarray) -> np.ndarray:
     if not len(at):
         return order
     kbs = key_bytes_at(table, order[at]).to_pylist()
-    tied_hashes = hs[at].tolist()
-    moved = sorted(range(len(at)), key=lambda j: (tied_hashes[j], kbs[j]))
+    runs = np.cumsum(np.r_[True, (np.diff(at) != 1) | (hs[at][1:] != hs[at][:-1])]).tolist()  # a run per tie
+    moved = sorted(range(len(at)), key=lambda j: (runs[j], kbs[j]))
     order = order.copy()
     order[at] = order[at][moved]
     return order

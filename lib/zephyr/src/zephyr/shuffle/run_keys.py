@@ -24,7 +24,7 @@ from zephyr.canonical import key_bytes
 from zephyr.expr.key import is_column_key
 from zephyr.shuffle.columnar import key_of, payload_columns, records_of
 
-__all__ = ["KEY_META", "batch_rows", "column_of_key", "group_key", "key_bytes_at", "keys_equal", "without_key_bytes"]
+__all__ = ["KEY_META", "batch_rows", "column_of_key", "group_key", "key_bytes_at", "keys_equal"]
 
 KEY_META = b"zephyr.key_column"
 
@@ -33,12 +33,6 @@ def column_of_key(key: Any) -> str | None:
     """The payload field a shuffle key reads (a plain column key), or None (a Python key function:
     its runs keep `kb`)."""
     return key.expr.name if is_column_key(key) else None
-
-
-def without_key_bytes(table: pa.Table, column: str) -> pa.Table:
-    """`table` without `kb`, its schema naming the field the key bytes are recomputed from."""
-    table = table.drop_columns(["kb"])
-    return table.replace_schema_metadata({**(table.schema.metadata or {}), KEY_META: column.encode()})
 
 
 def _key_column(data: pa.Table | pa.RecordBatch) -> str:
