@@ -1,12 +1,14 @@
-"""Key bytes of the rows of a columnar run, stored or recomputed from the payload.
+"""Keys of the rows of a columnar shuffle batch or run: stored as key bytes, or read from the payload.
 
-A run of a shuffle keyed by a plain column (`deduplicate(col("text"))`, `group_by(col("k"), ...)`)
-does not store the key bytes `kb`: the key is a field of every payload row, so the reduce
-recomputes them (`zephyr.canonical.key_bytes` of the row's field, which is what the map side
-hashed) for the few rows that need them: those whose hash equals a neighbour's, where equal
-hashes must be told apart from equal keys. For an exact dedup the key's text was otherwise
-carried twice, about 40% of a spill's bytes (benchmarks/README.md, sections 29 and 33). The
-run's schema metadata names the field (`KEY_META`); runs of any other key keep `kb`.
+For a shuffle keyed by a plain column (`deduplicate(col("text"))`, `group_by(col("k"), ...)`)
+neither the map's Arrow buffer nor its runs hold the key bytes `kb`: the key is a field of every
+payload row, so it is read back (and its bytes, `zephyr.canonical.key_bytes` of the field, are
+what the map side hashed) for the rows that need it: those whose hash equals a neighbour's,
+where equal keys must be told from a collision, and a collision's rows, ordered by key bytes.
+For an exact dedup the key's text was otherwise held twice, about 40% of a spill's bytes
+(benchmarks/README.md, sections 29 and 33); reading keys back costs ~2.5 us a tied row (a
+duplicate and its original). The schema's metadata names the field (`KEY_META`); batches of
+any other key keep `kb`.
 """
 
 from __future__ import annotations
