@@ -9,10 +9,13 @@ import zlib
 
 import numpy as np
 import orjson
+import pyarrow as pa
 import pytest
 
-from zephyr import Dataset, col, create_backend
+from zephyr import Dataset, col, counters, create_backend
 from zephyr.shuffle import keys, run_keys
+from zephyr.shuffle.columnar import FIELDS_META, JSON_DESCRIPTION
+from zephyr.shuffle.slices import merge_slices
 
 WEAK = 5  # distinct hashes
 
@@ -138,3 +141,41 @@ def test_group_by_a_column_sorted_by_a_value_with_colliding_hashes_matches_the_o
             members.setdefault(r["k"], []).append(r["i"])
     assert out == [(k, sorted(members[k], key=lambda i: i % 7)) for k in oracle_order(list(members), 4)]
     assert sum(narrow_hash) > 0
+
+
+def _runs_without_key_bytes(rows: list[tuple], sources: int, batch_rows: int) -> tuple[list, pa.Schema]:
+    """`rows` (h, key, pos) dealt to `sources` runs as a map side writes them for `col("t")`:
+    sorted by (h, key bytes, pos), no `kb` column, the key in each row's JSON line."""
+    schema = pa.schema([("h", pa.uint64()), ("s", pa.int32()), ("pos", pa.int64()), ("j", pa.large_binary())],
+                       metadata={FIELDS_META: orjson.dumps(JSON_DESCRIPTION), run_keys.KEY_META: b"t"})
+    runs = []
+    for s in range(sources):
+        mine = sorted((r for i, r in enumerate(rows) if i % sources == s), key=lambda r: (r[0], str_key_bytes(r[1]), r[2]))
+        runs.append([pa.RecordBatch.from_arrays([
+            pa.array([r[0] for r in part], pa.uint64()), pa.array([s] * len(part), pa.int32()),
+            pa.array([r[2] for r in part], pa.int64()),
+            pa.array([orjson.dumps({"t": r[1], "pad": "x" * 900}) + b"\n" for r in part], pa.large_binary())], schema=schema)
+            for part in (mine[at : at + batch_rows] for at in range(0, len(mine), batch_rows))])
+    return runs, schema
+
+
+def test_a_merge_of_runs_without_key_bytes_orders_collisions_by_key_and_starts_groups_even_in_the_fallback():
+    rng = random.Random(3)
+    hot = [(12345, f"hot{rng.randrange(40)}", pos) for pos in range(6000)]  # 6 MB under one hash, 40 keys
+    cold = [(rng.randrange(1 << 63) | 1, f"cold{i}", 6000 + i) for i in range(3000)]
+    runs, schema = _runs_without_key_bytes(hot + cold, sources=2, batch_rows=100)
+    out, starts, previous = [], [], None
+    with counters.collecting() as counts:
+        for chunk in merge_slices([iter(r) for r in runs], schema, 2 * 1024 * 1024, sum(b.nbytes for r in runs for b in r)):
+            starts += chunk.starts(previous).tolist()
+            previous = chunk.last_key()
+            table = chunk.table.take(pa.array(chunk.order))
+            out += [(h, orjson.loads(j)["t"], s, pos) for h, j, s, pos in
+                    zip(*(table.column(c).to_pylist() for c in ("h", "j", "s", "pos")))]
+    expected = sorted(((h, key, s, pos) for s, batches in enumerate(runs) for b in batches
+                       for h, key, pos in zip(b.column("h").to_pylist(), (orjson.loads(j)["t"] for j in b.column("j").to_pylist()),
+                                              b.column("pos").to_pylist())),
+                      key=lambda r: (r[0], str_key_bytes(r[1]), r[2], r[3]))
+    assert out == expected
+    assert starts == [i == 0 or expected[i][:2] != expected[i - 1][:2] for i in range(len(expected))]
+    assert counts["zephyr/shuffle_slice_fallbacks"] == 1  # the batch-per-round merge took the hot hash
