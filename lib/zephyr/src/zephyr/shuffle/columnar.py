@@ -30,7 +30,7 @@ from __future__ import annotations
 import collections
 import itertools
 import pickle
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import cloudpickle
