@@ -45,7 +45,7 @@ def _leave() -> None:
 
 
 def _wrap(owner, name: str, label: str) -> None:
-    f = getattr(owner, name, None)
+    f = getattr(owner, name, None) if owner is not None else None
     if f is None:  # a stage an older checkout lacks (profiled for a before/after)
         return
     if inspect.isgeneratorfunction(f):
@@ -77,6 +77,11 @@ def _instrument() -> None:
     from zephyr.execution import engine_ops, shard
     from zephyr.shuffle import merge, reduce, runs, scatter, slices
 
+    try:
+        from zephyr.shuffle import run_keys  # runs without key bytes (an older checkout has none)
+    except ImportError:
+        run_keys = None
+
     for owner, name, label in [
         (scan, "jsonl_blocks", "map: read + decompress"), (scan, "decode_block_lines", "map: orjson parse"),
         (scan, "_frame_of_records", "map: key column to Polars"),
@@ -86,8 +91,10 @@ def _instrument() -> None:
         (scatter, "sort_order", "map: sort"), (scatter, "group_starts", "map: keep-first combine"),
         (runs.ArrowRunWriter, "write", "map: IPC write"), (scatter.ScatterSink, "write", "map: other"),
         (reduce._ColumnarMerge, "_source", "reduce: IPC read"), (merge, "sort_order", "reduce: sort"),
-        (slices, "sort_order", "reduce: sort"), (merge, "merge_sorted", "reduce: merge (batch per round)"),
+        (slices, "sort_order", "reduce: sort"), (merge.Chunk, "sorted", "reduce: sort"),
+        (merge, "merge_sorted", "reduce: merge (batch per round)"),
         (reduce, "merge_slices", "reduce: merge (slices)"), (merge, "_first_slices", "reduce: keep-first + take"),
+        (run_keys, "_key_values", "reduce: keys read back from the payload"),
         (shard, "write_jsonl_file", "write: JSON lines"),
     ]:
         _wrap(owner, name, label)
@@ -99,6 +106,7 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--memory", default="256MiB")
     parser.add_argument("--corpus", default=None, help="corpus directory (default: under the temp dir, kept)")
+    parser.add_argument("--out", default=None, help="keep the dedup's output files here (to compare runs)")
     args = parser.parse_args()
     corpus = args.corpus or os.path.join(tempfile.gettempdir(), f"zephyr-dedup-corpus-{args.docs}")
     info = ensure_corpus(corpus, num_shards=args.shards, docs_per_shard=args.docs // args.shards,
@@ -111,7 +119,7 @@ def main() -> None:
     try:
         backend = create_backend("sync", memory=args.memory, progress=False, scratch_dir=os.path.join(work, "scratch"))
         ds = (Dataset.from_files(list(info.paths)).load_jsonl().deduplicate(col("text"))
-              .write_jsonl(os.path.join(work, "out", "part-{shard:05d}.jsonl")))
+              .write_jsonl(os.path.join(args.out or os.path.join(work, "out"), "part-{shard:05d}.jsonl")))
         start, wall = time.process_time(), time.perf_counter()
         _enter("driver, other")
         execution = backend.execute(ds)
@@ -121,7 +129,11 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"{args.docs:,} docs: {total:.2f} CPU s ({time.perf_counter() - wall:.1f} s wall); "
-          f"slices {execution.counters.get('zephyr/shuffle_slices', 0)}")
+          f"slices {execution.counters.get('zephyr/shuffle_slices', 0)}; "
+          f"spill {execution.counters.get('zephyr/shuffle_bytes_written', 0):,} bytes")
+    for stage in ("map", "reduce"):
+        seconds = sum(v for k, v in _exclusive.items() if k.startswith(stage + ":"))
+        print(f"{stage} stages: {seconds:.2f} CPU s")
     for label, seconds in sorted(_exclusive.items(), key=lambda kv: -kv[1]):
         print(f"| {label} | {seconds:.2f} | {seconds / total * 100:.0f}% |")
 
