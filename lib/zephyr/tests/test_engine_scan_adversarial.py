@@ -261,3 +261,21 @@ def test_a_column_bool_in_one_block_and_int_in_the_next(tmp_path):
     source = tmp_path / "in.jsonl"
     source.write_bytes(data)
     assert check_end_to_end(tmp_path, str(source), data, "dedup", skip=False).get(SCAN_FALLBACKS, 0) == 1
+
+
+# Arrow's reader rounds a number just beyond the largest double down to it; orjson refuses it.
+BEYOND_DOUBLE = b'{"text":"bad","x":17976931348623159e292}'
+
+
+def test_a_line_refused_only_when_its_record_is_parsed_is_named_by_file_and_line(tmp_path):
+    """A line the native scan takes and orjson refuses fails when a Python op asks for its
+    record: the error names the file and that line, counted after rows a filter dropped."""
+    data = b'{"text":null}\n' * 5 + GOOD * 3 + BEYOND_DOUBLE + b"\n" + GOOD
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(data)
+    with counters.collecting() as counts:
+        frames = list(jsonl_frames(str(source), "raise", 1 << 20, frozenset({"text"})))
+    assert counts.get(SCAN_FALLBACKS, 0) == 0  # the fault lands lazily: the scan took the line
+    records, error, _ = run(tmp_path, "1", str(source), lambda ds: ds.filter(col("text").is_not_null()).map(lambda r: r), False)
+    assert isinstance(error, BadRecordError) and (error.path, error.line) == (str(source), 9), error
+    assert f"{source}:9:" in str(error) and frames

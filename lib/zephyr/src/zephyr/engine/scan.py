@@ -65,7 +65,8 @@ def jsonl_frames(path: str, on_bad_record: str, size: int, needed: frozenset | N
                                    "such blocks are parsed by orjson", where, line_no + 1, columns)
                     told = True
             else:
-                frame = Frame(columns, len(offsets) - 1, lines=_lines_array(block, offsets))
+                frame = Frame(columns, len(offsets) - 1, lines=_lines_array(block, offsets), where=where,
+                              numbers=np.arange(line_no + 1, line_no + len(offsets)))
         if frame is None:
             frame = _frame_of_block(block, where, line_no, on_bad_record, needed)
             if frame is None:
