@@ -45,8 +45,8 @@ _INT64 = 2**63
 
 
 def read_columns(block: bytes, starts: np.ndarray, names: list[str], types: dict) -> pl.DataFrame | str:
-    """The `names` columns of `block` (whole lines, each ending in a newline; `starts`: the first
-    byte of each) as one row a line, each exactly what orjson gives (null where a line lacks
+    """The `names` columns of `block` (whole lines, each ending in a newline, no whitespace
+    around a line's JSON; `starts`: the first byte of each) as one row a line, each exactly what orjson gives (null where a line lacks
     the field), or why not. `types`: name -> Arrow type the block before held (updated)."""
     reason = _lenient_input(block, starts) or _find_types(block, starts, names, types)
     if reason:
@@ -82,11 +82,10 @@ def _lenient_input(block: bytes, starts: np.ndarray) -> str | None:
     """Why Arrow's reader may take what orjson refuses in `block`, if it may."""
     data = np.frombuffer(block, dtype=np.uint8)
     if len(starts) and not (data[starts] == ord("{")).all():
-        return "a line that does not start with '{' (blank, indented, or not a JSON object)"
+        return "a line that does not start with '{' (not a JSON object)"
     ends = np.append(starts[1:], len(block))
-    for i in np.flatnonzero(data[ends - 2] != ord("}")).tolist():  # the byte before each newline
-        if not block[starts[i] : ends[i]].rstrip(b" \t\r\n").endswith(b"}"):
-            return "a line that does not end with '}' (cut short, or not one JSON object)"
+    if not (data[ends - 2] == ord("}")).all():  # the byte before each newline
+        return "a line that does not end with '}' (cut short, or not one JSON object)"
     try:
         block.decode("utf-8")
     except UnicodeDecodeError as e:
