@@ -82,6 +82,7 @@ CASES = [
     ("1e-400 unneeded (orjson: 0.0)", GOOD + b'{"text":"a","x":1e-400}\n', ("text",), NATIVE),
     ("1e-400 in a float column", GOOD + b'{"text":"a","n":1e-400}\n', ("text", "n"), NATIVE),
     ("-0.0 in a float column", GOOD + b'{"text":"a","n":-0.0}\n', ("text", "n"), NATIVE),
+    ("1.8e308 in a float column (Arrow: inf)", GOOD + b'{"text":"a","n":1.8e308}\n', ("text", "n"), FALLBACK),
     ("1E5 in a float column", GOOD + b'{"text":"a","n":1E5}\n', ("text", "n"), NATIVE),
     ("integral floats", GOOD + b'{"n":1.0}\n{"n":-3.0}\n{"n":2e2}\n{"n":0.0}\n{"n":1e22}\n{"n":9007199254740993.0}\n', ("n",), NATIVE),
     ("-0 in a float column", GOOD + b'{"text":"a","n":-0}\n', ("text", "n"), FALLBACK),

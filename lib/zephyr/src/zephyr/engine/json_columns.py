@@ -15,7 +15,7 @@ cut short and a line of two objects give one row a line, misplaced), a block mus
 start, nesting deeper than orjson allows or an integer of 309 digits or more (beyond a double:
 orjson refuses it) is checked by orjson, one line must give one row, and a line whose value in a
 float column is integral is read by orjson, which must give that float (Arrow reads the integer
-`1` as 1.0 where orjson gives an int). A column's type comes from the
+`1` as 1.0 where orjson gives an int, and `1.8e308` as infinity where orjson refuses it). A column's type comes from the
 block before or, where that held no value of it, from the block's first lines by orjson; a
 column holding nested values or integers beyond 64 bits is not read here.
 
@@ -66,7 +66,7 @@ def read_columns(block: bytes, starts: np.ndarray, names: list[str], types: dict
         return f"{table.num_rows} rows from {len(starts)} lines (several JSON documents on a line)"
     df = pl.from_arrow(table) if names else pl.DataFrame()
     df.columns = names  # Polars names a column "" "column_0"
-    return _integral_floats(df, block, starts) or df
+    return _floats_unlike_orjson(df, block, starts) or df
 
 
 def arrow_types(df: pl.DataFrame, untyped: dict, types: dict) -> None:
@@ -150,10 +150,10 @@ def _find_types(block: bytes, starts: np.ndarray, names: list[str], types: dict)
     return None
 
 
-def _integral_floats(df: pl.DataFrame, block: bytes, starts: np.ndarray) -> str | None:
-    """Why a float column may hold what orjson reads as an int, if it may: Arrow reads `1` as
-    1.0, so each line whose value there is integral (`1.0`, `1e5`, `-0.0`, or `1`) is read by
-    orjson, which must give that float."""
+def _floats_unlike_orjson(df: pl.DataFrame, block: bytes, starts: np.ndarray) -> str | None:
+    """Why a float column may hold what orjson reads otherwise, if it may: Arrow reads `1` as
+    1.0 and `1.8e308` as infinity (orjson refuses it), so each line whose value there is integral
+    (`1.0`, `1e5`, `-0.0`, `1`, or infinity) is read by orjson, which must give that float."""
     ends = np.append(starts[1:], len(block))
     for name, dtype in df.schema.items():
         if dtype != pl.Float64:
