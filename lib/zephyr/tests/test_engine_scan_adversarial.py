@@ -85,6 +85,8 @@ CASES = [
     ("1.8e308 in a float column (Arrow: inf)", GOOD + b'{"text":"a","n":1.8e308}\n', ("text", "n"), FALLBACK),
     ("1E5 in a float column", GOOD + b'{"text":"a","n":1E5}\n', ("text", "n"), NATIVE),
     ("integral floats", GOOD + b'{"n":1.0}\n{"n":-3.0}\n{"n":2e2}\n{"n":0.0}\n{"n":1e22}\n{"n":9007199254740993.0}\n', ("n",), NATIVE),
+    ("2**64+1 in a float column", GOOD + b'{"n":18446744073709551617}\n', ("n",), FALLBACK),
+    ("1e22, 1e19 written long, in a float column", GOOD + b'{"n":1e22}\n{"n":10000000000000000000.0}\n', ("n",), NATIVE),
     ("-0 in a float column", GOOD + b'{"text":"a","n":-0}\n', ("text", "n"), FALLBACK),
     ("1e2 then 100 in a float column", GOOD + b'{"n":1e2}\n{"n":100}\n', ("n",), FALLBACK),
     ("1 beside 1.0", GOOD + b'{"n":1.0}\n{"n":1}\n', ("n",), FALLBACK),

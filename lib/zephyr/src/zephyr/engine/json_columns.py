@@ -25,6 +25,8 @@ with orjson (today's path, whose errors name the file and line) and says so.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import orjson
 import polars as pl
@@ -160,9 +162,12 @@ def _floats_unlike_orjson(df: pl.DataFrame, block: bytes, starts: np.ndarray) ->
             continue
         values = df.get_column(name).to_numpy()  # a null is NaN here
         for i in np.flatnonzero(values == np.floor(values)).tolist():
+            line = block[starts[i] : ends[i]]
             try:
-                value = orjson.loads(block[starts[i] : ends[i]])[name]
-            except orjson.JSONDecodeError:
+                value = orjson.loads(line)[name]
+                if abs(values[i]) >= _INT64:  # orjson reads an integer beyond 64 bits as a float; the record path, exactly
+                    value = json.loads(line)[name]
+            except ValueError:
                 return "a line orjson refuses"
             if type(value) is not float or value.hex() != float(values[i]).hex():
                 return f"float column {name!r} holds an integral value orjson reads as an int (Arrow: a float)"
