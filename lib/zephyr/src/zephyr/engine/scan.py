@@ -5,8 +5,9 @@ reader where that gives exactly what orjson (the record path's parser) gives
 (`zephyr.engine.json_columns`); a block it cannot read exactly is parsed by orjson as the record
 path parses it (its errors name the file and line), counted and told. Each row keeps its line
 (its JSON: as on the record path, a blank line is skipped and the whitespace around a line, a
-CRLF's CR too, dropped) and the line's number, so a row no op changes is written as it was read, and its record is parsed from that line only
-when something asks for records (`Frame.base`). Parquet row batches come from `zephyr.io.parquet` (its projection, filter and
+CRLF's CR too, dropped) and the line's number, so a row no op changes is written as it was
+read, and its record is parsed from that line only when something asks for records
+(`Frame.base`, whose errors name the line). Parquet row batches come from `zephyr.io.parquet` (its projection, filter and
 row-group pushdown) and are whole rows already.
 """
 

@@ -166,7 +166,8 @@ def decode_block_lines(block: bytes, path: str, line_no: int, on_bad_record: str
 def json_values(lines: list[bytes], where: str = "", numbers: Sequence[int] | None = None) -> list:
     """The JSON value of each line (any JSON value), integers beyond 64 bits read exactly (a line
     an engine copied from its input may hold one; orjson alone would read it as a float). With
-    `numbers` (each line's number in the file `where`), a line orjson refuses raises BadRecordError naming it."""
+    `numbers` (each line's number in the file `where`), a line orjson refuses raises
+    BadRecordError naming it."""
     try:
         values = list(map(orjson.loads, lines))
     except orjson.JSONDecodeError:
