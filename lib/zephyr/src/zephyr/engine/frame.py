@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -70,6 +71,8 @@ class Frame:
     selected: tuple | None = None  # the fields select kept, in order
     whole: bool = False  # `df` and `untyped` hold every field any row has (null where one lacks it)
     order: tuple = ()  # a whole frame's fields in record order (first seen first)
+    where: str = ""  # the file (or span) the lines came from, and each row's line number in it:
+    numbers: np.ndarray | None = None  # for naming a line orjson refuses when `base` parses it
 
     def __post_init__(self) -> None:
         if self.complete:
@@ -90,7 +93,7 @@ class Frame:
         """Each row's record as read (JSON input), parsed from its line by orjson on first use;
         None where `df` is the whole row."""
         if self.parsed is None and self.lines is not None:
-            self.parsed = json_values(self.lines.to_pylist())
+            self.parsed = json_values(self.lines.to_pylist(), self.where, self.numbers)
         return self.parsed
 
     def schema(self) -> dict[str, Any]:
@@ -117,6 +120,7 @@ class Frame:
             n=sum(keep),
             lines=self.lines.filter(pa.array(keep)) if self.lines is not None else None,
             parsed=list(itertools.compress(self.parsed, keep)) if self.parsed is not None else None,
+            numbers=self.numbers[np.asarray(keep, dtype=bool)] if self.numbers is not None else None,
             untyped={k: list(itertools.compress(v, keep)) for k, v in self.untyped.items()},
         )
 

@@ -3,9 +3,11 @@
 Only the columns the stage's ops read are read from JSON lines, natively by Arrow's JSON
 reader where that gives exactly what orjson (the record path's parser) gives
 (`zephyr.engine.json_columns`); a block it cannot read exactly is parsed by orjson as the record
-path parses it (its errors name the file and line), counted and told. Each row keeps its line,
-so a row no op changes is written as it was read, and its record is parsed from that line only
-when something asks for records (`Frame.base`). Parquet row batches come from `zephyr.io.parquet` (its projection, filter and
+path parses it (its errors name the file and line), counted and told. Each row keeps its line
+(its JSON: as on the record path, a blank line is skipped and the whitespace around a line, a
+CRLF's CR too, dropped) and the line's number, so a row no op changes is written as it was
+read, and its record is parsed from that line only when something asks for records
+(`Frame.base`, whose errors name the line). Parquet row batches come from `zephyr.io.parquet` (its projection, filter and
 row-group pushdown) and are whole rows already.
 """
 
@@ -32,6 +34,7 @@ MIN_BLOCK = 1024 * 1024
 MAX_BLOCK = 8 * 1024 * 1024
 DEFAULT_BLOCK = 4 * 1024 * 1024
 ALL_COLUMNS = None  # `needed` when every field must become a column
+_JSON_SPACE = b" \t\r"  # whitespace orjson takes around a line's value (a line's own newline aside)
 
 
 def block_bytes(memory: int | None) -> int:
@@ -54,10 +57,11 @@ def jsonl_frames(path: str, on_bad_record: str, size: int, needed: frozenset | N
     for block, line_no in jsonl_blocks(path, size, span):
         if not block.endswith(b"\n"):
             block += b"\n"
+        text, offsets, numbers = _record_lines(block, line_no)
+        lines = _lines_array(text, offsets)
         frame = None
-        if needed is not None:
-            offsets = _line_offsets(block)
-            columns = read_columns(block, offsets[:-1], sorted(needed), types)
+        if needed is not None and len(lines):
+            columns = read_columns(text, offsets[:-1], sorted(needed), types)
             if isinstance(columns, str):
                 counters.increment(SCAN_FALLBACKS)
                 if not told:
@@ -65,9 +69,9 @@ def jsonl_frames(path: str, on_bad_record: str, size: int, needed: frozenset | N
                                    "such blocks are parsed by orjson", where, line_no + 1, columns)
                     told = True
             else:
-                frame = Frame(columns, len(offsets) - 1, lines=_lines_array(block, offsets))
+                frame = Frame(columns, len(lines), lines=lines, where=where, numbers=numbers)
         if frame is None:
-            frame = _frame_of_block(block, where, line_no, on_bad_record, needed)
+            frame = _frame_of_block(block, lines, where, line_no, on_bad_record, needed)
             if frame is None:
                 continue
         arrow_types(frame.df, frame.untyped, types)
@@ -75,12 +79,15 @@ def jsonl_frames(path: str, on_bad_record: str, size: int, needed: frozenset | N
         yield frame
 
 
-def _frame_of_block(block: bytes, where: str, line_no: int, on_bad_record: str, needed: frozenset | None) -> Frame | None:
-    """The block's Frame from its records as orjson parses them (the record path's parser)."""
+def _frame_of_block(block: bytes, lines: pa.Array, where: str, line_no: int, on_bad_record: str,
+                    needed: frozenset | None) -> Frame | None:
+    """The block's Frame from its records as orjson parses them (the record path's parser);
+    `lines`: the block's `_record_lines`."""
     records, kept = decode_block_lines(block, where, line_no, on_bad_record)
     if not records:
         return None
-    lines = _lines_of_block(block) if kept is None else pa.array([line + b"\n" for line in kept], pa.large_binary())
+    if kept is not None:  # a line skipped
+        lines = pa.array([line.strip(_JSON_SPACE) + b"\n" for line in kept], pa.large_binary())
     return _frame_of_records(records, lines, needed)
 
 
@@ -100,21 +107,23 @@ def _frame_of_records(records: list, lines: pa.Array, needed: frozenset | None) 
                  order=tuple(names) if whole else ())
 
 
-def _line_offsets(block: bytes) -> np.ndarray:
-    """The offset of each line of `block` (which ends in a newline), and its length last."""
-    ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10) + 1
-    return np.concatenate(([0], ends)).astype(np.int64)
+def _record_lines(block: bytes, line_no: int) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """The lines of `block` (whole lines, the first being line `line_no + 1`) the record path
+    reads a record from, each as its JSON and a newline: a blank line skipped, the whitespace
+    around a line (a CRLF's CR too) dropped, as orjson ignores them. (Their bytes, the offset
+    of each line and their length, each one's line number.)"""
+    data = np.frombuffer(block, dtype=np.uint8)
+    ends = np.flatnonzero(data == 10) + 1
+    offsets = np.concatenate(([0], ends)).astype(np.int64)
+    if (data[offsets[:-1]] == ord("{")).all() and (data[ends - 2] == ord("}")).all():
+        return block, offsets, np.arange(line_no + 1, line_no + len(offsets), dtype=np.int64)
+    kept = [(n, line.strip(_JSON_SPACE)) for n, line in enumerate(block.split(b"\n")[:-1], line_no + 1) if line.strip()]
+    offsets = np.cumsum([0] + [len(line) + 1 for _, line in kept], dtype=np.int64)
+    return b"".join(line + b"\n" for _, line in kept), offsets, np.array([n for n, _ in kept], dtype=np.int64)
 
 
 def _lines_array(block: bytes, offsets: np.ndarray) -> pa.Array:
     return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(block)])
-
-
-def _lines_of_block(block: bytes) -> pa.Array:
-    """Each line of `block` with its newline, as a large_binary array over the block's bytes."""
-    if not block.endswith(b"\n"):
-        block += b"\n"
-    return _lines_array(block, _line_offsets(block))
 
 
 def frame_of_table(table: pa.Table) -> Frame:

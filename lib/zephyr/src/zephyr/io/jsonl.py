@@ -15,7 +15,7 @@ import io
 import itertools
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -163,10 +163,22 @@ def decode_block_lines(block: bytes, path: str, line_no: int, on_bad_record: str
     return values, None
 
 
-def json_values(lines: list[bytes]) -> list:
+def json_values(lines: list[bytes], where: str = "", numbers: Sequence[int] | None = None) -> list:
     """The JSON value of each line (any JSON value), integers beyond 64 bits read exactly (a line
-    an engine copied from its input may hold one; orjson alone would read it as a float)."""
-    values = list(map(orjson.loads, lines))
+    an engine copied from its input may hold one; orjson alone would read it as a float). With
+    `numbers` (each line's number in the file `where`), a line orjson refuses raises
+    BadRecordError naming it."""
+    try:
+        values = list(map(orjson.loads, lines))
+    except orjson.JSONDecodeError:
+        if numbers is None:
+            raise
+        for line, number in zip(lines, numbers):
+            try:
+                orjson.loads(line)
+            except orjson.JSONDecodeError as e:
+                raise BadRecordError(where, int(number), _malformed(line, e)) from None
+        raise
     if _long_digits(b"".join(lines)):  # rare: then find the lines
         for i, line in enumerate(lines):
             if _long_digits(line):
@@ -205,7 +217,7 @@ def _numbered_lines(lines: list[bytes], path: str, line_no: int, on_bad_record: 
         try:
             value = orjson.loads(line)  # also validates what the stdlib would let through (NaN)
         except orjson.JSONDecodeError as e:
-            reason = f"malformed JSON: {e}; line starts {line[:80]!r}"
+            reason = _malformed(line, e)
         else:
             if type(value) is dict:
                 yield line_no, json.loads(line) if _long_digits(line) else value, line
@@ -215,6 +227,10 @@ def _numbered_lines(lines: list[bytes], path: str, line_no: int, on_bad_record: 
             counters.increment("zephyr/bad_records")
             continue
         raise BadRecordError(path, line_no, reason)
+
+
+def _malformed(line: bytes, error: orjson.JSONDecodeError) -> str:
+    return f"malformed JSON: {error}; line starts {line[:80]!r}"
 
 
 def read_jsonl_numbered(path: str, on_bad_record: str = "raise", span: tuple[int, int] | None = None) -> Iterator[tuple[int, dict]]:
