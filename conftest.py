@@ -71,7 +71,6 @@ os.environ.setdefault("ZEPHYR_LOCAL_RAY", "embedded")
 # once spent 14 minutes so, then its worker was ended and the run stalled). CI prints the
 # failing example as drawn, with its `@reproduce_failure` blob; shrink it locally (dev profile).
 from hypothesis import HealthCheck, Phase, settings  # noqa: E402
-from zephyr.backends.ray_local import free_port as _free_port_on  # noqa: E402
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
 settings.register_profile("ci", derandomize=True, max_examples=50, deadline=None, print_blob=True,
@@ -86,8 +85,13 @@ WAIT_TIMEOUT = 300.0
 
 
 def free_port() -> int:
-    """A TCP port that nothing listens on right now (zephyr's one finder, on loopback)."""
-    return _free_port_on("127.0.0.1")
+    """A TCP port that nothing listens on right now (zephyr's one finder, on loopback).
+
+    Zephyr is imported here, not with this module: importing it takes seconds, which the pytest
+    runs of `test_ci_watchdog.py` (this module as their plugin, in five processes) need not pay."""
+    from zephyr.backends.ray_local import free_port as free_port_on
+
+    return free_port_on("127.0.0.1")
 
 
 def wait_until(condition, what: str, timeout: float = WAIT_TIMEOUT, interval: float = 0.05):
