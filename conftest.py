@@ -71,7 +71,6 @@ os.environ.setdefault("ZEPHYR_LOCAL_RAY", "embedded")
 # once spent 14 minutes so, then its worker was ended and the run stalled). CI prints the
 # failing example as drawn, with its `@reproduce_failure` blob; shrink it locally (dev profile).
 from hypothesis import HealthCheck, Phase, settings  # noqa: E402
-from zephyr.backends.ray_local import free_port as _free_port_on  # noqa: E402
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
 settings.register_profile("ci", derandomize=True, max_examples=50, deadline=None, print_blob=True,
@@ -86,8 +85,13 @@ WAIT_TIMEOUT = 300.0
 
 
 def free_port() -> int:
-    """A TCP port that nothing listens on right now (zephyr's one finder, on loopback)."""
-    return _free_port_on("127.0.0.1")
+    """A TCP port that nothing listens on right now (zephyr's one finder, on loopback).
+
+    Zephyr is imported here, not with this module: importing it takes seconds, which the pytest
+    runs of `test_ci_watchdog.py` (this module as their plugin, in five processes) need not pay."""
+    from zephyr.backends.ray_local import free_port as free_port_on
+
+    return free_port_on("127.0.0.1")
 
 
 def wait_until(condition, what: str, timeout: float = WAIT_TIMEOUT, interval: float = 0.05):
@@ -415,6 +419,16 @@ HEAVIEST_FIRST = (
     "lib/zephyr/tests/test_roundtrip_properties.py",  # 44
     "lib/marin/tests/test_cluster_image.py",  # 41
     "tests/test_train_tiny_lm.py",  # 40
+    # Files collected last (lib/marin's web tests, tests/): left in collection order they made the
+    # run's tail, where a worker holding a file of 1-2 tests already has the next one queued (xdist
+    # hands a worker more work once 2 or fewer of its tests are pending) and the other idles.
+    # 2026-11-29, -n 0, load 3-4: so the last files are ~16 s or less.
+    "tests/test_resilience_kill_rerun.py",  # 63
+    "lib/marin/tests/test_web_quality.py",  # 54
+    "tests/test_integration_test.py",  # 45
+    "tests/test_ci_watchdog.py",  # 37-40
+    "lib/marin/tests/test_tpu_preemption.py",  # 33 (CI's run of 2026-11-29)
+    "lib/marin/tests/test_web_classifier.py",  # 28
 )
 
 

@@ -72,7 +72,7 @@ EPILOG = """examples:
 EXIT_QUARANTINED = 3  # the run finished, except the shards it quarantined
 EXIT_DEADLINE = 30.0  # seconds after SIGINT/SIGTERM: cancel, drain (at most 10 s), close the backend, exit
 # With --cluster: seconds after the first signal for the job launcher to stop the job and end, after
-# which it is killed (its own stop request gives up after 30 s: marin.run.ray_run.STOP_REQUEST_TIMEOUT)
+# which it is killed (its own stop request gives up after 30 s: MARIN_STOP_REQUEST_TIMEOUT)
 LAUNCHER_STOP_DEADLINE = float(os.environ.get("ZEPHYR_LAUNCHER_STOP_DEADLINE", "60"))
 
 _SUBCOMMANDS = {"status": "status_main", "dashboard": "dashboard_main", "verify": "verify_main"}
