@@ -107,10 +107,12 @@ def main() -> None:
     parser.add_argument("--memory", default="256MiB")
     parser.add_argument("--corpus", default=None, help="corpus directory (default: under the temp dir, kept)")
     parser.add_argument("--out", default=None, help="keep the dedup's output files here (to compare runs)")
+    parser.add_argument("--dup-fraction", type=float, default=0.1, help="exact duplicates among the docs (bench_columnar.py's: 0.1)")
     args = parser.parse_args()
-    corpus = args.corpus or os.path.join(tempfile.gettempdir(), f"zephyr-dedup-corpus-{args.docs}")
+    suffix = "" if args.dup_fraction == 0.1 else f"-dup{args.dup_fraction:g}"
+    corpus = args.corpus or os.path.join(tempfile.gettempdir(), f"zephyr-dedup-corpus-{args.docs}{suffix}")
     info = ensure_corpus(corpus, num_shards=args.shards, docs_per_shard=args.docs // args.shards,
-                         dup_fraction=0.1, min_chars=50, max_chars=400, seed=4)  # bench_columnar.py's
+                         dup_fraction=args.dup_fraction, min_chars=50, max_chars=400, seed=4)  # bench_columnar.py's corpus at 0.1
     import pandas  # noqa: F401  pyarrow imports it on first use: not a stage's cost
     from zephyr import Dataset, col, create_backend
 
