@@ -86,9 +86,8 @@ class Plan:
 # (2: keys told apart by type, issue 21; 3: namedtuple keys by their fields, other objects' keys
 # pickled without the memo; 4: runs of stages that read a shuffle hold each record's origin,
 # `zephyr.shuffle.origin`, and fuzzy dedup's ids and blocks carry it; 5: key hashes are seeded
-# xxHash64 of the key bytes, `zephyr.shuffle.keys`, where they were CRC-32 through splitmix64;
-# 6: Arrow runs of a plain column key hold no key bytes, `zephyr.shuffle.run_keys`).
-SCRATCH_FORMAT = 6
+# xxHash64 of the key bytes, `zephyr.shuffle.keys`, where they were CRC-32 through splitmix64).
+SCRATCH_FORMAT = 5
 
 
 def compile_plan(dataset) -> Plan:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import collections
 import itertools
 import pickle
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import cloudpickle
@@ -45,7 +45,7 @@ from zephyr.io.jsonl import json_values
 from zephyr.shuffle.keys import key_column_of
 
 __all__ = [
-    "columns_of", "conform", "dumps", "is_json", "json_lines", "key_column", "key_of", "payload_columns", "payload_of",
+    "batch_rows", "columns_of", "conform", "dumps", "is_json", "json_lines", "key_column", "key_of", "payload_columns", "payload_of",
     "json_exact", "payload_names", "records_of", "sort_value_column", "unify_schemas",
 ]
 
@@ -190,10 +190,9 @@ def records_of(columns: Sequence[pa.Array], description: dict) -> list:
     return [dict(zip(names, row)) for row in zip(*values)]
 
 
-def key_column(keys: Sequence[Any], with_bytes: bool = True) -> tuple[pa.Array | None, np.ndarray] | None:
-    """Canonical key bytes (`key_bytes`) as an Arrow column (None without `with_bytes`), and
-    their hashes; None unless the keys are all `str` or all 64-bit `int` (the kinds whose bytes
-    decode back exactly)."""
+def key_column(keys: Sequence[Any]) -> tuple[pa.Array, np.ndarray] | None:
+    """Canonical key bytes (`key_bytes`) as an Arrow column, and their hashes; None unless the
+    keys are all `str` or all 64-bit `int` (the kinds whose bytes decode back exactly)."""
     types = set(map(type, keys))
     if types == {str}:
         try:
@@ -204,7 +203,7 @@ def key_column(keys: Sequence[Any], with_bytes: bool = True) -> tuple[pa.Array |
         kbs = [b"j%d" % k for k in keys]
     else:
         return None
-    return key_column_of(pl.Series(kbs, dtype=pl.Binary), with_bytes)
+    return key_column_of(pl.Series(kbs, dtype=pl.Binary))
 
 
 def key_of(kb: bytes) -> Any:
@@ -254,3 +253,15 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
         return batch
     columns = [c if c.type == f.type else pa.nulls(len(c), f.type) for c, f in zip(batch.columns, schema)]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def batch_rows(batch: pa.RecordBatch, keyed: bool) -> Iterator[tuple]:
+    """`(h, kb, sort value, origin shard, pos, key, item)` per row of a shuffle batch (key None
+    unless keyed; the shard None unless the batch has a column of them, `zephyr.shuffle.origin`)."""
+    items = records_of(*payload_columns(batch))
+    kbs = batch.column("kb").to_pylist()
+    names = batch.schema.names
+    values = batch.column("sv").to_pylist() if "sv" in names else itertools.repeat(None)
+    shards = batch.column("s").to_pylist() if "s" in names else itertools.repeat(None)
+    keys = map(key_of, kbs) if keyed else itertools.repeat(None)
+    return zip(batch.column("h").to_pylist(), kbs, values, shards, batch.column("pos").to_pylist(), keys, items)

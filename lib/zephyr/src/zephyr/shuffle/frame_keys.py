@@ -17,10 +17,10 @@ __all__ = ["frame_keys"]
 _TAGS = {pl.String: "s", pl.Int64: "j"}
 
 
-def frame_keys(frame: Frame, key, with_bytes: bool = True) -> tuple[pa.Array | None, np.ndarray] | None:
-    """(key bytes as a large_binary array, or None without `with_bytes`; hashes) of a column
-    key, or None where the record path would not use the columnar form either (nulls, other
-    types) or the key is not a plain column the frame holds typed."""
+def frame_keys(frame: Frame, key) -> tuple[pa.Array, np.ndarray] | None:
+    """(key bytes as a large_binary array, hashes) of a column key, or None where the record
+    path would not use the columnar form either (nulls, other types) or the key is not a
+    plain column the frame holds typed."""
     if not is_column_key(key) or key.expr.name not in frame.df.columns:
         return None
     if frame.selected is not None and key.expr.name not in frame.selected:
@@ -29,5 +29,4 @@ def frame_keys(frame: Frame, key, with_bytes: bool = True) -> tuple[pa.Array | N
     tag = _TAGS.get(column.dtype)
     if tag is None or column.null_count():
         return None
-    return key_column_of(pl.select(pl.concat_str([pl.lit(tag), column.cast(pl.String)]).cast(pl.Binary)).to_series(),
-                         with_bytes)
+    return key_column_of(pl.select(pl.concat_str([pl.lit(tag), column.cast(pl.String)]).cast(pl.Binary)).to_series())

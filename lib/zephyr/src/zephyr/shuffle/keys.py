@@ -4,8 +4,7 @@ Every shuffled record carries `kb`, the canonical bytes of its key (`zephyr.cano
 equal keys, equal bytes, in any process), and `h`, a 64-bit hash of `kb`. The partition is `h % num_partitions`; inside a
 partition records are ordered by `(h, kb, sort value, origin)`, so equal keys are
 adjacent and a partition can be cut into key ranges at any `h` boundary without splitting a key.
-`h` only spreads and orders records: equality is always decided on `kb` (recomputed from the
-payload where a run of a column key does not store it, `run_keys`).
+`h` only spreads and orders records: equality is always decided on `kb`.
 
 The hash is xxHash64 (the published algorithm, seeded with `SEED`) of `kb`'s bytes, computed a
 column at a time in native code (the `polars-hash` plugin over a Polars Binary column), the
@@ -60,11 +59,8 @@ def hash_key_bytes(kbs: Sequence[bytes]) -> np.ndarray:
     return hash_keys(pl.Series(kbs, dtype=pl.Binary))
 
 
-def key_column_of(kb: pl.Series, with_bytes: bool = True) -> tuple[pa.Array | None, np.ndarray]:
-    """(a Binary column of key bytes as the large_binary Arrow array runs hold, or None without
-    `with_bytes`; its hashes)."""
-    if not with_bytes:
-        return None, hash_keys(kb)
+def key_column_of(kb: pl.Series) -> tuple[pa.Array, np.ndarray]:
+    """(a Binary column of key bytes as the large_binary Arrow array runs hold, its hashes)."""
     return kb.to_arrow(compat_level=pl.CompatLevel.oldest()).cast(pa.large_binary()), hash_keys(kb)
 
 

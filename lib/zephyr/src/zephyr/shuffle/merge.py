@@ -5,8 +5,7 @@ larger than a run's share of the task's memory (it holds one batch per run whate
 
 Each source is a sorted stream of record batches (one partition, or one key range of it, from
 one run). A round takes, from every source's current batch, the rows whose full sort key
-`(h, kb, sort value, s, pos)` (`s, pos`: the origin, `zephyr.shuffle.origin`; `kb` recomputed
-where a run does not hold it, `run_keys`) is at most the *frontier*: the smallest last key of
+`(h, kb, sort value, s, pos)` (`s, pos`: the origin, `zephyr.shuffle.origin`) is at most the *frontier*: the smallest last key of
 any current batch. No later row of any source can sort before the frontier, so those rows
 are final; they are concatenated and ordered with one NumPy `lexsort` (Arrow's multi-column
 sort when hashes collide or a sort value is involved) and handed on as one sorted chunk.
@@ -32,8 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from zephyr.shuffle.columnar import JSON_COLUMN, is_json, payload_columns, payload_names, records_of
-from zephyr.shuffle.run_keys import group_key, key_bytes_at, keys_equal
+from zephyr.shuffle.columnar import JSON_COLUMN, is_json, key_of, payload_columns, payload_names, records_of
 from zephyr.io.json_records import JsonLines
 from zephyr.dedup import report
 from zephyr.shuffle.origin import SHIFT, Origin, published
@@ -53,13 +51,7 @@ def with_shard(batch: pa.RecordBatch, shard: int) -> pa.RecordBatch:
 
 
 def sort_order(table: pa.Table, leading: str | None = None) -> np.ndarray:
-    """Row order by ([leading,] h, kb, sv, s, pos) (see `sorted_rows`)."""
-    return sorted_rows(table, leading)[0]
-
-
-def sorted_rows(table: pa.Table, leading: str | None = None) -> tuple[np.ndarray, bool]:
-    """Row order by ([leading,] h, kb, sv, s, pos), and whether rows of equal hash are known
-    to be of equal keys (then `Chunk.starts` need not read their key bytes again).
+    """Row order by ([leading,] h, kb, sv, s, pos).
 
     Rows mostly arrive in (s, pos) order: a source stage's spill buffer in position order, a
     merge round's pieces concatenated in run order (runs are listed by map shard, then run
@@ -68,8 +60,6 @@ def sorted_rows(table: pa.Table, leading: str | None = None) -> tuple[np.ndarray
     and rows of equal hashes are in (s, pos) order (both checked, on those rows only). Rows
     whose origins (`zephyr.shuffle.origin`) arrive in another order are sorted by them with
     one more `lexsort`; Arrow's multi-column sort handles a collision, and any sort value.
-    A run without stored key bytes (`run_keys`) is sorted without them, then each collision's
-    rows (equal hashes, different keys: rare) by their recomputed key bytes, stably.
     """
     names = table.schema.names
     h = _numpy(table, "h")
@@ -79,30 +69,10 @@ def sorted_rows(table: pa.Table, leading: str | None = None) -> tuple[np.ndarray
         same = _equal_neighbours(h, order)
         if not _has_collisions(table, order, same):
             if "s" not in names or _origin_ordered(table, order, same):
-                return order, True
-            return np.lexsort((_numpy(table, "pos"), _numpy(table, "s"), h, *lead)), True
+                return order
+            return np.lexsort((_numpy(table, "pos"), _numpy(table, "s"), h, *lead))
     keys = [(c, "ascending") for c in ((leading,) if leading else ()) + ("h", "kb", "sv", "s", "pos") if c in names]
-    order = pc.sort_indices(table, sort_keys=keys).to_numpy()
-    return (order if "kb" in names else _collisions_by_key(table, order, h[order])), False
-
-
-def _collisions_by_key(table, order: np.ndarray, hs: np.ndarray) -> np.ndarray:
-    """`order` (by [leading,] hash, then the rest of the key but key bytes), with each run of
-    equal hashes ordered by its rows' key bytes, stably (rows of one key keep their order; runs
-    stay where they are)."""
-    tied = np.zeros(len(hs), dtype=bool)
-    equal = hs[1:] == hs[:-1]
-    tied[1:] |= equal
-    tied[:-1] |= equal
-    at = np.flatnonzero(tied)
-    if not len(at):
-        return order
-    kbs = key_bytes_at(table, order[at]).to_pylist()
-    runs = np.cumsum(np.r_[True, (np.diff(at) != 1) | (hs[at][1:] != hs[at][:-1])]).tolist()  # a run per tie
-    moved = sorted(range(len(at)), key=lambda j: (runs[j], kbs[j]))
-    order = order.copy()
-    order[at] = order[at][moved]
-    return order
+    return pc.sort_indices(table, sort_keys=keys).to_numpy()
 
 
 def _numpy(table, name: str) -> np.ndarray:
@@ -116,11 +86,13 @@ def _equal_neighbours(h: np.ndarray, order: np.ndarray) -> np.ndarray:
 
 
 def _has_collisions(table, order: np.ndarray, same: np.ndarray) -> bool:
-    """Whether two different key bytes share a hash among these rows (then h alone cannot order).
-    Each row in a tie has its key read (or recomputed) once."""
+    """Whether two different key bytes share a hash among these rows (then h alone cannot order)."""
     if not len(same):
         return False
-    return not keys_equal(table, order[same], order[same + 1]).all()
+    kb = table.column("kb")
+    left = kb.take(pa.array(order[same]))
+    right = kb.take(pa.array(order[same + 1]))
+    return not pc.all(pc.equal(left, right)).as_py()
 
 
 def _origin_ordered(table, order: np.ndarray, same: np.ndarray) -> bool:
@@ -150,11 +122,7 @@ class _Cursor:
                 return
 
     def key(self, row: int) -> tuple:
-        """The row's full sort key (h, kb, sv, s, pos); kb recomputed where the run does not hold it."""
-        names = self.batch.schema.names
-        kb = key_bytes_at(self.batch, np.array([row]))[0].as_py()
-        rest = (self.batch.column(c)[row].as_py() for c in ("sv", "s", "pos") if c in names)
-        return (int(self.h[row]), kb, *rest)
+        return tuple(self.batch.column(c)[row].as_py() for c in _key_columns(self.batch))
 
     def take_until(self, frontier: tuple) -> pa.RecordBatch | None:
         """Rows from `start` whose full key is <= frontier (the batch is sorted); None when
@@ -170,6 +138,10 @@ class _Cursor:
         if self.start == self.batch.num_rows:
             self.advance()
         return piece
+
+
+def _key_columns(batch) -> tuple[str, ...]:
+    return tuple(c for c in ("h", "kb", "sv", "s", "pos") if c in batch.schema.names)
 
 
 def merge_sorted(sources: list[Iterator[pa.RecordBatch]], schema: pa.Schema) -> Iterator[Chunk]:
@@ -188,34 +160,23 @@ def merge_sorted(sources: list[Iterator[pa.RecordBatch]], schema: pa.Schema) -> 
         if not pieces:  # the cursor whose batch ends at the frontier always empties it: never here
             raise AssertionError(f"merge round made no progress at frontier {frontier!r:.200}")
         cursors = [c for c in cursors if c.batch is not None]
-        yield Chunk.sorted(pa.Table.from_batches(pieces, schema=schema).combine_chunks())
+        table = pa.Table.from_batches(pieces, schema=schema).combine_chunks()
+        yield Chunk(table, sort_order(table))
 
 
 class Chunk:
-    """Rows of a merge round (`table`, one chunk per column) and their sorted `order`;
-    `ties_equal`: rows of equal hash are known to be of equal keys."""
+    """Rows of a merge round (`table`, one chunk per column) and their sorted `order`."""
 
-    def __init__(self, table: pa.Table, order: np.ndarray, ties_equal: bool = False):
-        self.table, self.order, self.ties_equal = table, order, ties_equal
-
-    @classmethod
-    def sorted(cls, table: pa.Table) -> Chunk:
-        return cls(table, *sorted_rows(table))
+    def __init__(self, table: pa.Table, order: np.ndarray):
+        self.table, self.order = table, order
 
     def starts(self, previous: tuple | None) -> np.ndarray:
         """Per sorted row: does it start a new key (vs the row before, or the last chunk's key)?"""
-        h = _numpy(self.table, "h")[self.order]
-        if not self.ties_equal:
-            return group_starts(h, self.table, self.order, previous)
-        starts = np.empty(len(h), dtype=bool)
-        starts[1:] = h[1:] != h[:-1]
-        if len(h):
-            starts[0] = _first_starts(h, self.table, self.order, previous)
-        return starts
+        return group_starts(_numpy(self.table, "h")[self.order], self.table.column("kb"), self.order, previous)
 
     def last_key(self) -> tuple:
         row = int(self.order[-1])
-        return int(self.table.column("h")[row].as_py()), key_bytes_at(self.table, np.array([row]))[0].as_py()
+        return int(self.table.column("h")[row].as_py()), self.table.column("kb")[row].as_py()
 
     def sorted_slices(self, rows: np.ndarray | None = None, payload_only: bool = False, size: int = 0,
                       origins: bool = False) -> Iterator[pa.Table]:
@@ -252,23 +213,18 @@ def _packed_origins(table: pa.Table) -> np.ndarray:
     return _numpy(table, "s").astype(np.int64) << SHIFT | _numpy(table, "pos")
 
 
-def group_starts(h: np.ndarray, table, order: np.ndarray, previous: tuple | None) -> np.ndarray:
-    """For rows in sorted order (hashes `h`; `table`'s rows `order`): does row i start a key?
-    Key bytes are read (or recomputed, `run_keys`) only where a row's hash equals the one before."""
+def group_starts(h: np.ndarray, kb, order: np.ndarray, previous: tuple | None) -> np.ndarray:
+    """For rows in sorted order (hashes `h`; key bytes `kb[order[i]]`): does row i start a key?"""
     if not len(h):
         return np.zeros(0, dtype=bool)
     starts = np.empty(len(h), dtype=bool)
     starts[1:] = h[1:] != h[:-1]
     same = np.flatnonzero(~starts[1:]) + 1
     if len(same):  # equal hashes: a new key only if the key bytes differ (a collision)
-        starts[same[~keys_equal(table, order[same], order[same - 1])]] = True
-    starts[0] = _first_starts(h, table, order, previous)
+        differ = pc.not_equal(kb.take(pa.array(order[same])), kb.take(pa.array(order[same - 1])))
+        starts[same[differ.to_numpy(zero_copy_only=False)]] = True
+    starts[0] = previous is None or (int(h[0]), kb[int(order[0])].as_py()) != previous
     return starts
-
-
-def _first_starts(h: np.ndarray, table, order: np.ndarray, previous: tuple | None) -> bool:
-    """Whether the first sorted row starts a key after the last chunk's `(h, kb)`."""
-    return previous is None or int(h[0]) != previous[0] or key_bytes_at(table, order[:1])[0].as_py() != previous[1]
 
 
 def payload_records(table: pa.Table) -> list:
@@ -336,12 +292,13 @@ def reduce_groups(chunks: Iterator[Chunk], reducer: Callable[..., Any], origin: 
         for chunk in chunks:
             starts = chunk.starts(previous)
             previous = chunk.last_key()
+            kb = chunk.table.column("kb")
             origins = chunk.origins() if origin is not None else None
             records = itertools.chain.from_iterable(chunk.record_lists())
             for i, (start, item) in enumerate(zip(starts.tolist(), records)):
                 if start:
                     group += 1
-                    key = group_key(chunk.table, int(chunk.order[i]), item)
+                    key = key_of(kb[int(chunk.order[i])].as_py())
                     first = origins[i] if origins is not None else 0
                 yield group, key, item, first
 

@@ -39,8 +39,7 @@ import pyarrow as pa
 
 from zephyr import counters
 from zephyr.shuffle import merge as columnar_merge
-from zephyr.shuffle.columnar import conform, dumps, unify_schemas
-from zephyr.shuffle.run_keys import batch_rows
+from zephyr.shuffle.columnar import batch_rows, conform, dumps, unify_schemas
 from zephyr.io.temporaries import make_temp_dir
 from zephyr.shuffle.run_index import ReduceInput, ReduceTasks, RunIndex
 from zephyr.shuffle.runs import compression_for, read_arrow_range, read_pickle_range, write_pickle_frames

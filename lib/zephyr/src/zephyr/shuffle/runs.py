@@ -11,10 +11,7 @@ runs never hold thousands of descriptors). Two formats:
   uncompressed on a local disk, where compressing costs more CPU than it saves I/O;
   `ZEPHYR_SHUFFLE_COMPRESSION=lz4|zstd|none` overrides.
   Columns: `h` (uint64 hash), `kb` (key bytes), optionally `sv` (sort value), `pos`, then the
-  payload (`j`, or `c0, c1, ...`: see `columnar.py`). A run of a plain column key has no `kb`:
-  its rows are sorted by (partition, hash, sort value, position) but for rows of equal hash and
-  different keys (a collision), which are ordered by their key bytes as before; the reduce
-  recomputes those from the payload field the schema's metadata names (`run_keys.py`). For a partition written as several batches the
+  payload `c0, c1, ...` (see `columnar.py`). For a partition written as several batches the
   writer reports each batch's first hash, rows and offset, so a reduce task that owns only a
   key range of a skewed partition reads only the batches that can hold it.
 - **Pickle** (`.bin`, anything else): zstd frames of pickled record lists

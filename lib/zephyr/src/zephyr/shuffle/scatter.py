@@ -10,9 +10,7 @@ task's `memory` (256 MiB without a budget; an eighth for Arrow data, which the s
 twice) holds chunks; when full it is sorted by (partition, hash, key bytes, sort value,
 origin) with NumPy/Arrow (the origin is the item's position in a source stage, else the one
 its stage's reader published: `zephyr.shuffle.origin`), combined (deduplicate's keep-first is vectorized), and spilled as
-one run (`runs.py`). A buffer of a plain column key holds no key bytes (its runs neither): where
-the sort or keep-first must tell keys of equal hash apart, they are read back from the payload
-(`run_keys.py`). A buffer is columnar while every chunk converts with one schema (a buffer
+one run (`runs.py`). A buffer is columnar while every chunk converts with one schema (a buffer
 holding fields takes later chunks as fields); the first chunk that does not turns it (and
 what it holds) into pickles, so mixed data always shuffles exactly.
 When the shard is done its manifest (`map-NNNNN.json`, the run list with packed offsets) is
@@ -37,12 +35,11 @@ from zephyr.switches import switched_on
 from zephyr.engine.frame import Frame, Pieces
 from zephyr.shuffle.frame_keys import frame_keys
 from zephyr.engine.lines import json_lines
-from zephyr.shuffle.columnar import FIELDS_META, json_enabled, JSON_COLUMN, JSON_DESCRIPTION, conform, dumps, is_json, key_column, payload_of, sort_value_column, unify_schemas
+from zephyr.shuffle.columnar import FIELDS_META, json_enabled, JSON_COLUMN, JSON_DESCRIPTION, batch_rows, conform, dumps, is_json, key_column, payload_of, sort_value_column, unify_schemas
 from zephyr.io.files import atomic_write
 from zephyr.shuffle.merge import group_starts, sort_order
 from zephyr.naming import callable_name
 from zephyr.shuffle.run_index import BATCH_DTYPE, pack
-from zephyr.shuffle.run_keys import KEY_META, batch_rows, column_of_key
 from zephyr.shuffle.runs import ArrowRunWriter, write_pickle_frames
 from zephyr.shuffle.keys import hash_key_bytes, key_bytes
 from zephyr.shuffle.origin import Origin, split
@@ -171,8 +168,6 @@ class _Buffer:
         self.start = shard * sink.num_partitions // max(num_shards, 1)
         self.part = sink.partitioner
         self.hashed = isinstance(self.part, HashPartition)
-        # a plain column key: batches hold no key bytes (read back from the payload, `run_keys`)
-        self.key_field = column_of_key(self.part.key) if self.hashed else None
         self.batches: list[pa.RecordBatch] = []
         self.schema: pa.Schema | None = None
         # (p, h, kb, sort value, origin shard, origin pos, payload) once the buffer holds pickles
@@ -215,7 +210,7 @@ class _Buffer:
         payload = payload_of(items, parsed_json=self.sink.parsed_json, fields_only=fields_only)
         if payload is None:
             return None
-        key = key_column(keys, with_bytes=self.key_field is None) if self.hashed else None
+        key = key_column(keys) if self.hashed else None
         if self.hashed and key is None:
             return None
         return self._assembled(key, len(items), values, first_pos, payload, origins)
@@ -225,7 +220,7 @@ class _Buffer:
         where records are needed: a `sort_by` function, or a buffer that holds fields)."""
         if (self.hashed and self.part.sort_by is not None) or (self.schema is not None and not is_json(self.schema)) or not json_enabled():
             return None
-        key = frame_keys(rows, self.part.key, with_bytes=self.key_field is None) if self.hashed else None
+        key = frame_keys(rows, self.part.key) if self.hashed else None
         if self.hashed and key is None:
             return None
         lines = json_lines(rows)
@@ -241,10 +236,7 @@ class _Buffer:
             kb = pa.array([b""] * n, pa.large_binary())
             h = np.zeros(n, dtype=np.uint64)
             p = ((self.start + np.arange(first_pos, first_pos + n)) % self.sink.num_partitions).astype(np.uint32)
-        columns, names = [pa.array(p), pa.array(h)], ["p", "h"]
-        if kb is not None:
-            columns.append(kb)
-            names.append("kb")
+        columns, names = [pa.array(p), pa.array(h), kb], ["p", "h", "kb"]
         if values is not None:
             sv = sort_value_column(values)
             if sv is None:
@@ -261,10 +253,7 @@ class _Buffer:
         data, data_names, description = payload
         columns += data
         names += data_names
-        metadata = {FIELDS_META: orjson.dumps(description)}
-        if self.key_field is not None:
-            metadata[KEY_META] = self.key_field.encode()
-        batch = pa.RecordBatch.from_arrays(columns, names=names, metadata=metadata)
+        batch = pa.RecordBatch.from_arrays(columns, names=names, metadata={FIELDS_META: orjson.dumps(description)})
         schema = batch.schema if self.schema is None else unify_schemas(self.schema, batch.schema)
         if schema is None:
             return None
@@ -316,7 +305,7 @@ class _Buffer:
         self.batches = []
         order = sort_order(table, leading="p")
         if combiner is keep_first:  # keep the first row per key without moving the others
-            order = order[group_starts(table.column("h").to_numpy()[order], table, order, None)]
+            order = order[group_starts(table.column("h").to_numpy()[order], table.column("kb"), order, None)]
             counters.increment("zephyr/combined_records", len(order))  # what crosses the shuffle
         table = table.take(pa.array(order))
         p = table.column("p").to_numpy()

@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from zephyr import counters
 from zephyr.shuffle.keys import HASH_SPACE
-from zephyr.shuffle.merge import Chunk, merge_sorted
+from zephyr.shuffle.merge import Chunk, merge_sorted, sort_order
 from zephyr.shuffle.runs import BATCH_BYTES
 
 __all__ = ["merge_slices"]
@@ -106,7 +106,7 @@ def merge_slices(sources: list[Iterator[pa.RecordBatch]], schema: pa.Schema, bud
             table = pa.Table.from_batches(pieces, schema=schema).combine_chunks()
             del pieces
             counters.increment("zephyr/shuffle_slices")
-            yield Chunk.sorted(table)
+            yield Chunk(table, sort_order(table))
         elif frontier is None:
             return
         elif short:  # a source's read-ahead is all one hash: merge the rest a batch per round
